@@ -1,0 +1,112 @@
+"""Reference solution for src/kvcache.py: every stage passes. Never shipped to students.
+
+The planted-bug tests edit this text (see tests/bugs.py), so each line a bug touches is kept
+unique and plain.
+"""
+
+import math
+
+import numpy as np
+from src.gpt2 import (
+    HEAD_DIM,
+    ln_rows,
+    merge_heads,
+    mlp,
+    n_head,
+    n_layer,
+    qkv,
+    recompute_logits,  # noqa: F401  (used only by a planted bug)
+    softmax,
+    split_heads,
+    unembed,
+)
+
+
+class LayerCache:
+    def __init__(self, heads: int = 12):
+        self.k = np.zeros((heads, 0, HEAD_DIM), dtype=np.float32)
+        self.v = np.zeros((heads, 0, HEAD_DIM), dtype=np.float32)
+
+    @property
+    def length(self) -> int:
+        return self.k.shape[1]
+
+
+class ModelCache:
+    def __init__(self, layers: int = 12, heads: int = 12):
+        self.layers = [LayerCache(heads) for _ in range(layers)]
+
+
+def append_kv(cache: LayerCache, k: np.ndarray, v: np.ndarray) -> None:
+    # k, v: [heads, n_new, head_dim] appended along the sequence axis
+    cache.k = np.concatenate([cache.k, k], axis=1)
+    cache.v = np.concatenate([cache.v, v], axis=1)
+
+
+def attend(q: np.ndarray, cache: LayerCache, w: dict, layer: int) -> np.ndarray:
+    # q [heads, 1, head_dim] over the whole cache -> [d] after c_proj
+    keys, values = cache.k, cache.v
+    scores = q @ keys.transpose(0, 2, 1) / math.sqrt(HEAD_DIM)  # [heads, 1, length]
+    a = merge_heads(softmax(scores) @ values)[0]
+    return a @ w[f"h.{layer}.attn.c_proj.weight"] + w[f"h.{layer}.attn.c_proj.bias"]
+
+
+def attn_step(ln_hidden, w, layer, cache):
+    heads = n_head(w)
+    q, k, v = (split_heads(t, heads) for t in qkv(ln_hidden[None, :], w, layer))
+    append_kv(cache, k, v)
+    return attend(q, cache, w, layer)
+
+
+def layer_attn_incremental(X, w, layer):
+    p = f"h.{layer}."
+    cache = LayerCache(n_head(w))
+    out = []
+    for t in range(X.shape[0]):
+        h = ln_rows(X[t : t + 1], w[p + "ln_1.weight"], w[p + "ln_1.bias"])[0]
+        out.append(X[t] + attn_step(h, w, layer, cache))
+    return np.stack(out)
+
+
+def embed_token(token_id, position, w):
+    return w["wte.weight"][token_id] + w["wpe.weight"][position]
+
+
+def prefill_layer(X, w, layer, cache):
+    # [n, d] -> [n, d]: one block over the whole prompt, writing its K/V rows into cache
+    p = f"h.{layer}."
+    h = ln_rows(X, w[p + "ln_1.weight"], w[p + "ln_1.bias"])
+    q, k, v = (split_heads(t, n_head(w)) for t in qkv(h, w, layer))
+    append_kv(cache, k, v)
+    n = X.shape[0]
+    scores = q @ k.transpose(0, 2, 1) / math.sqrt(HEAD_DIM)
+    scores = np.where(np.tri(n, dtype=bool), scores, -np.inf)
+    a = merge_heads(softmax(scores) @ v)
+    X = X + a @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"]
+    return X + mlp(ln_rows(X, w[p + "ln_2.weight"], w[p + "ln_2.bias"]), w, layer)
+
+
+def final_logits(x, w):
+    # [d] -> [vocab]
+    return unembed(ln_rows(x[None, :], w["ln_f.weight"], w["ln_f.bias"])[0], w)
+
+
+def prefill(prompt_ids, w, mc):
+    X = np.stack([embed_token(t, i, w) for i, t in enumerate(prompt_ids)])
+    for layer in range(n_layer(w)):
+        X = prefill_layer(X, w, layer, mc.layers[layer])
+    return final_logits(X[-1], w)
+
+
+def block_step(x, w, layer, mc):
+    p = f"h.{layer}."
+    h = ln_rows(x[None, :], w[p + "ln_1.weight"], w[p + "ln_1.bias"])[0]
+    x = x + attn_step(h, w, layer, mc.layers[layer])
+    return x + mlp(ln_rows(x[None, :], w[p + "ln_2.weight"], w[p + "ln_2.bias"]), w, layer)[0]
+
+
+def decode_step(token_id, position, w, mc):
+    x = embed_token(token_id, position, w)
+    for layer in range(n_layer(w)):
+        x = block_step(x, w, layer, mc)
+    return final_logits(x, w)

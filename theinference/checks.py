@@ -1,0 +1,301 @@
+"""The checks a stage's cases name: what to ask the student, what the oracle says, how to judge.
+
+A check is three small functions joined by name: `arguments` turns a case into the adapter's
+plain arguments, `expect` asks the oracle, `judge` compares and explains. Judging never trusts
+the returned value's type or shape: a wrong one is a failure whose message says what was
+expected and what the returned thing most likely is.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from theinference import oracle
+from theinference.compare import Comparison, Tolerance, compare
+from theinference.config import ModelConfig
+from theinference.results import Status
+from theinference.runner import Foreign
+from theinference.stages import Case, token_ids
+
+
+@dataclass
+class Verdict:
+    status: Status
+    message: str = ""
+    hint: str = ""
+    comparisons: list[Comparison] = field(default_factory=list)
+
+
+class Rejected(Exception):
+    """The returned value cannot be compared at all (wrong type, shape, NaN)."""
+
+
+@dataclass(frozen=True)
+class Check:
+    adapter: str
+    arguments: Callable[[Case, ModelConfig], list]
+    expect: Callable[["OracleRuns", list], object]
+    judge: Callable[[object, object, Tolerance, ModelConfig], Verdict]
+
+
+class OracleRuns:
+    """The oracle over one weights file, remembering the last few forwards (a stage's cases
+    often share a prompt, e.g. prefill logits and prefill cache)."""
+
+    def __init__(self, tensors: dict, config: ModelConfig):
+        self.w = tensors
+        self.config = config
+        self._forwards: dict[tuple[int, ...], oracle.Forward] = {}
+
+    def forward(self, ids: list[int]) -> oracle.Forward:
+        key = tuple(ids)
+        if key not in self._forwards:
+            if len(self._forwards) >= 4:
+                self._forwards.pop(next(iter(self._forwards)))
+            self._forwards[key] = oracle.forward(ids, self.w, self.config.n_layer)
+        return self._forwards[key]
+
+    def last_logits(self, ids: list[int]) -> np.ndarray:
+        # [vocab]
+        return oracle.logits_at(self.forward(ids).hidden, self.w, [len(ids) - 1])[0]
+
+    def layer0_attention_last(self, ids: list[int]) -> np.ndarray:
+        # [d]: layer 0's attention-sublayer output (residual included) at the last position
+        out, _ = oracle.attn_sublayer(oracle.embed(ids, self.w), self.w, 0)
+        return out[-1]
+
+
+# --- turning a returned value into an array, or saying why it cannot be --------------------
+
+
+def as_float_array(value, what: str) -> np.ndarray:
+    if value is None:
+        raise Rejected(f"returned None, expected {what}: did a function forget to `return`?")
+    if isinstance(value, Foreign):
+        raise Rejected(f"returned a {value.type}, expected {what}")
+    if isinstance(value, list):
+        try:
+            value = np.stack([as_float_array(v, what) for v in value])
+        except (Rejected, ValueError):
+            raise Rejected(
+                f"returned a list whose items are not numbers of one shape, expected {what}"
+            ) from None
+    kind = value.dtype.kind
+    if kind == "c":
+        raise Rejected(f"returned complex numbers, expected {what} (real floats)")
+    if kind in "biu":
+        raise Rejected(
+            f"returned {value.dtype} values, expected {what} as floats: "
+            "an argmax or token ids instead of the values themselves?"
+        )
+    return value
+
+
+def check_finite(a: np.ndarray, what: str) -> None:
+    bad = ~np.isfinite(a)
+    if bad.any():
+        first = tuple(int(i) for i in np.argwhere(bad)[0])
+        kind = "NaN" if np.isnan(a[first]) else "Inf"
+        raise Rejected(
+            f"{what} contain {int(bad.sum())} non-finite value(s): {kind} first at "
+            f"index {list(first)}"
+        )
+
+
+def shape_hint(got: tuple, want: tuple, config: ModelConfig) -> str:
+    d, vocab = config.n_embd, config.vocab_size
+    if want == (vocab,) and got == (d,):
+        return f"expected {vocab} logits, got {d}: is this the hidden state before the unembed?"
+    if want[-1:] == got[-1:] and len(got) == len(want) + 1:
+        return (
+            f"expected shape {list(want)}, got {list(got)}: one row per position? "
+            "Return only the last position's row."
+        )
+    if want == (d,) and got == (vocab,):
+        return f"expected a [{d}] hidden vector, got {vocab} values: these look like logits"
+    if int(np.prod(got)) == int(np.prod(want)):
+        return f"expected shape {list(want)}, got {list(got)}: right numbers, wrong shape?"
+    return f"expected shape {list(want)}, got {list(got)}"
+
+
+def vector_verdict(
+    value, expected: np.ndarray, tol: Tolerance, config: ModelConfig, label: str, hint: str
+) -> Verdict:
+    what = f"{label} of shape {list(expected.shape)}"
+    try:
+        actual = as_float_array(value, what)
+        if actual.shape != expected.shape:
+            raise Rejected(shape_hint(actual.shape, expected.shape, config))
+        check_finite(actual, label)
+    except Rejected as exc:
+        return Verdict(Status.FAILED, message=str(exc))
+    c = compare(label, actual, expected, tol, logits=label == "logits")
+    if c.passed:
+        return Verdict(Status.PASSED, comparisons=[c])
+    return Verdict(Status.FAILED, message=mismatch_message(c), hint=hint, comparisons=[c])
+
+
+def mismatch_message(c: Comparison) -> str:
+    return (
+        f"{c.label}: {c.mismatched}/{c.total} values outside tolerance "
+        f"({c.mismatched_percent:.1f}%), worst {c.worst:.3g}x the tolerance"
+    )
+
+
+# --- single-step-attention -----------------------------------------------------------------
+
+STEP_ATTENTION_HINT = (
+    "A difference beyond tolerance is a real bug, not float drift. The classic three: the new "
+    "token must attend over the whole cache after appending (oldLen + 1 rows, itself included); "
+    "no causal mask in the single-token step (the new token legitimately sees every cached "
+    "position); and positions come from embed (wpe[0..n-1]), so attn_step never touches wpe."
+)
+
+
+def _seq_args(case: Case, config: ModelConfig) -> list:
+    return [token_ids(case.inputs["seq"], config)]
+
+
+def _judge_step_attention(value, expected, tol, config) -> Verdict:
+    return vector_verdict(
+        value, expected, tol, config, "attention-sublayer output", STEP_ATTENTION_HINT
+    )
+
+
+# --- build-prefill -------------------------------------------------------------------------
+
+PREFILL_HINT = (
+    "Prefill embeds token i with wpe[i], runs all layers under the full lower-triangular mask, "
+    "applies ln_f, and unembeds only the last position. Far outside 1e-3 is a real bug "
+    "(wrong positions, a missing mask, a missing ln_f), not rounding."
+)
+
+
+def _prompt_args(case: Case, config: ModelConfig) -> list:
+    return [token_ids(case.inputs["prompt"], config)]
+
+
+def _judge_logits(hint: str):
+    def judge(value, expected, tol, config) -> Verdict:
+        return vector_verdict(value, expected, tol, config, "logits", hint)
+
+    return judge
+
+
+def _expect_cache(runs: OracleRuns, args: list) -> list[oracle.LayerKV]:
+    return runs.forward(args[0]).kv
+
+
+def as_layer_pairs(value, n_layer: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Accept a list of (k, v) pairs, or one array [n_layer, 2, n_head, n, head_dim]."""
+    what = f"{n_layer} (k, v) pairs, one per layer"
+    if isinstance(value, np.ndarray) and value.ndim == 5 and value.shape[1] == 2:
+        value = [[layer[0], layer[1]] for layer in value]
+    if not isinstance(value, list):
+        raise Rejected(f"returned {type(value).__name__}, expected {what}")
+    if len(value) != n_layer:
+        raise Rejected(
+            f"returned {len(value)} layer(s), expected {what}: one cache per layer, never shared"
+        )
+    pairs = []
+    for layer, item in enumerate(value):
+        if isinstance(item, np.ndarray) and item.ndim >= 1 and item.shape[0] == 2:
+            item = [item[0], item[1]]
+        if not isinstance(item, list) or len(item) != 2:
+            raise Rejected(f"layer {layer}: expected a (k, v) pair")
+        k, v = (as_float_array(x, f"layer {layer} K/V") for x in item)
+        pairs.append((k, v))
+    return pairs
+
+
+def _judge_cache(value, expected: list[oracle.LayerKV], tol, config) -> Verdict:
+    n = expected[0].k.shape[1]
+    want = (config.n_head, n, expected[0].k.shape[2])
+    try:
+        pairs = as_layer_pairs(value, config.n_layer)
+        for layer, (k, v) in enumerate(pairs):
+            for name, got in (("K", k), ("V", v)):
+                if got.shape != want:
+                    raise Rejected(cache_shape_message(layer, name, got.shape, want))
+                check_finite(got, f"layer {layer} {name}")
+    except Rejected as exc:
+        return Verdict(Status.FAILED, message=str(exc), hint=CACHE_HINT)
+    comparisons = []
+    for layer, ((k, v), ref) in enumerate(zip(pairs, expected, strict=True)):
+        comparisons.append(compare(f"layer {layer} K", k, ref.k, tol))
+        comparisons.append(compare(f"layer {layer} V", v, ref.v, tol))
+    bad = next((c for c in comparisons if not c.passed), None)
+    if bad is None:
+        return Verdict(Status.PASSED, comparisons=comparisons)
+    head, pos = bad.worst_index[0], bad.worst_index[1]
+    return Verdict(
+        Status.FAILED,
+        hint=CACHE_HINT,
+        comparisons=[bad],
+        message=f"{bad.label} departs from the recompute (worst at head {head}, "
+        f"position {pos}): {mismatch_message(bad)}",
+    )
+
+
+CACHE_HINT = (
+    "When prefill finishes, every layer's cache holds exactly prompt_len rows: K and V each "
+    "[n_head, prompt_len, 64]. Embed with wpe[0..prompt_len-1] and write one cache row per "
+    "prompt position, no more, no less; the first decode step continues at position prompt_len."
+)
+
+
+def cache_shape_message(layer: int, name: str, got: tuple, want: tuple) -> str:
+    msg = f"layer {layer} {name} has shape {list(got)}, expected {list(want)}"
+    if len(got) == 3 and got[0] == want[0] and got[2] == want[2] and got[1] != want[1]:
+        diff = got[1] - want[1]
+        rows = "row" if abs(diff) == 1 else "rows"
+        msg += (
+            f": the cache holds {got[1]} positions for a {want[1]}-token prompt "
+            f"({abs(diff)} {rows} too {'many' if diff > 0 else 'few'})"
+        )
+    elif len(got) == 3 and got[0] == want[1] and got[1] == want[0]:
+        msg += ": heads and positions swapped? The layout is [n_head, length, head_dim]"
+    return msg
+
+
+# --- full-decode-step ----------------------------------------------------------------------
+
+DECODE_HINT = (
+    "The new token sits at absolute position len(prompt_ids), not 0 and not 1. If this is far "
+    "outside 1e-3 it is a real bug: a wrong position, one cache shared across layers, or a "
+    "missing ln_f. Check the prefill -> decode handoff: the cache must already hold "
+    "len(prompt_ids) rows per layer before you decode."
+)
+
+
+def _decode_args(case: Case, config: ModelConfig) -> list:
+    return [token_ids(case.inputs["prompt"], config), int(case.inputs["next_id"])]
+
+
+CHECKS: dict[str, Check] = {
+    "step_attention": Check(
+        adapter="run_step_attention",
+        arguments=_seq_args,
+        expect=lambda runs, args: runs.layer0_attention_last(args[0]),
+        judge=_judge_step_attention,
+    ),
+    "prefill_logits": Check(
+        adapter="run_prefill",
+        arguments=_prompt_args,
+        expect=lambda runs, args: runs.last_logits(args[0]),
+        judge=_judge_logits(PREFILL_HINT),
+    ),
+    "prefill_cache": Check(
+        adapter="run_prefill_cache",
+        arguments=_prompt_args,
+        expect=_expect_cache,
+        judge=_judge_cache,
+    ),
+    "decode_step": Check(
+        adapter="run_decode_step",
+        arguments=_decode_args,
+        expect=lambda runs, args: runs.last_logits(args[0] + [args[1]]),
+        judge=_judge_logits(DECODE_HINT),
+    ),
+}

@@ -1,0 +1,129 @@
+"""The command line: each command gathers plain data and hands it to the output layer.
+
+Heavy imports (NumPy, the oracle, rich) happen inside command bodies so `--help` is instant.
+Errors the user can fix become one message on stderr and a distinct exit code (exits.py).
+"""
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from theinference import __version__, exits
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Grade a KV cache for GPT-2, stage by stage, against a NumPy recompute oracle.",
+)
+
+CourseDir = Annotated[
+    Path, typer.Option("--course-dir", "-C", help="The course directory (default: here).")
+]
+WeightsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--weights",
+        help="synthetic | gpt2 | path/to/model.safetensors "
+        "(default: theinference.toml's weights, else synthetic).",
+    ),
+]
+StageOpt = Annotated[
+    list[str] | None,
+    typer.Option("--stage", "-s", help="A stage slug; repeat for several (default: all)."),
+]
+
+
+def fail(message: str, code: int) -> typer.Exit:
+    from theinference.report import print_error
+
+    print_error(message)
+    return typer.Exit(code)
+
+
+@app.command()
+def init(directory: Annotated[Path, typer.Argument(help="Where to create the course.")]) -> None:
+    """Create a course directory: provided src/gpt2.py, stubs in src/kvcache.py, the adapters."""
+    from theinference.course import CourseError, init_course
+
+    try:
+        files = init_course(directory)
+    except CourseError as exc:
+        raise fail(str(exc), exits.COURSE) from None
+    except OSError as exc:
+        raise fail(f"cannot create {directory}: {exc.strerror}", exits.COURSE) from None
+    typer.echo(
+        f"Created {directory} ({len(files)} files). Next:\n"
+        f"  cd {directory}\n  theinference test --stage single-step-attention --watch"
+    )
+
+
+@app.command()
+def test(
+    stage: StageOpt = None,
+    course_dir: CourseDir = Path("."),
+    weights: WeightsOpt = None,
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="Rerun on every save.")] = False,
+    timeout: Annotated[
+        float | None, typer.Option(help="Seconds per adapter call (default: each stage's).")
+    ] = None,
+) -> None:
+    """Grade the course directory's stages against the recompute oracle."""
+    from theinference.session import prepare, run_once, watch_loop
+
+    try:
+        session = prepare(course_dir, stage or [], weights, timeout)
+    except Exception as exc:
+        raise fail(*_usage_error(exc)) from None
+    try:
+        code = watch_loop(session) if watch else run_once(session)
+    except KeyboardInterrupt:
+        code = exits.INTERRUPTED
+    raise typer.Exit(code)
+
+
+@app.command()
+def stages() -> None:
+    """List the stages in course order."""
+    from theinference.report import console, print_stages
+    from theinference.stages import load_stages
+
+    rows = [(s.slug, s.title, ", ".join(s.requires) or "-") for s in load_stages()]
+    print_stages(console(), rows)
+
+
+@app.command()
+def hint(slug: Annotated[str, typer.Argument(help="A stage slug.")]) -> None:
+    """Show a stage's guidance from the course text."""
+    from theinference.stages import StageError, load_stages, select
+
+    try:
+        (found,) = select(load_stages(), [slug])
+    except StageError as exc:
+        raise fail(str(exc), exits.USAGE) from None
+    typer.echo(f"{found.slug}: {found.title}\n\n{found.guidance}")
+
+
+@app.command()
+def version() -> None:
+    """Print the version."""
+    typer.echo(__version__)
+
+
+def _usage_error(exc: Exception) -> tuple[str, int]:
+    from theinference.course import CourseError
+    from theinference.stages import StageError
+    from theinference.weights import WeightsError
+
+    for kind, code in (
+        (CourseError, exits.COURSE),
+        (WeightsError, exits.WEIGHTS),
+        (StageError, exits.USAGE),
+    ):
+        if isinstance(exc, kind):
+            return str(exc), code
+    raise exc
+
+
+def main() -> None:
+    app()

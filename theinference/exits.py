@@ -1,0 +1,8 @@
+"""The exit codes, in one place (documented in README.md)."""
+
+OK = 0  # every selected stage passed
+NOT_PASSED = 1  # some stage failed, errored, timed out, is todo or was skipped
+USAGE = 2  # bad command line (also Typer's own code for a bad option)
+COURSE = 3  # not a course directory, or bad theinference.toml
+WEIGHTS = 4  # weights missing, unreadable or malformed
+INTERRUPTED = 130  # Ctrl-C

@@ -1,0 +1,107 @@
+"""The recompute GPT-2 the grader trusts: plain NumPy, float32 end to end, no cache.
+
+Every answer the grader expects from a student comes from here, computed in the grader's own
+process. The math is GPT-2's exactly (LayerNorm eps 1e-5, tanh GELU, 1/sqrt(head_dim) scale,
+Conv1D weights [in, out]); `tests/test_oracle.py` holds it against Hugging Face transformers.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from theinference.config import HEAD_DIM
+
+F32 = np.float32
+LN_EPS = F32(1e-5)
+GELU_C = F32(np.sqrt(2.0 / np.pi))
+
+
+@dataclass(frozen=True)
+class LayerKV:
+    k: np.ndarray  # [n_head, n_seq, head_dim]
+    v: np.ndarray  # [n_head, n_seq, head_dim]
+
+
+def layer_norm(x: np.ndarray, g: np.ndarray, b: np.ndarray) -> np.ndarray:
+    # [n, d] -> [n, d]
+    mean = x.mean(axis=-1, keepdims=True)
+    centred = x - mean
+    var = (centred * centred).mean(axis=-1, keepdims=True)
+    return centred / np.sqrt(var + LN_EPS) * g + b
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    # tanh approximation, as GPT-2 was trained with
+    return F32(0.5) * x * (F32(1.0) + np.tanh(GELU_C * (x + F32(0.044715) * x * x * x)))
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def split_heads(x: np.ndarray) -> np.ndarray:
+    # [n, d] -> [n_head, n, head_dim]
+    n, d = x.shape
+    return x.reshape(n, d // HEAD_DIM, HEAD_DIM).transpose(1, 0, 2)
+
+
+def merge_heads(x: np.ndarray) -> np.ndarray:
+    # [n_head, n, head_dim] -> [n, d]
+    h, n, hd = x.shape
+    return x.transpose(1, 0, 2).reshape(n, h * hd)
+
+
+def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    # [h, n, hd] x3 -> [h, n, hd]; query i sees keys 0..i
+    n = q.shape[1]
+    scores = (q @ k.transpose(0, 2, 1)) * F32(1.0 / np.sqrt(q.shape[-1]))  # [h, n, n]
+    scores[:, np.triu(np.ones((n, n), dtype=bool), k=1)] = -np.inf
+    return softmax(scores) @ v
+
+
+def attn_sublayer(x: np.ndarray, w: dict, layer: int) -> tuple[np.ndarray, LayerKV]:
+    """[n, d] -> ([n, d] residual stream after attention, this layer's K/V)."""
+    p = f"h.{layer}."
+    h = layer_norm(x, w[p + "ln_1.weight"], w[p + "ln_1.bias"])
+    qkv = h @ w[p + "attn.c_attn.weight"] + w[p + "attn.c_attn.bias"]  # [n, 3d]
+    q, k, v = (split_heads(part) for part in np.split(qkv, 3, axis=-1))
+    a = merge_heads(causal_attention(q, k, v))
+    out = x + (a @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"])
+    return out, LayerKV(k=k, v=v)
+
+
+def mlp_sublayer(x: np.ndarray, w: dict, layer: int) -> np.ndarray:
+    # [n, d] -> [n, d], residual included
+    p = f"h.{layer}."
+    h = layer_norm(x, w[p + "ln_2.weight"], w[p + "ln_2.bias"])
+    up = gelu(h @ w[p + "mlp.c_fc.weight"] + w[p + "mlp.c_fc.bias"])  # [n, 4d]
+    return x + (up @ w[p + "mlp.c_proj.weight"] + w[p + "mlp.c_proj.bias"])
+
+
+def embed(ids: list[int], w: dict) -> np.ndarray:
+    # [n] -> [n, d]: token plus absolute position 0..n-1
+    return w["wte.weight"][ids] + w["wpe.weight"][: len(ids)]
+
+
+@dataclass(frozen=True)
+class Forward:
+    hidden: np.ndarray  # [n, d], the last block's output (before ln_f)
+    kv: list[LayerKV]  # one per layer
+
+
+def forward(ids: list[int], w: dict, n_layer: int) -> Forward:
+    """The whole stack over ids, recomputed from scratch under the causal mask."""
+    x = embed(ids, w)
+    kv = []
+    for layer in range(n_layer):
+        x, layer_kv = attn_sublayer(x, w, layer)
+        x = mlp_sublayer(x, w, layer)
+        kv.append(layer_kv)
+    return Forward(hidden=x, kv=kv)
+
+
+def logits_at(hidden: np.ndarray, w: dict, rows: list[int]) -> np.ndarray:
+    # [n, d] -> [len(rows), vocab]: ln_f and the tied unembed, only where a stage needs them
+    h = layer_norm(hidden[rows], w["ln_f.weight"], w["ln_f.bias"])
+    return h @ w["wte.weight"].T

@@ -1,0 +1,119 @@
+"""The terminal report: the only module that imports rich. It reads results, never computes."""
+
+from rich.console import Console, Group
+from rich.markup import escape
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+from theinference.compare import Comparison
+from theinference.results import CaseResult, RunResult, StageResult, Status
+
+STYLE = {
+    Status.PASSED: ("✓", "green"),
+    Status.FAILED: ("✗", "red"),
+    Status.ERROR: ("!", "red"),
+    Status.TIMEOUT: ("⏱", "red"),
+    Status.TODO: ("○", "yellow"),
+    Status.SKIPPED: ("-", "dim"),
+}
+
+
+def console(stderr: bool = False) -> Console:
+    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+
+def print_header(out: Console, course: str, weights: str, stages: list[str]) -> None:
+    out.print(f"[bold]theinference[/] · course {escape(course)} · weights {escape(weights)}")
+    out.print(f"[dim]stages: {', '.join(stages)}[/]")
+
+
+def print_run(out: Console, run: RunResult) -> None:
+    for stage in run.stages:
+        out.print(stage_block(stage))
+    out.print(summary_line(run))
+
+
+def stage_block(stage: StageResult) -> Group:
+    mark, colour = STYLE[stage.status]
+    passed = sum(c.status == Status.PASSED for c in stage.cases)
+    head = Text.assemble(
+        (f"{mark} {stage.slug}", f"bold {colour}"),
+        f"  {stage.title}  ",
+        (stage.status.value.upper(), colour),
+    )
+    if stage.status == Status.SKIPPED:
+        return Group(Text(""), head, Text(f"    {stage.reason}", style="dim"))
+    head.append(f"  {passed}/{len(stage.cases)} cases · {stage.seconds:.1f} s", style="dim")
+    if stage.status == Status.TODO and all(c.status == Status.TODO for c in stage.cases):
+        return Group(
+            Text(""), head, Text(f"    not started: {stage.cases[0].message}", style="yellow")
+        )
+    return Group(Text(""), head, *[case_block(c) for c in stage.cases])
+
+
+def case_block(case: CaseResult) -> Group | Text:
+    mark, colour = STYLE[case.status]
+    line = Text.assemble(("  " + mark + " ", colour), case.name)
+    if case.status == Status.PASSED:
+        worst = max((c.worst for c in case.comparisons), default=0.0)
+        line.append(
+            f"  worst error {worst:.2g}x tolerance · {case.student_seconds:.2f} s", style="dim"
+        )
+        return line
+    line.append(f"  {case.status.value}", style=colour)
+    parts: list = [line]
+    if case.message:
+        parts.append(Padding(Text(case.message), (0, 0, 0, 6)))
+    for comparison in case.comparisons:
+        parts.append(Padding(comparison_table(comparison), (0, 0, 0, 6)))
+    if case.traceback:
+        parts.append(Padding(Text(case.traceback.rstrip(), style="red"), (0, 0, 0, 6)))
+    if case.hint:
+        parts.append(Padding(Text("hint: " + case.hint, style="cyan"), (0, 0, 0, 6)))
+    for name, text in (("stdout", case.stdout), ("stderr", case.stderr)):
+        if text.strip():
+            parts.append(Padding(Text(f"your {name}:\n{text.rstrip()}", style="dim"), (0, 0, 0, 6)))
+    return Group(*parts)
+
+
+def comparison_table(c: Comparison) -> Table:
+    t = Table(show_header=False, box=None, padding=(0, 2, 0, 0))
+    t.add_column(style="dim")
+    t.add_column()
+    t.add_row("compared", f"{c.label} {list(c.shape)}")
+    t.add_row("mismatched", f"{c.mismatched} / {c.total} ({c.mismatched_percent:.1f}%)")
+    t.add_row("max abs diff", f"{c.max_abs:.4g} at {list(c.max_abs_index)}")
+    t.add_row("max rel diff", f"{c.max_rel:.4g} at {list(c.max_rel_index)}")
+    t.add_row("worst", f"{c.worst:.3g}x the tolerance at {list(c.worst_index)}")
+    if c.argmax_expected is not None:
+        same = "same" if c.argmax_actual == c.argmax_expected else "DIFFERENT"
+        t.add_row("argmax", f"yours {c.argmax_actual}, expected {c.argmax_expected} ({same})")
+    t.add_row("tolerance", str(c.tolerance))
+    return t
+
+
+def summary_line(run: RunResult) -> Text:
+    counts: dict[Status, int] = {}
+    for s in run.stages:
+        counts[s.status] = counts.get(s.status, 0) + 1
+    parts = [f"{n} {status.value}" for status, n in counts.items()]
+    colour = "green" if run.passed else "red"
+    return Text.assemble(
+        ("\n" + ("PASSED" if run.passed else "NOT PASSED"), f"bold {colour}"),
+        f" · {', '.join(parts)} · weights {run.weights_label} · {run.seconds:.1f} s",
+    )
+
+
+def print_error(message: str) -> None:
+    console(stderr=True).print(Text("error: ", style="bold red") + Text(message))
+
+
+def print_stages(out: Console, rows: list[tuple[str, str, str]]) -> None:
+    t = Table(box=None)
+    t.add_column("stage", style="bold")
+    t.add_column("title")
+    t.add_column("requires", style="dim")
+    for row in rows:
+        t.add_row(*row)
+    out.print(t)

@@ -1,0 +1,61 @@
+"""Results are plain values: every output format (terminal, JSON, JUnit) reads these."""
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from theinference.compare import Comparison
+
+
+class Status(StrEnum):
+    PASSED = "passed"
+    FAILED = "failed"
+    TODO = "todo"  # the adapter raised NotImplementedError: not started
+    ERROR = "error"  # import or call raised, or the process crashed
+    TIMEOUT = "timeout"
+    SKIPPED = "skipped"  # a prerequisite did not pass
+
+
+# a stage takes the status of its worst case, in this order
+SEVERITY = [Status.ERROR, Status.TIMEOUT, Status.FAILED, Status.TODO, Status.SKIPPED, Status.PASSED]
+
+
+@dataclass
+class CaseResult:
+    name: str
+    status: Status
+    message: str = ""
+    hint: str = ""
+    comparisons: list[Comparison] = field(default_factory=list)
+    traceback: str = ""
+    stdout: str = ""
+    stderr: str = ""
+    student_seconds: float = 0.0
+    oracle_seconds: float = 0.0
+
+
+@dataclass
+class StageResult:
+    slug: str
+    title: str
+    status: Status
+    cases: list[CaseResult] = field(default_factory=list)
+    reason: str = ""  # why skipped
+    seconds: float = 0.0
+
+
+@dataclass
+class RunResult:
+    stages: list[StageResult]
+    weights_label: str
+    weights_sha256: str
+    seconds: float = 0.0
+    worker_startups: int = 0
+
+    @property
+    def passed(self) -> bool:
+        return all(s.status == Status.PASSED for s in self.stages)
+
+
+def stage_status(cases: list[CaseResult]) -> Status:
+    statuses = {c.status for c in cases}
+    return next((s for s in SEVERITY if s in statuses), Status.PASSED)

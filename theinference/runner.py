@@ -1,0 +1,273 @@
+"""Run the student's adapters in a child process and bring back what they returned, as data.
+
+One worker process serves a whole run (start-up is paid once); a crash or a timeout costs only
+the call it happened in, and the next call starts a fresh worker. Limits are enforced from
+outside: the timeout kills the worker's whole process group with SIGKILL, which no student
+code can catch, and its output is read through pipes and capped, never buffered whole.
+"""
+
+import json
+import os
+import selectors
+import signal
+import struct
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+WORKER_SCRIPT = Path(__file__).with_name("worker.py")
+MAX_REPLY_BYTES = 1 << 30
+ALLOWED_DTYPES = {"b", "i", "u", "f", "c"}
+
+
+@dataclass(frozen=True)
+class Limits:
+    timeout: float = 60.0  # seconds per adapter call
+    memory_bytes: int = 8 << 30  # heap and anonymous memory of the student's process
+    output_bytes: int = 64 << 10  # captured stdout and stderr kept per call, each
+
+
+@dataclass
+class Captured:
+    """The head of one stream, and how much was cut."""
+
+    data: bytearray = field(default_factory=bytearray)
+    dropped: int = 0
+
+    def add(self, chunk: bytes, cap: int) -> None:
+        room = max(cap - len(self.data), 0)
+        self.data += chunk[:room]
+        self.dropped += max(len(chunk) - room, 0)
+
+    def text(self) -> str:
+        out = self.data.decode("utf-8", errors="replace")
+        if self.dropped:
+            out += f"\n[... output cut at {len(self.data) // 1024} KiB: {self.dropped} more bytes]"
+        return out
+
+
+@dataclass
+class Outcome:
+    """What one adapter call came to. kind: returned, todo, raised, import_error, missing,
+    signature, timeout, crashed, bad_reply."""
+
+    kind: str
+    value: object = None
+    message: str = ""
+    traceback: str = ""
+    stdout: str = ""
+    stderr: str = ""
+    seconds: float = 0.0
+
+
+@dataclass
+class _Process:
+    popen: subprocess.Popen
+    requests: int  # fd the grader writes requests to
+    replies: int  # fd the grader reads replies from
+
+
+class Worker:
+    """A lazily (re)started student process. Use as a context manager."""
+
+    def __init__(self, course_dir: Path, weights_path: Path, limits: Limits):
+        self.course_dir = course_dir.resolve()
+        self.weights_path = weights_path
+        self.limits = limits
+        self._proc: _Process | None = None
+        self.startups = 0
+
+    def __enter__(self) -> "Worker":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def call(self, adapter: str, args: list, timeout: float | None = None) -> Outcome:
+        """Ask the student's process for one adapter call and wait for its reply."""
+        started = self._send(adapter, args)
+        return self._receive(started, timeout)
+
+    def _send(self, adapter: str, args: list) -> float:
+        if self._proc is None or self._proc.popen.poll() is not None:
+            self._start()
+        payload = json.dumps({"adapter": adapter, "args": args}).encode()
+        try:
+            os.write(self._proc.requests, struct.pack("<Q", len(payload)) + payload)
+        except OSError:
+            pass  # it died already; _receive() reports how
+        return time.monotonic()
+
+    def _receive(self, started: float, timeout: float | None) -> Outcome:
+        timeout = timeout if timeout is not None else self.limits.timeout
+        outcome = self._collect(started + timeout)
+        if outcome.kind == "timeout":
+            outcome.message = f"timed out after {timeout:g} s (the process was killed)"
+        outcome.seconds = time.monotonic() - started
+        if outcome.kind in ("timeout", "crashed", "bad_reply"):
+            self.stop()
+        return outcome
+
+    def stop(self) -> None:
+        """Kill the worker and everything it started (its whole process group)."""
+        if self._proc is None:
+            return
+        proc, self._proc = self._proc, None
+        for fd in (proc.requests, proc.replies):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        for stream in (proc.popen.stdout, proc.popen.stderr):
+            stream.close()
+        try:
+            os.killpg(proc.popen.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.popen.wait()
+
+    # --- internals ---------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        self.stop()
+        req_read, req_write = os.pipe()
+        resp_read, resp_write = os.pipe()
+        env = {
+            **os.environ,
+            "THEINFERENCE_WEIGHTS": str(self.weights_path),
+            "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ writes in the course directory
+        }
+        popen = subprocess.Popen(
+            [
+                sys.executable,
+                "-P",
+                str(WORKER_SCRIPT),
+                str(req_read),
+                str(resp_write),
+                str(self.course_dir),
+                str(self.limits.memory_bytes),
+            ],
+            cwd=self.course_dir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=(req_read, resp_write),
+            start_new_session=True,  # its own process group, killed whole
+        )
+        os.close(req_read)
+        os.close(resp_write)
+        self._proc = _Process(popen=popen, requests=req_write, replies=resp_read)
+        self.startups += 1
+
+    def _collect(self, deadline: float) -> Outcome:
+        proc = self._proc
+        out, err = Captured(), Captured()
+        reply = bytearray()
+        need: int | None = None
+        sel = selectors.DefaultSelector()
+        sel.register(proc.replies, selectors.EVENT_READ, "reply")
+        sel.register(proc.popen.stdout, selectors.EVENT_READ, out)
+        sel.register(proc.popen.stderr, selectors.EVENT_READ, err)
+        try:
+            while need is None or len(reply) < need:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return self._finish(Outcome("timeout"), out, err)
+                events = sel.select(min(remaining, 0.5))
+                for key, _ in events:
+                    chunk = os.read(key.fd, 1 << 20)
+                    if key.data != "reply":
+                        if chunk:
+                            key.data.add(chunk, self.limits.output_bytes)
+                        else:
+                            sel.unregister(key.fileobj)
+                        continue
+                    if not chunk:  # the worker died before replying
+                        return self._finish(self._crash_outcome(), out, err)
+                    reply += chunk
+                    if need is None and len(reply) >= 8:
+                        need = 8 + struct.unpack("<Q", reply[:8])[0]
+                        if need > MAX_REPLY_BYTES:
+                            return self._finish(
+                                Outcome("bad_reply", message="the return value is over 1 GiB"),
+                                out,
+                                err,
+                            )
+            self._drain(sel, out, err)
+            return self._finish(decode_reply(bytes(reply[8:need])), out, err)
+        finally:
+            sel.close()
+
+    def _drain(self, sel, out: Captured, err: Captured) -> None:
+        # output written before the reply is already in the pipes: take what is there now
+        for key, _ in sel.select(0):
+            if key.data != "reply":
+                chunk = os.read(key.fd, 1 << 20)
+                if chunk:
+                    key.data.add(chunk, self.limits.output_bytes)
+
+    def _crash_outcome(self) -> Outcome:
+        try:
+            code = self._proc.popen.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return Outcome("crashed", message="the process closed its reply channel and hung")
+        if code < 0:
+            name = signal.Signals(-code).name
+            return Outcome("crashed", message=f"the process was killed by {name}")
+        return Outcome(
+            "crashed",
+            message=f"the process exited with code {code} before returning "
+            "(os._exit or a crash in native code?)",
+        )
+
+    def _finish(self, outcome: Outcome, out: Captured, err: Captured) -> Outcome:
+        outcome.stdout, outcome.stderr = out.text(), err.text()
+        return outcome
+
+
+def decode_reply(payload: bytes) -> Outcome:
+    """Rebuild the reply: JSON fields, and arrays from their raw bytes (never unpickled)."""
+    try:
+        (text_len,) = struct.unpack("<I", payload[:4])
+        header = json.loads(payload[4 : 4 + text_len])
+        blobs, offset = [], 4 + text_len
+        for size in header.get("blob_sizes", []):
+            blobs.append(payload[offset : offset + size])
+            offset += size
+        kind = str(header["outcome"])
+        value = rebuild(header["value"], blobs) if kind == "returned" else None
+    except (KeyError, ValueError, TypeError, IndexError, struct.error) as exc:
+        return Outcome("bad_reply", message=f"unreadable reply from the student process: {exc}")
+    return Outcome(
+        kind=kind,
+        value=value,
+        message=str(header.get("message", "")),
+        traceback=str(header.get("traceback", "")),
+    )
+
+
+@dataclass(frozen=True)
+class Foreign:
+    """A returned value that is not numbers: only its type name crosses over."""
+
+    type: str
+
+
+def rebuild(desc: dict, blobs: list[bytes]):
+    kind = desc["kind"]
+    if kind == "none":
+        return None
+    if kind == "seq":
+        return [rebuild(item, blobs) for item in desc["items"]]
+    if kind == "array":
+        dtype = np.dtype(desc["dtype"])
+        if dtype.kind not in ALLOWED_DTYPES:
+            raise ValueError(f"dtype {dtype} not allowed")
+        shape = tuple(int(n) for n in desc["shape"])
+        return np.frombuffer(blobs[int(desc["blob"])], dtype=dtype).reshape(shape)
+    return Foreign(type=str(desc.get("type", "object")))

@@ -1,0 +1,201 @@
+"""Runs inside the student's process: imports their tests/adapters.py and calls what it is asked.
+
+Started as a plain script (`python -P worker.py ...`), so it imports nothing of the grader: no
+oracle, no rendering. It reads requests from one private pipe and writes replies to another;
+stdout and stderr belong to the student. A reply carries only data (JSON plus raw array bytes,
+never pickle), and the grader judges it: printing or writing a forged "passed" changes nothing.
+"""
+
+import inspect
+import json
+import os
+import resource
+import struct
+import sys
+import traceback
+
+MAX_ITEMS = 4096  # items described per list when a return value is not one numeric array
+
+
+def main() -> None:
+    req_fd, resp_fd, course_dir, memory_bytes = (*map(int, sys.argv[1:3]), *sys.argv[3:5])
+    limit_memory(int(memory_bytes))
+    os.chdir(course_dir)
+    sys.path.insert(0, course_dir)
+    requests = os.fdopen(req_fd, "rb")
+    replies = os.fdopen(resp_fd, "wb")
+    adapters, import_failure = import_adapters(course_dir)
+    while (request := read_message(requests)) is not None:
+        if import_failure is not None:
+            reply = import_failure
+        else:
+            reply = call_adapter(adapters, request, course_dir)
+        flush_student_output()
+        write_message(replies, *encode_reply(reply))
+
+
+def limit_memory(limit: int) -> None:
+    # RLIMIT_DATA counts heap and anonymous mappings but not the memory-mapped weights or
+    # address space reserved by libraries such as PyTorch, so honest solutions never meet it
+    if limit > 0:
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+
+
+def import_adapters(course_dir: str):
+    try:
+        import tests.adapters as adapters  # the student's module, from the course directory
+    except BaseException as exc:  # noqa: BLE001 (SyntaxError, ImportError, SystemExit, ...)
+        return None, {
+            "outcome": "import_error",
+            "message": f"importing tests/adapters.py failed: {describe_exception(exc)}",
+            "traceback": student_traceback(exc, course_dir),
+        }
+    return adapters, None
+
+
+def call_adapter(adapters, request: dict, course_dir: str) -> dict:
+    name, args = request["adapter"], request["args"]
+    fn = getattr(adapters, name, None)
+    if not callable(fn):
+        return {"outcome": "missing", "message": f"tests/adapters.py has no function {name}()"}
+    try:
+        inspect.signature(fn).bind(*args)
+    except TypeError as exc:
+        return {
+            "outcome": "signature",
+            "message": f"{name}{signature_of(fn)} cannot take {len(args)} argument(s): {exc}",
+        }
+    except ValueError:
+        pass  # builtins without a signature: just call them
+    try:
+        value = fn(*args)
+    except NotImplementedError as exc:
+        return {"outcome": "todo", "message": str(exc) or f"{name} is not implemented yet"}
+    except BaseException as exc:  # noqa: BLE001 (the student's SystemExit is theirs, not ours)
+        return {
+            "outcome": "raised",
+            "exception": type(exc).__name__,
+            "message": describe_exception(exc),
+            "traceback": student_traceback(exc, course_dir),
+        }
+    return {"outcome": "returned", "value": value}
+
+
+def signature_of(fn) -> str:
+    try:
+        return str(inspect.signature(fn))
+    except (TypeError, ValueError):
+        return "(...)"
+
+
+def describe_exception(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"the code called sys.exit({exc.code!r})"
+    if isinstance(exc, KeyboardInterrupt):
+        return "the code raised KeyboardInterrupt"
+    if isinstance(exc, MemoryError):
+        return "MemoryError: the code ran out of memory (or hit the grader's memory limit)"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def student_traceback(exc: BaseException, course_dir: str) -> str:
+    """The traceback trimmed to frames in the course directory, paths made relative to it."""
+    root = os.path.realpath(course_dir) + os.sep
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if os.path.realpath(f.filename).startswith(root)
+    ]
+    lines = ["Traceback (your code, most recent call last):\n"] if frames else []
+    for frame in frames:
+        frame.filename = os.path.relpath(os.path.realpath(frame.filename), root)
+    lines += traceback.format_list(frames)
+    if isinstance(exc, SyntaxError) and exc.filename:
+        rel = os.path.relpath(os.path.realpath(exc.filename), root)
+        lines.append(f'  File "{rel}", line {exc.lineno}\n    {(exc.text or "").strip()}\n')
+    lines += traceback.format_exception_only(type(exc), exc)
+    return "".join(lines)
+
+
+def flush_student_output() -> None:
+    # the grader reads the reply only after this, so the call's prints arrive before it
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 (the student may have replaced or closed them)
+            pass
+
+
+# --- encoding a reply: JSON describing the value, plus the raw bytes of its arrays -----------
+
+
+def encode_reply(reply: dict) -> tuple[dict, list[bytes]]:
+    blobs: list[bytes] = []
+    if reply["outcome"] == "returned":
+        reply = {**reply, "value": describe(reply["value"], blobs, depth=0)}
+    return reply, blobs
+
+
+def describe(value, blobs: list[bytes], depth: int) -> dict:
+    """A JSON-safe description of what the adapter returned; numeric arrays travel as bytes."""
+    import numpy as np
+
+    if value is None:
+        return {"kind": "none"}
+    if isinstance(value, (str, bytes, dict, set)):
+        return {"kind": "other", "type": type(value).__name__}
+    try:
+        array = np.asarray(to_numpy(value))
+    except Exception:  # noqa: BLE001 (ragged lists, exotic objects)
+        array = None
+    if array is not None and array.dtype.kind in "biufc":
+        blobs.append(np.ascontiguousarray(array).tobytes())
+        return {
+            "kind": "array",
+            "dtype": array.dtype.str,
+            "shape": list(array.shape),
+            "blob": len(blobs) - 1,
+            "from": type(value).__name__,
+        }
+    if isinstance(value, (list, tuple)) and depth < 4:
+        # e.g. per-layer (k, v) pairs whose shapes differ: describe item by item
+        items = [describe(v, blobs, depth + 1) for v in value[:MAX_ITEMS]]
+        return {"kind": "seq", "items": items, "length": len(value)}
+    if array is not None:
+        return {"kind": "other", "type": f"array of dtype {array.dtype}", "shape": array.shape}
+    return {"kind": "other", "type": type(value).__name__}
+
+
+def to_numpy(value):
+    # PyTorch tensors (and similar) that still track gradients or live elsewhere
+    for method in ("detach", "cpu"):
+        if hasattr(value, method) and hasattr(value, "numpy"):
+            value = getattr(value, method)()
+    return value
+
+
+# --- framing: 8-byte length, 4-byte JSON length, JSON, then the blobs back to back ----------
+
+
+def read_message(stream):
+    prefix = stream.read(8)
+    if len(prefix) < 8:
+        return None
+    (size,) = struct.unpack("<Q", prefix)
+    return json.loads(stream.read(size))
+
+
+def write_message(stream, header: dict, blobs: list[bytes]) -> None:
+    header = {**header, "blob_sizes": [len(b) for b in blobs]}
+    text = json.dumps(header, default=str).encode()
+    stream.write(struct.pack("<QI", 4 + len(text) + sum(map(len, blobs)), len(text)))
+    stream.write(text)
+    for blob in blobs:
+        stream.write(blob)
+    stream.flush()
+
+
+if __name__ == "__main__":
+    sys.stdin = open(os.devnull)  # noqa: SIM115 (the student's code must not wait on input)
+    main()
