@@ -49,10 +49,19 @@ def stage_block(stage: StageResult) -> Group:
         return Group(
             Text(""), head, Text(f"    not started: {stage.cases[0].message}", style="yellow")
         )
-    return Group(Text(""), head, *[case_block(c) for c in stage.cases])
+    blocks, seen = [], {}
+    for case in stage.cases:
+        blocks.append(case_block(case, repeat_of=seen.get(case.traceback)))
+        if case.traceback:
+            seen.setdefault(case.traceback, case.name)
+    return Group(Text(""), head, *blocks)
 
 
-def case_block(case: CaseResult) -> Group | Text:
+def indented(renderable) -> Padding:
+    return Padding(renderable, (0, 0, 0, 6), expand=False)
+
+
+def case_block(case: CaseResult, repeat_of: str | None = None) -> Group | Text:
     mark, colour = STYLE[case.status]
     line = Text.assemble(("  " + mark + " ", colour), case.name)
     if case.status == Status.PASSED:
@@ -106,7 +115,8 @@ def summary_line(run: RunResult) -> Text:
 
 
 def print_error(message: str) -> None:
-    console(stderr=True).print(Text("error: ", style="bold red") + Text(message))
+    # never hard-wrapped: paths in it must survive copy and paste
+    console(stderr=True).print(Text("error: ", style="bold red") + Text(message), soft_wrap=True)
 
 
 def print_stages(out: Console, rows: list[tuple[str, str, str]]) -> None:

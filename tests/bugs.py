@@ -1,0 +1,102 @@
+"""The course's classic bugs, planted in the reference solution by plain text substitution.
+
+Each entry: a stable id, the stage it must fail, and the exact edit. An edit whose `old` text
+is not found exactly once is an error in this catalogue, so the planting cannot silently miss.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+REFERENCE = Path(__file__).parent / "solutions" / "reference_kvcache.py"
+
+
+@dataclass(frozen=True)
+class Bug:
+    id: str
+    stage: str
+    old: str
+    new: str
+
+    def planted(self) -> str:
+        text = REFERENCE.read_text()
+        count = text.count(self.old)
+        if count != 1:
+            raise AssertionError(f"bug {self.id}: expected 1 occurrence of the edit, got {count}")
+        return text.replace(self.old, self.new)
+
+
+BUGS = [
+    Bug(
+        "decode-position-zero",  # wpe[0] for the new token
+        "full-decode-step",
+        "x = embed_token(token_id, position, w)",
+        "x = embed_token(token_id, 0, w)",
+    ),
+    Bug(
+        "decode-position-one",  # a step counter starting at 1
+        "full-decode-step",
+        "x = embed_token(token_id, position, w)",
+        "x = embed_token(token_id, 1, w)",
+    ),
+    Bug(
+        "decode-position-after-append",  # the cache length after the append
+        "full-decode-step",
+        "x = embed_token(token_id, position, w)",
+        "x = embed_token(token_id, position + 1, w)",
+    ),
+    Bug(
+        "attend-old-length",  # the new token never attends to itself
+        "single-step-attention",
+        "keys, values = cache.k, cache.v",
+        "keys, values = cache.k[:, :-1], cache.v[:, :-1]",
+    ),
+    Bug(
+        "causal-mask-in-step",  # a triangular mask dragged into the single-token step
+        "single-step-attention",
+        "a = merge_heads(softmax(scores) @ values)[0]",
+        "scores = np.where(np.tri(1, keys.shape[1], dtype=bool), scores, -np.inf)\n"
+        "    a = merge_heads(softmax(scores) @ values)[0]",
+    ),
+    Bug(
+        "shared-cache",  # [LayerCache()] * n: one cache object for every layer
+        "build-prefill",
+        "self.layers = [LayerCache(heads) for _ in range(layers)]",
+        "self.layers = [LayerCache(heads)] * layers",
+    ),
+    Bug(
+        "shared-cache-in-decode",  # every layer reads and grows layer 0's cache
+        "full-decode-step",
+        "x = x + attn_step(h, w, layer, mc.layers[layer])",
+        "x = x + attn_step(h, w, layer, mc.layers[0])",
+    ),
+    Bug(
+        "missing-ln-f",
+        "build-prefill",
+        'return unembed(ln_rows(x[None, :], w["ln_f.weight"], w["ln_f.bias"])[0], w)',
+        "return unembed(x, w)",
+    ),
+    Bug(
+        "prefill-cache-short",  # one row short
+        "build-prefill",
+        "append_kv(cache, k, v)\n    n = X.shape[0]",
+        "append_kv(cache, k[:, :-1], v[:, :-1])\n    n = X.shape[0]",
+    ),
+    Bug(
+        "prefill-cache-long",  # the last row written twice
+        "build-prefill",
+        "append_kv(cache, k, v)\n    n = X.shape[0]",
+        "append_kv(cache, k, v)\n    append_kv(cache, k[:, -1:], v[:, -1:])\n    n = X.shape[0]",
+    ),
+    Bug(
+        "prefill-no-causal-mask",
+        "build-prefill",
+        "scores = np.where(np.tri(n, dtype=bool), scores, -np.inf)",
+        "scores = scores",
+    ),
+    Bug(
+        "prefill-position-zero",  # every prompt token embedded at wpe[0]
+        "build-prefill",
+        "X = np.stack([embed_token(t, i, w) for i, t in enumerate(prompt_ids)])",
+        "X = np.stack([embed_token(t, 0, w) for i, t in enumerate(prompt_ids)])",
+    ),
+]

@@ -1,0 +1,99 @@
+"""The oracle against an independent implementation (Hugging Face transformers' GPT-2 in
+PyTorch) on the same weights, and its own float32 discipline."""
+
+import os
+
+import numpy as np
+import pytest
+
+from theinference import oracle
+from theinference.stages import token_ids
+
+
+def import_transformers():
+    # CI installs torch and transformers (.ci/run), where a skip would hide a broken oracle
+    if os.environ.get("CI"):
+        import torch
+        import transformers
+    else:
+        torch = pytest.importorskip("torch")
+        transformers = pytest.importorskip("transformers")
+    return torch, transformers
+
+
+@pytest.fixture(scope="module")
+def hf_model(weights):
+    torch, transformers = import_transformers()
+    c = weights.config
+    config = transformers.GPT2Config(
+        vocab_size=c.vocab_size,
+        n_positions=c.n_ctx,
+        n_embd=c.n_embd,
+        n_layer=c.n_layer,
+        n_head=c.n_head,
+        activation_function="gelu_new",
+        layer_norm_epsilon=1e-5,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
+    model = transformers.GPT2LMHeadModel(config).eval()
+    state = {f"transformer.{k}": torch.from_numpy(np.array(v)) for k, v in weights.tensors.items()}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    assert not unexpected
+    assert all(
+        k == "lm_head.weight" or k.endswith((".attn.bias", ".attn.masked_bias")) for k in missing
+    ), missing
+    model.tie_weights()
+    return torch, model
+
+
+@pytest.mark.parametrize("length", [1, 37, 256])
+def test_oracle_matches_transformers(hf_model, weights, length):
+    torch, model = hf_model
+    ids = token_ids({"random": length, "seed": 11}, weights.config)
+    with torch.no_grad():
+        out = model(torch.tensor([ids]), use_cache=True, output_hidden_states=True)
+    theirs = out.logits[0].numpy()  # [n, vocab]
+    f = oracle.forward(ids, weights.tensors, weights.config.n_layer)
+    ours = oracle.logits_at(f.hidden, weights.tensors, list(range(length)))
+    # 1e-3/1e-2 is the grading tolerance; the two implementations agree far inside it
+    assert np.abs(ours - theirs).max() < 2e-4
+    np.testing.assert_allclose(ours, theirs, atol=1e-4, rtol=1e-4)
+    # K/V per layer: transformers' cache is [batch, heads, n, head_dim]
+    kv = out.past_key_values
+    for layer in (0, 5, 11):
+        k, v = (
+            kv[layer] if isinstance(kv, tuple) else (kv.layers[layer].keys, kv.layers[layer].values)
+        )
+        np.testing.assert_allclose(f.kv[layer].k, k[0].numpy(), atol=1e-4, rtol=1e-4)
+        np.testing.assert_allclose(f.kv[layer].v, v[0].numpy(), atol=1e-4, rtol=1e-4)
+
+
+def test_oracle_stays_float32(weights):
+    ids = [1, 2, 3]
+    f = oracle.forward(ids, weights.tensors, weights.config.n_layer)
+    assert f.hidden.dtype == np.float32
+    assert all(kv.k.dtype == np.float32 and kv.v.dtype == np.float32 for kv in f.kv)
+    assert oracle.logits_at(f.hidden, weights.tensors, [2]).dtype == np.float32
+    out, _ = oracle.attn_sublayer(oracle.embed(ids, weights.tensors), weights.tensors, 0)
+    assert out.dtype == np.float32
+
+
+def test_oracle_is_causal(weights):
+    # a later token never changes an earlier position's output
+    w, n_layer = weights.tensors, weights.config.n_layer
+    a = oracle.forward([5, 6, 7, 8], w, n_layer).hidden
+    b = oracle.forward([5, 6, 7, 9000], w, n_layer).hidden
+    np.testing.assert_allclose(a[:3], b[:3], atol=1e-5)
+    assert np.abs(a[3] - b[3]).max() > 0.1
+
+
+def test_synthetic_greedy_generation_does_not_collapse(weights):
+    w, n_layer = weights.tensors, weights.config.n_layer
+    for prompt in ([464, 2068, 7586], [0], [50256, 50256]):
+        ids = list(prompt)
+        for _ in range(32):
+            f = oracle.forward(ids, w, n_layer)
+            ids.append(int(oracle.logits_at(f.hidden, w, [len(ids) - 1])[0].argmax()))
+        assert len(set(ids[len(prompt) :])) >= 24, ids

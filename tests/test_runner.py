@@ -1,0 +1,247 @@
+"""The student's process: whatever the adapter does comes back as data, and limits hold."""
+
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from theinference.runner import Foreign, Limits, Worker
+
+
+def course_with(tmp_path: Path, adapters: str, kvcache: str = "") -> Path:
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "src").mkdir()
+    (tmp_path / "tests" / "__init__.py").write_text("")
+    (tmp_path / "src" / "__init__.py").write_text("")
+    (tmp_path / "src" / "kvcache.py").write_text(textwrap.dedent(kvcache))
+    (tmp_path / "tests" / "adapters.py").write_text(textwrap.dedent(adapters))
+    return tmp_path
+
+
+def call(course: Path, adapter: str, args: list, **limits):
+    with Worker(course, Path("/nonexistent.safetensors"), Limits(**limits)) as worker:
+        return worker.call(adapter, args)
+
+
+def test_values_come_back_as_arrays_lists_and_foreign_types(tmp_path):
+    course = course_with(
+        tmp_path,
+        """
+        import numpy as np
+        def arr(ids): return np.arange(len(ids), dtype=np.float32)
+        def lst(ids): return [0.5] * len(ids)
+        def pairs(ids): return [(np.zeros((2, 3)), np.ones((2, 4)))]
+        def none(ids): return None
+        def text(ids): return "logits"
+        def cplx(ids): return np.ones(3, dtype=complex)
+        def obj(ids): return np.array([object()])
+    """,
+    )
+    with Worker(course, Path("/x"), Limits()) as w:
+        a = w.call("arr", [[1, 2, 3]])
+        assert a.kind == "returned" and a.value.dtype == np.float32
+        np.testing.assert_array_equal(a.value, [0, 1, 2])
+        assert w.call("lst", [[1, 2]]).value.tolist() == [0.5, 0.5]
+        k, v = w.call("pairs", [[1]]).value[0]
+        assert k.shape == (2, 3) and v.shape == (2, 4)
+        assert w.call("none", [[1]]).value is None
+        assert w.call("text", [[1]]).value == Foreign("str")
+        assert w.call("cplx", [[1]]).value.dtype.kind == "c"
+        assert isinstance(w.call("obj", [[1]]).value, Foreign)
+        assert w.startups == 1
+
+
+def test_inputs_are_copies(tmp_path):
+    course = course_with(
+        tmp_path,
+        """
+        def mutate(ids):
+            ids.append(99)
+            return [float(len(ids))]
+    """,
+    )
+    args = [[1, 2]]
+    assert call(course, "mutate", args).value.tolist() == [3.0]
+    assert args == [[1, 2]]
+
+
+def test_not_implemented_is_todo_with_the_stub_message(tmp_path):
+    course = course_with(
+        tmp_path,
+        """
+        from src.kvcache import f
+        def run(ids): return f()
+    """,
+        kvcache="""
+        def f():
+            raise NotImplementedError("single-step-attention: implement attn_step")
+    """,
+    )
+    out = call(course, "run", [[1]])
+    assert out.kind == "todo" and "implement attn_step" in out.message
+
+
+def test_an_exception_points_at_the_students_file_and_line(tmp_path):
+    course = course_with(
+        tmp_path,
+        """
+        from src.kvcache import f
+        def run(ids): return f(ids)
+    """,
+        kvcache="""
+        import numpy as np
+        def f(ids):
+            return np.zeros(3) @ np.zeros(4)
+    """,
+    )
+    out = call(course, "run", [[1]])
+    assert out.kind == "raised"
+    assert 'File "src/kvcache.py", line 4, in f' in out.traceback
+    assert 'File "tests/adapters.py", line 3, in run' in out.traceback
+    assert "worker.py" not in out.traceback and "numpy" not in out.traceback.split("\n")[1]
+    assert out.message.startswith("ValueError")
+
+
+def test_syntax_error_is_an_import_error_with_the_line(tmp_path):
+    course = course_with(
+        tmp_path,
+        """
+        from src.kvcache import f
+        def run(ids): return f()
+    """,
+        kvcache="""
+        def f(:
+            pass
+    """,
+    )
+    out = call(course, "run", [[1]])
+    assert out.kind == "import_error"
+    assert "SyntaxError" in out.message and 'src/kvcache.py", line 2' in out.traceback
+
+
+def test_missing_adapter_and_wrong_signature(tmp_path):
+    course = course_with(tmp_path, "def run(a, b, c): return [1.0]\n")
+    assert call(course, "other", [[1]]).kind == "missing"
+    wrong = call(course, "run", [[1]])
+    assert wrong.kind == "signature" and "run(a, b, c)" in wrong.message
+
+
+@pytest.mark.parametrize(
+    "body,expected",
+    [
+        ("raise SystemExit(0)", "sys.exit(0)"),
+        ("raise SystemExit(1)", "sys.exit(1)"),
+        ("raise KeyboardInterrupt", "KeyboardInterrupt"),
+    ],
+)
+def test_exits_and_interrupts_are_the_students_errors(tmp_path, body, expected):
+    course = course_with(tmp_path, f"def run(ids):\n    {body}\n")
+    out = call(course, "run", [[1]])
+    assert out.kind == "raised" and expected in out.message
+
+
+def test_os_exit_and_signals_are_crashes(tmp_path):
+    course = course_with(
+        tmp_path,
+        """
+        import os, signal
+        def exit0(ids): os._exit(0)
+        def segv(ids): os.kill(os.getpid(), signal.SIGSEGV)
+        def fine(ids): return [1.0]
+    """,
+    )
+    with Worker(course, Path("/x"), Limits()) as w:
+        first = w.call("exit0", [[1]])
+        assert first.kind == "crashed" and "exited with code 0" in first.message
+        second = w.call("segv", [[1]])
+        assert second.kind == "crashed" and "SIGSEGV" in second.message
+        assert w.call("fine", [[1]]).kind == "returned"  # a fresh process took over
+        assert w.startups == 3
+
+
+def test_a_hang_is_killed_at_the_timeout_with_its_children(tmp_path):
+    course = course_with(
+        tmp_path,
+        """
+        import os, signal, time
+        def hang(ids):
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            if os.fork() == 0:
+                open("child.pid", "w").write(str(os.getpid()))
+                while True:
+                    time.sleep(1)
+            while True:
+                try:
+                    time.sleep(1)
+                except BaseException:
+                    pass
+    """,
+    )
+    started = time.monotonic()
+    out = call(course, "hang", [[1]], timeout=1.5)
+    assert out.kind == "timeout" and "timed out after 1.5 s" in out.message
+    assert time.monotonic() - started < 10
+    child = int((course / "child.pid").read_text())
+    time.sleep(0.2)
+    assert not alive(child)
+
+
+def alive(pid: int) -> bool:
+    """Running, not merely a zombie waiting for a reaper (PID 1 here may never reap it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
+def test_output_is_captured_per_call_and_capped(tmp_path):
+    course = course_with(
+        tmp_path,
+        """
+        import sys
+        def loud(ids):
+            print("hello from the student")
+            sys.stdout.write("x" * 5_000_000)
+            print("to stderr", file=sys.stderr)
+            return [1.0]
+    """,
+    )
+    out = call(course, "loud", [[1]], output_bytes=1024)
+    assert out.kind == "returned"
+    assert out.stdout.startswith("hello from the student")
+    assert "output cut at 1 KiB" in out.stdout and len(out.stdout) < 2000
+    assert out.stderr.strip() == "to stderr"
+
+
+def test_a_forged_reply_on_stdout_is_just_output(tmp_path):
+    course = course_with(
+        tmp_path,
+        """
+        import struct, json, sys
+        def forge(ids):
+            text = json.dumps({"outcome": "returned", "value": {"kind": "none"}}).encode()
+            sys.stdout.buffer.write(struct.pack("<QI", 4 + len(text), len(text)) + text)
+            print('{"status": "passed"}')
+            raise RuntimeError("real failure")
+    """,
+    )
+    out = call(course, "forge", [[1]])
+    assert out.kind == "raised" and "real failure" in out.message
+    assert "passed" in out.stdout
+
+
+def test_memory_limit_stops_a_huge_allocation(tmp_path):
+    course = course_with(
+        tmp_path,
+        """
+        import numpy as np
+        def hog(ids):
+            x = np.ones((20 * 1024**3) // 8)
+            return [float(x[0])]
+    """,
+    )
+    out = call(course, "hog", [[1]], memory_bytes=2 << 30)
+    assert out.kind == "raised" and "MemoryError" in out.message

@@ -1,0 +1,66 @@
+"""The curriculum checks itself: specs, checks, template adapters and the contract agree."""
+
+import ast
+
+from theinference.checks import CHECKS
+from theinference.config import GPT2_124M
+from theinference.course import TEMPLATE_DIR
+from theinference.stages import load_stages, token_ids
+
+CONTRACT_TOLERANCES = {  # ../shared/course-contract.md
+    "single-step-attention": (1e-4, 1e-3),
+    "build-prefill": (1e-3, 1e-2),
+    "full-decode-step": (1e-3, 1e-2),
+}
+
+
+def template_adapters() -> set[str]:
+    tree = ast.parse((TEMPLATE_DIR / "tests" / "adapters.py").read_text())
+    return {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+
+
+def test_stages_follow_the_contract():
+    stages = load_stages()
+    assert [s.slug for s in stages][: len(CONTRACT_TOLERANCES)] == list(CONTRACT_TOLERANCES)
+    for s in stages:
+        if s.slug in CONTRACT_TOLERANCES:
+            assert (s.tolerance.atol, s.tolerance.rtol) == CONTRACT_TOLERANCES[s.slug]
+        assert s.guidance and s.cases and s.timeout > 0
+
+
+def test_every_case_names_a_check_whose_adapter_the_template_defines():
+    adapters = template_adapters()
+    for s in load_stages():
+        for case in s.cases:
+            assert case.check in CHECKS, (s.slug, case.name)
+            assert CHECKS[case.check].adapter in adapters, CHECKS[case.check].adapter
+
+
+def test_prerequisites_come_earlier():
+    seen = set()
+    for s in load_stages():
+        assert set(s.requires) <= seen, s.slug
+        seen.add(s.slug)
+
+
+def test_cases_cover_the_edges():
+    ids_seen, lengths = set(), []
+    for s in load_stages():
+        for case in s.cases:
+            for key in ("seq", "prompt"):
+                if key in case.inputs:
+                    ids = token_ids(case.inputs[key], GPT2_124M)
+                    ids_seen |= set(ids)
+                    lengths.append(len(ids) + ("next_id" in case.inputs))
+                    assert all(0 <= i < GPT2_124M.vocab_size for i in ids)
+    assert {0, 50256} <= ids_seen
+    assert 1 in lengths and GPT2_124M.n_ctx in lengths  # one token, and the whole context
+
+
+def test_random_sequences_are_fixed():
+    ids = token_ids({"random": 5, "seed": 1}, GPT2_124M)
+    assert ids == token_ids({"random": 5, "seed": 1}, GPT2_124M)
+    assert ids == RANDOM_5_SEED_1
+
+
+RANDOM_5_SEED_1 = [3486, 22978, 4282, 29665, 26443]  # PCG64 raw words mod vocab

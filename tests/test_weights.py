@@ -1,0 +1,174 @@
+"""The checkpoint loader: synthetic bytes are stable, bad files are refused with a reason,
+foreign layouts are made canonical, and the real-GPT-2 path works without the network."""
+
+import hashlib
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from theinference import synthetic, weights
+from theinference.config import ModelConfig, expected_shapes
+from theinference.safetensors_io import write_file
+
+STREAM_CRC = 3841106273  # crc32 of standard_normalish("wte", 100_000)
+SMALL = ModelConfig(n_layer=2, n_embd=128, vocab_size=300, n_ctx=32)
+
+
+def small_tensors(prefix: str = "") -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {
+        prefix + name: rng.standard_normal(shape).astype(np.float32)
+        for name, shape in expected_shapes(SMALL).items()
+    }
+
+
+def save(tmp_path: Path, tensors: dict, name: str = "m.safetensors") -> Path:
+    from safetensors.numpy import save_file
+
+    path = tmp_path / name
+    save_file(tensors, str(path))
+    return path
+
+
+def test_synthetic_checkpoint_bytes_match_the_recorded_sha256(weights):
+    digest = hashlib.sha256(weights.path.read_bytes()).hexdigest()
+    assert digest == synthetic.SYNTHETIC_SHA256
+    assert weights.label == f"synthetic ({synthetic.SYNTHETIC_SHA256[:12]})"
+
+
+def test_synthetic_stream_is_fixed_integer_arithmetic():
+    # a stream's bytes are pinned (so a change to the generator cannot slip by), it has the
+    # moments of a standard normal, and a prefix of a stream is the shorter stream
+    z = synthetic.standard_normalish("wte", 100_000)
+    assert zlib.crc32(z.tobytes()) == STREAM_CRC
+    assert abs(z.mean()) < 0.01 and abs(z.std() - 1) < 0.01
+    np.testing.assert_array_equal(z[:3], synthetic.standard_normalish("wte", 3))
+
+
+def test_synthetic_checkpoint_has_gpt2_124m_names_and_shapes(weights):
+    from safetensors.numpy import load_file
+
+    loaded = load_file(str(weights.path))  # the reference library reads our writer's output
+    assert {k: v.shape for k, v in loaded.items()} == expected_shapes(weights.config)
+    assert weights.config == ModelConfig(n_layer=12, n_embd=768, vocab_size=50257, n_ctx=1024)
+    assert all(v.dtype == np.float32 for v in loaded.values())
+    np.testing.assert_array_equal(loaded["h.3.mlp.c_fc.bias"], weights.tensors["h.3.mlp.c_fc.bias"])
+
+
+def test_synthetic_weights_are_memory_mapped_read_only(weights):
+    wte = weights.tensors["wte.weight"]
+    assert not wte.flags.writeable
+    with pytest.raises(ValueError):
+        wte[0, 0] = 1.0
+
+
+def test_synthetic_generation_is_atomic_and_made_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("THEINFERENCE_CACHE_DIR", str(tmp_path))
+    calls = []
+    real = synthetic.synthetic_tensors
+    monkeypatch.setattr(synthetic, "synthetic_tensors", lambda: calls.append(1) or real())
+    first = weights.synthetic_checkpoint()
+    second = weights.synthetic_checkpoint()
+    assert first == second and len(calls) == 1
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_canonical_user_file_is_used_in_place(tmp_path):
+    path = save(tmp_path, small_tensors())
+    w = weights.load_weights(str(path), tmp_path)
+    assert w.path == path.resolve() and w.config == SMALL
+    assert w.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_prefix_buffers_and_half_precision_are_made_canonical(tmp_path, monkeypatch):
+    monkeypatch.setenv("THEINFERENCE_CACHE_DIR", str(tmp_path / "cache"))
+    tensors = {k: v.astype(np.float16) for k, v in small_tensors("transformer.").items()}
+    tensors["transformer.h.0.attn.bias"] = np.ones((1, 1, 32, 32), np.float16)
+    tensors["transformer.h.1.attn.masked_bias"] = np.ones((1,), np.float16)
+    path = save(tmp_path, tensors)
+    w = weights.load_weights(str(path), tmp_path)
+    assert w.path != path and w.path.parent == tmp_path / "cache"
+    assert set(w.tensors) == set(expected_shapes(SMALL))
+    assert w.tensors["wte.weight"].dtype == np.float32
+
+
+def bad_files():
+    good = small_tensors()
+    missing = dict(good)
+    del missing["h.1.mlp.c_fc.bias"]
+    extra = {**good, "h.0.attn.surprise": np.zeros(3, np.float32)}
+    wrong = {**good, "h.0.attn.c_attn.weight": np.zeros((128, 128), np.float32)}
+    return {
+        "missing": (missing, "missing tensor(s) h.1.mlp.c_fc.bias"),
+        "extra": (extra, "unexpected tensor(s) h.0.attn.surprise"),
+        "wrong shape": (wrong, "has shape [128, 128], expected [128, 384]"),
+        "no embeddings": ({"h.0.ln_1.weight": good["h.0.ln_1.weight"]}, "missing tensor 'wte"),
+    }
+
+
+@pytest.mark.parametrize("case", list(bad_files()))
+def test_bad_checkpoints_are_refused_with_the_reason(case, tmp_path):
+    tensors, expected = bad_files()[case]
+    path = save(tmp_path, tensors)
+    with pytest.raises(weights.WeightsError) as info:
+        weights.load_weights(str(path), tmp_path)
+    assert expected in str(info.value)
+
+
+def test_truncated_and_non_safetensors_files_are_refused(tmp_path):
+    path = save(tmp_path, small_tensors())
+    data = path.read_bytes()
+    (tmp_path / "cut.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(weights.WeightsError, match="past the end of the file"):
+        weights.load_weights("cut.safetensors", tmp_path)
+    (tmp_path / "junk.safetensors").write_bytes(b"PK\x03\x04 this is a zip, not a checkpoint")
+    with pytest.raises(weights.WeightsError, match="not a safetensors file"):
+        weights.load_weights("junk.safetensors", tmp_path)
+    (tmp_path / "tiny.safetensors").write_bytes(b"abc")
+    with pytest.raises(weights.WeightsError, match="too short"):
+        weights.load_weights("tiny.safetensors", tmp_path)
+    with pytest.raises(weights.WeightsError, match="does not exist"):
+        weights.load_weights("nowhere.safetensors", tmp_path)
+
+
+def test_gpt2_comes_from_the_hub_at_the_pinned_revision(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    path = save(tmp_path, small_tensors())
+    asked = {}
+
+    def fake_download(repo_id, filename, revision=None, **kwargs):
+        asked.update(repo_id=repo_id, filename=filename, revision=revision)
+        return str(path)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    w = weights.load_weights("gpt2", tmp_path)
+    assert asked == {
+        "repo_id": "openai-community/gpt2",
+        "filename": "model.safetensors",
+        "revision": weights.HF_REVISION,
+    }
+    assert w.name == "gpt2" and w.config == SMALL
+
+
+def test_unreachable_hub_names_the_alternatives(monkeypatch, tmp_path):
+    import huggingface_hub
+
+    def offline(*args, **kwargs):
+        raise huggingface_hub.errors.LocalEntryNotFoundError("offline and not in the cache")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", offline)
+    with pytest.raises(weights.WeightsError) as info:
+        weights.load_weights("gpt2", tmp_path)
+    text = str(info.value)
+    assert "offline and not in the cache" in text
+    assert "--weights synthetic" in text and "--weights path/to/model.safetensors" in text
+
+
+def test_our_writer_is_byte_stable(tmp_path):
+    t = small_tensors()
+    write_file(tmp_path / "a.safetensors", t)
+    write_file(tmp_path / "b.safetensors", dict(reversed(list(t.items()))))
+    assert (tmp_path / "a.safetensors").read_bytes() == (tmp_path / "b.safetensors").read_bytes()
