@@ -19,14 +19,16 @@ def reference_text() -> str:
     return (SOLUTIONS / "reference_kvcache.py").read_text()
 
 
-def grade_course(course: Path, weights, slugs: list[str] | None = None, timeout: float = 60):
+def grade_course(
+    course: Path, weights, slugs: list[str] | None = None, timeout: float = 60, oracle=None
+):
     """Grade through the same path as the CLI, returning the RunResult."""
     from theinference.grader import grade
     from theinference.runner import Limits
     from theinference.stages import load_stages, select
 
     stages = [replace(s, timeout=timeout) for s in select(load_stages(), slugs or [])]
-    return grade(course, stages, weights, Limits(timeout=timeout))
+    return grade(course, stages, weights, Limits(timeout=timeout), oracle)
 
 
 def statuses(run) -> dict[str, str]:

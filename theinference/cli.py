@@ -58,37 +58,90 @@ def init(directory: Annotated[Path, typer.Argument(help="Where to create the cou
     )
 
 
+FORMATS = ("terminal", "json", "junit", "gradescope")
+
+
 @app.command()
 def test(
     stage: StageOpt = None,
     course_dir: CourseDir = Path("."),
     weights: WeightsOpt = None,
-    watch: Annotated[bool, typer.Option("--watch", "-w", help="Rerun on every save.")] = False,
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="Regrade on every save.")] = False,
+    poll: Annotated[
+        bool, typer.Option("--poll", help="Watch by polling (WSL, NFS, network drives).")
+    ] = False,
+    fmt: Annotated[
+        str, typer.Option("--format", help="terminal | json | junit | gradescope, to --output.")
+    ] = "terminal",
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="File for --format (default: stdout).")
+    ] = None,
+    json_file: Annotated[Path | None, typer.Option("--json", help="Also write JSON here.")] = None,
+    junit_file: Annotated[
+        Path | None, typer.Option("--junit", help="Also write JUnit XML here.")
+    ] = None,
+    gradescope_file: Annotated[
+        Path | None, typer.Option("--gradescope", help="Also write Gradescope results.json here.")
+    ] = None,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            envvar="THEINFERENCE_SEED",
+            help="Add hidden random cases drawn with this seed (graders).",
+        ),
+    ] = None,
     timeout: Annotated[
         float | None, typer.Option(help="Seconds per adapter call (default: each stage's).")
     ] = None,
 ) -> None:
     """Grade the course directory's stages against the recompute oracle."""
-    from theinference.session import prepare, run_once, watch_loop
+    from theinference.session import Output, prepare, run_once
 
+    if fmt not in FORMATS:
+        raise fail(f"unknown format '{fmt}': choose one of {', '.join(FORMATS)}", exits.USAGE)
+    outputs = [Output(fmt, output)]
+    for extra_fmt, path in (
+        ("json", json_file),
+        ("junit", junit_file),
+        ("gradescope", gradescope_file),
+    ):
+        if path is not None:
+            outputs.append(Output(extra_fmt, path))
     try:
-        session = prepare(course_dir, stage or [], weights, timeout)
+        session = prepare(course_dir, stage or [], weights, timeout, seed, outputs)
     except Exception as exc:
         raise fail(*_usage_error(exc)) from None
     try:
-        code = watch_loop(session) if watch else run_once(session)
+        if watch:
+            from theinference.watch import watch_loop
+
+            code = watch_loop(session, poll)
+        else:
+            code = run_once(session)
     except KeyboardInterrupt:
         code = exits.INTERRUPTED
+    except OSError as exc:  # e.g. a results file that cannot be written
+        raise fail(f"{exc.strerror or exc}: {exc.filename or ''}", exits.USAGE) from None
     raise typer.Exit(code)
 
 
 @app.command()
-def stages() -> None:
-    """List the stages in course order."""
+def stages(course_dir: CourseDir = Path(".")) -> None:
+    """List the stages in course order, with your last result for each (in a course)."""
+    from theinference.progress import read_progress
     from theinference.report import console, print_stages
     from theinference.stages import load_stages
 
-    rows = [(s.slug, s.title, ", ".join(s.requires) or "-") for s in load_stages()]
+    progress = read_progress(course_dir.expanduser().resolve())
+    rows = [
+        (
+            s.slug,
+            s.title,
+            ", ".join(s.requires) or "-",
+            progress.get(s.slug, {}).get("status", "not run"),
+        )
+        for s in load_stages()
+    ]
     print_stages(console(), rows)
 
 

@@ -2,13 +2,16 @@
 
 The oracle runs after the student's call, not beside it: both use every core through BLAS, and
 overlapping them on a small machine made each several times slower. It also runs only when
-there is something to compare (a todo or an error costs no oracle time).
+there is something to compare (a todo or an error costs no oracle time), and its answers are
+cached per weights file (oracle_cache.py).
 """
 
+import threading
 import time
 from pathlib import Path
 
 from theinference.checks import CHECKS, OracleRuns, Verdict
+from theinference.oracle_cache import OracleCache
 from theinference.results import CaseResult, RunResult, StageResult, Status, stage_status
 from theinference.runner import Limits, Outcome, Worker
 from theinference.stages import Case, Stage
@@ -18,32 +21,62 @@ OUTCOME_STATUS = {
     "todo": Status.TODO,
     "timeout": Status.TIMEOUT,
 }
+BLOCKING = {Status.FAILED, Status.ERROR, Status.TIMEOUT, Status.SKIPPED}
 
 
-def grade(course_dir: Path, stages: list[Stage], weights: Weights, limits: Limits) -> RunResult:
+class Oracle:
+    """The oracle's answers for one weights file: from the cache, else computed."""
+
+    def __init__(self, weights: Weights, cache: OracleCache | None = None):
+        self.runs = OracleRuns(weights.tensors, weights.config)
+        self.cache = cache or OracleCache(weights.sha256, None)
+
+    def expected(self, check_name: str, args: list):
+        def compute():
+            return CHECKS[check_name].expect(self.runs, args)
+
+        return self.cache.get_or_compute(check_name, args, compute)
+
+
+def grade(
+    course_dir: Path,
+    stages: list[Stage],
+    weights: Weights,
+    limits: Limits,
+    oracle: Oracle | None = None,
+    cancel: threading.Event | None = None,
+) -> RunResult:
+    """Grade the stages in order. `cancel`, set from another thread, stops the run early;
+    its result is then marked cancelled."""
     started = time.monotonic()
-    runs = OracleRuns(weights.tensors, weights.config)
+    oracle = oracle or Oracle(weights)
+    cancel = cancel or threading.Event()
     results: dict[str, StageResult] = {}
-    with Worker(course_dir, weights.path, limits) as worker:
+    with Worker(course_dir, weights.path, limits, cancel) as worker:
         for stage in stages:
+            if cancel.is_set():
+                break
             blocker = first_blocker(stage, results)
             if blocker:
                 results[stage.slug] = StageResult(
-                    stage.slug, stage.title, Status.SKIPPED, reason=blocker
+                    stage.slug,
+                    stage.title,
+                    Status.SKIPPED,
+                    reason=blocker,
+                    score_weight=stage.score,
                 )
                 continue
-            results[stage.slug] = grade_stage(stage, worker, runs)
-        startups = worker.startups
+            results[stage.slug] = grade_stage(stage, worker, oracle, cancel)
+        startups, startup_seconds = worker.startups, worker.startup_seconds
     return RunResult(
         stages=list(results.values()),
         weights_label=weights.label,
         weights_sha256=weights.sha256,
         seconds=time.monotonic() - started,
         worker_startups=startups,
+        worker_startup_seconds=startup_seconds,
+        cancelled=cancel.is_set(),
     )
-
-
-BLOCKING = {Status.FAILED, Status.ERROR, Status.TIMEOUT, Status.SKIPPED}
 
 
 def first_blocker(stage: Stage, results: dict[str, StageResult]) -> str:
@@ -52,31 +85,41 @@ def first_blocker(stage: Stage, results: dict[str, StageResult]) -> str:
     for req in stage.requires:
         done = results.get(req)
         if done is not None and done.status in BLOCKING:
-            return (
-                f"requires {req}, which {'was' if done.status == Status.SKIPPED else 'is'} "
-                f"{done.status.value}"
-            )
+            verb = "was" if done.status == Status.SKIPPED else "is"
+            return f"requires {req}, which {verb} {done.status.value}"
     return ""
 
 
-def grade_stage(stage: Stage, worker: Worker, runs: OracleRuns) -> StageResult:
+def grade_stage(
+    stage: Stage, worker: Worker, oracle: Oracle, cancel: threading.Event
+) -> StageResult:
     started = time.monotonic()
-    cases = [grade_case(stage, case, worker, runs) for case in stage.cases]
+    cases = []
+    for case in stage.cases:
+        if cancel.is_set():
+            break
+        cases.append(grade_case(stage, case, worker, oracle))
     return StageResult(
-        stage.slug, stage.title, stage_status(cases), cases, seconds=time.monotonic() - started
+        stage.slug,
+        stage.title,
+        stage_status(cases),
+        cases,
+        seconds=time.monotonic() - started,
+        score_weight=stage.score,
     )
 
 
-def grade_case(stage: Stage, case: Case, worker: Worker, runs: OracleRuns) -> CaseResult:
+def grade_case(stage: Stage, case: Case, worker: Worker, oracle: Oracle) -> CaseResult:
     check = CHECKS[case.check]
-    args = check.arguments(case, runs.config)
+    config = oracle.runs.config
+    args = check.arguments(case, config)
     outcome = worker.call(check.adapter, args, stage.timeout)
     oracle_seconds = 0.0
     if outcome.kind == "returned":
         oracle_started = time.monotonic()
-        expected = check.expect(runs, args)
+        expected = oracle.expected(case.check, args)
         oracle_seconds = time.monotonic() - oracle_started
-        verdict = check.judge(outcome.value, expected, stage.tolerance, runs.config)
+        verdict = check.judge(outcome.value, expected, stage.tolerance, config)
     else:
         verdict = verdict_without_value(outcome)
     return CaseResult(

@@ -23,7 +23,11 @@ def console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, highlight=False, soft_wrap=False)
 
 
-def print_header(out: Console, course: str, weights: str, stages: list[str]) -> None:
+def print_header(
+    out: Console, course: str, weights: str, stages: list[str], trigger: str = ""
+) -> None:
+    if trigger:
+        out.rule(escape(trigger), style="dim")
     out.print(f"[bold]theinference[/] · course {escape(course)} · weights {escape(weights)}")
     out.print(f"[dim]stages: {', '.join(stages)}[/]")
 
@@ -31,7 +35,18 @@ def print_header(out: Console, course: str, weights: str, stages: list[str]) -> 
 def print_run(out: Console, run: RunResult) -> None:
     for stage in run.stages:
         out.print(stage_block(stage))
+    for note in run.notes:
+        out.print(Text("note: " + note, style="yellow"))
     out.print(summary_line(run))
+
+
+def print_cancelled(out: Console, reason: str) -> None:
+    out.print(Text(f"run stopped: {reason}", style="dim"))
+
+
+def print_watching(out: Console, keys: bool) -> None:
+    how = "r or Enter: rerun · a: all stages · q: quit" if keys else "Enter: rerun"
+    out.print(Text(f"watching for changes · {how} · Ctrl-C: quit", style="dim"))
 
 
 def stage_block(stage: StageResult) -> Group:
@@ -119,11 +134,13 @@ def print_error(message: str) -> None:
     console(stderr=True).print(Text("error: ", style="bold red") + Text(message), soft_wrap=True)
 
 
-def print_stages(out: Console, rows: list[tuple[str, str, str]]) -> None:
+def print_stages(out: Console, rows: list[tuple[str, str, str, str]]) -> None:
     t = Table(box=None)
-    t.add_column("stage", style="bold")
+    t.add_column("stage", style="bold", no_wrap=True)
     t.add_column("title")
-    t.add_column("requires", style="dim")
-    for row in rows:
-        t.add_row(*row)
+    t.add_column("requires", style="dim", no_wrap=True)
+    t.add_column("your last result", no_wrap=True)
+    for slug, title, requires, last in rows:
+        colour = STYLE[Status(last)][1] if last in Status._value2member_map_ else "dim"
+        t.add_row(slug, title, requires, Text(last, style=colour))
     out.print(t)

@@ -41,6 +41,7 @@ class StageResult:
     cases: list[CaseResult] = field(default_factory=list)
     reason: str = ""  # why skipped
     seconds: float = 0.0
+    score_weight: float = 1.0  # the stage spec's `score`, for Gradescope
 
 
 @dataclass
@@ -50,6 +51,18 @@ class RunResult:
     weights_sha256: str
     seconds: float = 0.0
     worker_startups: int = 0
+    worker_startup_seconds: float = 0.0
+    cancelled: bool = False  # watch mode: a save arrived mid-run, results are incomplete
+    environment: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # e.g. the oracle cache switched off
+
+    @property
+    def student_seconds(self) -> float:
+        return sum(c.student_seconds for s in self.stages for c in s.cases)
+
+    @property
+    def oracle_seconds(self) -> float:
+        return sum(c.oracle_seconds for s in self.stages for c in s.cases)
 
     @property
     def passed(self) -> bool:

@@ -13,6 +13,7 @@ import signal
 import struct
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ import numpy as np
 
 WORKER_SCRIPT = Path(__file__).with_name("worker.py")
 MAX_REPLY_BYTES = 1 << 30
+STARTUP_TIMEOUT = 60.0  # a cold interpreter and NumPy import on a loaded machine
 ALLOWED_DTYPES = {"b", "i", "u", "f", "c"}
 
 
@@ -53,7 +55,7 @@ class Captured:
 @dataclass
 class Outcome:
     """What one adapter call came to. kind: returned, todo, raised, import_error, missing,
-    signature, timeout, crashed, bad_reply."""
+    signature, timeout, crashed, bad_reply, cancelled."""
 
     kind: str
     value: object = None
@@ -74,12 +76,21 @@ class _Process:
 class Worker:
     """A lazily (re)started student process. Use as a context manager."""
 
-    def __init__(self, course_dir: Path, weights_path: Path, limits: Limits):
+    def __init__(
+        self,
+        course_dir: Path,
+        weights_path: Path,
+        limits: Limits,
+        cancel: threading.Event | None = None,
+    ):
         self.course_dir = course_dir.resolve()
         self.weights_path = weights_path
         self.limits = limits
+        self.cancel = cancel or threading.Event()  # set from another thread: abandon the call
         self._proc: _Process | None = None
+        self._early_death: Outcome | None = None
         self.startups = 0
+        self.startup_seconds = 0.0
 
     def __enter__(self) -> "Worker":
         return self
@@ -96,19 +107,25 @@ class Worker:
         if self._proc is None or self._proc.popen.poll() is not None:
             self._start()
         payload = json.dumps({"adapter": adapter, "args": args}).encode()
+        message = memoryview(struct.pack("<Q", len(payload)) + payload)
         try:
-            os.write(self._proc.requests, struct.pack("<Q", len(payload)) + payload)
+            while message:  # a pipe may take a large request in several writes
+                message = message[os.write(self._proc.requests, message) :]
         except OSError:
             pass  # it died already; _receive() reports how
         return time.monotonic()
 
     def _receive(self, started: float, timeout: float | None) -> Outcome:
+        if self._early_death is not None:  # the worker never said hello
+            outcome, self._early_death = self._early_death, None
+            self.stop()
+            return outcome
         timeout = timeout if timeout is not None else self.limits.timeout
         outcome = self._collect(started + timeout)
         if outcome.kind == "timeout":
             outcome.message = f"timed out after {timeout:g} s (the process was killed)"
         outcome.seconds = time.monotonic() - started
-        if outcome.kind in ("timeout", "crashed", "bad_reply"):
+        if outcome.kind in ("timeout", "crashed", "bad_reply", "cancelled"):
             self.stop()
         return outcome
 
@@ -134,6 +151,7 @@ class Worker:
 
     def _start(self) -> None:
         self.stop()
+        started = time.monotonic()
         req_read, req_write = os.pipe()
         resp_read, resp_write = os.pipe()
         env = {
@@ -163,6 +181,18 @@ class Worker:
         os.close(resp_write)
         self._proc = _Process(popen=popen, requests=req_write, replies=resp_read)
         self.startups += 1
+        self._await_ready(started)
+
+    def _await_ready(self, started: float) -> None:
+        """Wait for the worker's hello (interpreter and NumPy loaded), so start-up is counted
+        as the grader's time, not the student's. A worker that cannot start is reported by
+        the call that follows."""
+        hello = self._collect(started + STARTUP_TIMEOUT)
+        self.startup_seconds += time.monotonic() - started
+        if hello.kind == "timeout":
+            hello.message = f"the student's process did not start within {STARTUP_TIMEOUT:g} s"
+        if hello.kind != "ready":
+            self._early_death = hello
 
     def _collect(self, deadline: float) -> Outcome:
         proc = self._proc
@@ -178,7 +208,9 @@ class Worker:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return self._finish(Outcome("timeout"), out, err)
-                events = sel.select(min(remaining, 0.5))
+                if self.cancel.is_set():
+                    return self._finish(Outcome("cancelled"), out, err)
+                events = sel.select(min(remaining, 0.05))
                 for key, _ in events:
                     chunk = os.read(key.fd, 1 << 20)
                     if key.data != "reply":

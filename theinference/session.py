@@ -1,110 +1,115 @@
-"""What `theinference test` does once, and the watch loop around exactly that.
+"""What `theinference test` does once: prepare, grade, report, write results.
 
-Watch mode calls the same `grade_and_report` as a single run, so the two can never disagree.
+Watch mode (watch.py) calls the same `run` for every rerun, so a watched run and a single run
+can never disagree.
 """
 
-import hashlib
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from theinference import exits
 from theinference.course import Course, open_course
+from theinference.grader import Oracle, grade
+from theinference.oracle_cache import OracleCache
+from theinference.results import RunResult
 from theinference.runner import Limits
-from theinference.stages import Stage, load_stages, select
-from theinference.weights import Weights, load_weights
-
-WATCHED_SUFFIXES = (".py", ".toml")
-IGNORED_PARTS = {"__pycache__", ".git", ".venv", "venv", ".mypy_cache", ".pytest_cache"}
+from theinference.stages import Stage, load_stages, select, with_hidden_cases
+from theinference.weights import Weights, cache_dir, load_weights
 
 
 @dataclass(frozen=True)
+class Output:
+    format: str  # terminal | json | junit | gradescope
+    path: Path | None  # None: stdout
+
+
+@dataclass
 class Session:
     course: Course
-    stages: list[Stage]
+    stages: list[Stage]  # the selected ones, hidden cases included
+    all_stages: list[Stage]  # for "run all" in watch mode
     weights: Weights
-    limits: Limits
-    timeout_override: float | None
+    limits: Limits = field(default_factory=Limits)
+    outputs: list[Output] = field(default_factory=lambda: [Output("terminal", None)])
+    oracle: Oracle | None = None  # kept across watch reruns: answers stay in memory
 
 
 def prepare(
-    course_dir: Path, slugs: list[str], weights_spec: str | None, timeout: float | None
+    course_dir: Path,
+    slugs: list[str],
+    weights_spec: str | None,
+    timeout: float | None,
+    seed: int | None,
+    outputs: list[Output],
 ) -> Session:
     """Everything a run needs, checked up front: course, stages, weights."""
     course = open_course(course_dir)
-    stages = select(load_stages(), slugs)
+    every = load_stages()
+    if timeout is not None:
+        every = [replace(s, timeout=timeout) for s in every]
+    if seed is not None:
+        every = [with_hidden_cases(s, seed) for s in every]
     weights = load_weights(weights_spec or course.weights, course.root)
-    return Session(course, stages, weights, Limits(), timeout)
+    oracle = Oracle(weights, OracleCache(weights.sha256, cache_dir()))
+    return Session(course, select(every, slugs), every, weights, outputs=outputs, oracle=oracle)
 
 
-def grade_and_report(session: Session) -> int:
-    from theinference.grader import grade
-    from theinference.report import console, print_header, print_run
+def run(
+    session: Session,
+    stages: list[Stage] | None = None,
+    cancel: threading.Event | None = None,
+    trigger: str = "",
+) -> RunResult:
+    """Grade, then hand the result to every requested output."""
+    from theinference import report
+    from theinference.environment import fingerprint
+    from theinference.progress import record_progress
 
-    out = console()
-    stages = session.stages
-    if session.timeout_override is not None:
-        from dataclasses import replace
+    stages = stages or session.stages
+    terminal = report.console() if _wants_terminal(session) else None
+    if terminal:
+        report.print_header(
+            terminal,
+            str(session.course.root),
+            session.weights.label,
+            [s.slug for s in stages],
+            trigger,
+        )
+    result = grade(
+        session.course.root, stages, session.weights, session.limits, session.oracle, cancel
+    )
+    result.environment = fingerprint()
+    result.notes = list(session.oracle.cache.notes)
+    if result.cancelled:
+        return result
+    if terminal:
+        report.print_run(terminal, result)
+    write_outputs(session.outputs, result)
+    record_progress(session.course.root, result)
+    return result
 
-        stages = [replace(s, timeout=session.timeout_override) for s in stages]
-    print_header(out, str(session.course.root), session.weights.label, [s.slug for s in stages])
-    run = grade(session.course.root, stages, session.weights, session.limits)
-    print_run(out, run)
-    return exits.OK if run.passed else exits.NOT_PASSED
+
+def _wants_terminal(session: Session) -> bool:
+    return any(o.format == "terminal" for o in session.outputs)
+
+
+def write_outputs(outputs: list[Output], result: RunResult) -> None:
+    from theinference.formats import render, write_atomically
+
+    for out in outputs:
+        if out.format == "terminal":
+            continue
+        text = render(result, out.format)
+        if out.path is None:
+            print(text)
+        else:
+            write_atomically(out.path, text + "\n")
+
+
+def exit_code(result: RunResult) -> int:
+    return exits.OK if result.passed else exits.NOT_PASSED
 
 
 def run_once(session: Session) -> int:
-    return grade_and_report(session)
-
-
-def is_watched(path: Path) -> bool:
-    """Source and settings files only: not editor swap files, caches or bytecode."""
-    name = path.name
-    if name.startswith((".", "#")) or name.endswith(("~", ".swp", ".swx", ".tmp")):
-        return False
-    if IGNORED_PARTS.intersection(path.parts):
-        return False
-    return name.endswith(WATCHED_SUFFIXES)
-
-
-def snapshot(root: Path) -> dict[Path, str]:
-    """Content hashes of the watched files: a save that changes nothing triggers nothing."""
-    out = {}
-    for path in root.rglob("*"):
-        rel = path.relative_to(root)
-        if path.is_file() and is_watched(rel):
-            try:
-                out[rel] = hashlib.sha1(path.read_bytes()).hexdigest()
-            except OSError:
-                continue
-    return out
-
-
-def changed_files(before: dict[Path, str], after: dict[Path, str]) -> list[Path]:
-    return sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
-
-
-def watch_loop(session: Session) -> int:
-    """Grade, then regrade whenever a watched file's content changes. Ctrl-C ends it."""
-    from watchfiles import watch
-
-    from theinference.report import console
-
-    out = console()
-    root = session.course.root
-    grade_and_report(session)
-    state = snapshot(root)
-    out.print("[dim]watching for changes (Ctrl-C to quit)[/]")
-
-    def relevant(_change, path: str) -> bool:
-        return is_watched(Path(path).relative_to(root))
-
-    for _ in watch(root, watch_filter=relevant, debounce=300, raise_interrupt=False):
-        now = snapshot(root)
-        changed = changed_files(state, now)
-        state = now
-        if not changed:
-            continue
-        out.rule(f"changed: {', '.join(str(p) for p in changed)}")
-        grade_and_report(session)
-        out.print("[dim]watching for changes (Ctrl-C to quit)[/]")
-    return exits.INTERRUPTED  # the watcher ends only on Ctrl-C
+    return exit_code(run(session))

@@ -7,7 +7,8 @@ described (`{ random = 1023, seed = 4 }`) rather than listed, and expanded deter
 
 import difflib
 import tomllib
-from dataclasses import dataclass, field
+import zlib
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +42,7 @@ class Stage:
     score: float
     guidance: str
     cases: tuple[Case, ...] = field(default=())
+    hidden: dict = field(default_factory=dict)  # {check, count, min_len, max_len} for --seed
 
 
 def load_stages(spec_dir: Path = SPEC_DIR) -> list[Stage]:
@@ -74,6 +76,7 @@ def _parse(path: Path) -> Stage:
             cases=tuple(
                 Case(name=c.pop("name"), check=c.pop("check"), inputs=c) for c in spec["cases"]
             ),
+            hidden=dict(spec.get("hidden", {})),
         )
     except (KeyError, TypeError, ValueError, tomllib.TOMLDecodeError) as exc:
         raise StageError(f"stage spec {path.name} is malformed: {exc!r}") from None
@@ -111,3 +114,29 @@ def token_ids(spec, config: ModelConfig) -> list[int]:
     for item in spec:
         ids += token_ids(item, config) if isinstance(item, dict) else [int(item)]
     return ids
+
+
+def with_hidden_cases(stage: Stage, seed: int) -> Stage:
+    """Add the stage's hidden cases for `seed`: random prompts drawn from the same distribution
+    as the public ones, so a submission tuned to the public cases is still checked. The same
+    seed always draws the same cases."""
+    spec = stage.hidden
+    if not spec:
+        return stage
+    extra = []
+    for i in range(int(spec.get("count", 2))):
+        raw = np.random.PCG64([seed, zlib.crc32(stage.slug.encode()), i]).random_raw(3)
+        low, high = int(spec["min_len"]), int(spec["max_len"])
+        length = low + int(raw[0] % np.uint64(high - low + 1))
+        ids = {"random": length, "seed": int(raw[1] % np.uint64(2**31))}
+        inputs = {spec.get("input", "prompt"): ids}
+        if "next_id" in spec.get("extra", []):
+            inputs["next_id"] = int(raw[2] % np.uint64(50257))
+        extra.append(
+            Case(
+                name=f"hidden case {i + 1} (seed {seed}, {length} tokens)",
+                check=spec["check"],
+                inputs=inputs,
+            )
+        )
+    return replace(stage, cases=stage.cases + tuple(extra))

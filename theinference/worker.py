@@ -24,6 +24,9 @@ def main() -> None:
     sys.path.insert(0, course_dir)
     requests = os.fdopen(req_fd, "rb")
     replies = os.fdopen(resp_fd, "wb")
+    import numpy  # noqa: F401  (the worker's own start-up, paid before the student's code)
+
+    write_message(replies, {"outcome": "ready"}, [])
     adapters, import_failure = import_adapters(course_dir)
     while (request := read_message(requests)) is not None:
         if import_failure is not None:

@@ -1,0 +1,3 @@
+from theinference.cli import main
+
+main()
