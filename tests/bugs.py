@@ -100,3 +100,62 @@ BUGS = [
         "X = np.stack([embed_token(t, 0, w) for i, t in enumerate(prompt_ids)])",
     ),
 ]
+
+BUGS += [
+    Bug(
+        "sequence-position-not-advancing",  # the decode position stays at len(prompt)
+        "per-step-identity",
+        "rows.append(decode_step(token_id, len(prompt_ids) + step, w, mc))",
+        "rows.append(decode_step(token_id, len(prompt_ids), w, mc))",
+    ),
+    Bug(
+        "sequence-handoff-off-by-one",  # every decode one position late
+        "per-step-identity",
+        "rows.append(decode_step(token_id, len(prompt_ids) + step, w, mc))",
+        "rows.append(decode_step(token_id, len(prompt_ids) + step + 1, w, mc))",
+    ),
+    Bug(
+        "generate-position-from-zero",  # a step counter instead of the absolute position
+        "generate-loop",
+        "logits = decode_step(out[-1], len(prompt_ids) + step, w, mc)",
+        "logits = decode_step(out[-1], step, w, mc)",
+    ),
+    Bug(
+        "generate-one-too-many",
+        "generate-loop",
+        "for step in range(max_new_tokens):",
+        "for step in range(max_new_tokens + 1):",
+    ),
+    Bug(
+        "generate-no-context-check",  # indexes past wpe instead of raising
+        "generate-loop",
+        'if len(prompt_ids) + max_new_tokens > w["wpe.weight"].shape[0]:',
+        "if False:",
+    ),
+    Bug(
+        "prefix-reuses-last-token",
+        "prefix-caching",
+        "reused = min(best, len(prompt_ids) - 1)",
+        "reused = best",
+    ),
+    Bug(
+        "prefix-match-off-by-one",
+        "prefix-caching",
+        "reused = min(best, len(prompt_ids) - 1)",
+        "reused = max(min(best, len(prompt_ids) - 1) - 1, 0)",
+    ),
+    Bug(
+        "prefix-suffix-positions-from-zero",
+        "prefix-caching",
+        "logits = decode_step(prompt_ids[position], position, w, mc)",
+        "logits = decode_step(prompt_ids[position], position - reused, w, mc)",
+    ),
+    Bug(
+        "prefix-cache-mutated-in-place",  # the earlier prompt's cache truncated and regrown
+        "prefix-caching",
+        "mc = copy_prefix(source, reused, n_head(w))",
+        "mc = source\n"
+        "            for layer in mc.layers:\n"
+        "                layer.k, layer.v = layer.k[:, :reused], layer.v[:, :reused]",
+    ),
+]

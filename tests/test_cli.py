@@ -41,7 +41,7 @@ def test_init_writes_the_template_and_refuses_to_overwrite(tmp_path):
 def test_fresh_course_is_todo_everywhere_and_exits_non_zero(template_course):
     result = invoke("test", "--course-dir", str(template_course))
     assert result.exit_code == exits.NOT_PASSED
-    assert result.output.count("TODO") == 3
+    assert result.output.count("TODO") == 6
     assert "synthetic (" in result.output  # the report names the weights and their hash
 
 

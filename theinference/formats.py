@@ -57,6 +57,8 @@ def case_json(case: CaseResult) -> dict:
         "hint": case.hint,
         "suspected_bug": None,
         "comparisons": [comparison_json(c) for c in case.comparisons],
+        "steps": case.steps,
+        "tokens": case.tokens,
         "traceback": case.traceback,
         "stdout": case.stdout,
         "stderr": case.stderr,

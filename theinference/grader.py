@@ -115,11 +115,19 @@ def grade_case(stage: Stage, case: Case, worker: Worker, oracle: Oracle) -> Case
     args = check.arguments(case, config)
     outcome = worker.call(check.adapter, args, stage.timeout)
     oracle_seconds = 0.0
-    if outcome.kind == "returned":
-        oracle_started = time.monotonic()
-        expected = oracle.expected(case.check, args)
-        oracle_seconds = time.monotonic() - oracle_started
-        verdict = check.judge(outcome.value, expected, stage.tolerance, config)
+
+    def ask(question: list):
+        nonlocal oracle_seconds
+        started = time.monotonic()
+        try:
+            return oracle.expected(case.check, question)
+        finally:
+            oracle_seconds += time.monotonic() - started
+
+    if case.inputs.get("must_raise"):
+        verdict = verdict_for_must_raise(outcome, case)
+    elif outcome.kind == "returned":
+        verdict = check.judge(outcome.value, args, ask, stage.tolerance, config)
     else:
         verdict = verdict_without_value(outcome)
     return CaseResult(
@@ -128,12 +136,31 @@ def grade_case(stage: Stage, case: Case, worker: Worker, oracle: Oracle) -> Case
         message=verdict.message,
         hint=verdict.hint,
         comparisons=verdict.comparisons,
+        steps=verdict.steps,
+        tokens=verdict.tokens,
         traceback=outcome.traceback,
         stdout=outcome.stdout,
         stderr=outcome.stderr,
         student_seconds=outcome.seconds,
         oracle_seconds=oracle_seconds,
     )
+
+
+def verdict_for_must_raise(outcome: Outcome, case: Case) -> Verdict:
+    """A case whose request is invalid (e.g. generating past the context): the student's code
+    must refuse it with the exception the template names, not crash into it later."""
+    wanted = case.inputs.get("raises", "ValueError")
+    if outcome.kind == "raised" and outcome.exception == wanted:
+        return Verdict(Status.PASSED, message=f"raised {outcome.message}, as it should")
+    if outcome.kind == "raised":
+        return Verdict(
+            Status.FAILED,
+            message=f"{case.inputs['must_raise']}: it raised {outcome.message} instead of "
+            f"{wanted}. Check the request up front and raise {wanted}.",
+        )
+    if outcome.kind == "returned":
+        return Verdict(Status.FAILED, message=f"{case.inputs['must_raise']}: it returned")
+    return verdict_without_value(outcome)
 
 
 def verdict_without_value(outcome: Outcome) -> Verdict:

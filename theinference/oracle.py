@@ -53,19 +53,28 @@ def merge_heads(x: np.ndarray) -> np.ndarray:
 
 
 def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
-    # [h, n, hd] x3 -> [h, n, hd]; query i sees keys 0..i
-    n = q.shape[1]
-    scores = (q @ k.transpose(0, 2, 1)) * F32(1.0 / np.sqrt(q.shape[-1]))  # [h, n, n]
-    scores[:, np.triu(np.ones((n, n), dtype=bool), k=1)] = -np.inf
+    # q [h, n, hd] for the LAST n of k/v's m positions; k, v [h, m, hd] -> [h, n, hd].
+    # Query i sits at absolute position m - n + i and sees keys 0..m - n + i.
+    n, m = q.shape[1], k.shape[1]
+    scores = (q @ k.transpose(0, 2, 1)) * F32(1.0 / np.sqrt(q.shape[-1]))  # [h, n, m]
+    future = np.arange(m)[None, :] > (m - n + np.arange(n))[:, None]  # [n, m]
+    if future.any():
+        scores = np.where(future, F32(-np.inf), scores)
     return softmax(scores) @ v
 
 
-def attn_sublayer(x: np.ndarray, w: dict, layer: int) -> tuple[np.ndarray, LayerKV]:
-    """[n, d] -> ([n, d] residual stream after attention, this layer's K/V)."""
+def attn_sublayer(
+    x: np.ndarray, w: dict, layer: int, past: LayerKV | None = None
+) -> tuple[np.ndarray, LayerKV]:
+    """[n, d] new rows (after `past`'s rows) -> ([n, d] residual stream after attention,
+    this layer's K/V for past and new rows together)."""
     p = f"h.{layer}."
     h = layer_norm(x, w[p + "ln_1.weight"], w[p + "ln_1.bias"])
     qkv = h @ w[p + "attn.c_attn.weight"] + w[p + "attn.c_attn.bias"]  # [n, 3d]
     q, k, v = (split_heads(part) for part in np.split(qkv, 3, axis=-1))
+    if past is not None:
+        k = np.concatenate([past.k, k], axis=1)
+        v = np.concatenate([past.v, v], axis=1)
     a = merge_heads(causal_attention(q, k, v))
     out = x + (a @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"])
     return out, LayerKV(k=k, v=v)
@@ -79,26 +88,48 @@ def mlp_sublayer(x: np.ndarray, w: dict, layer: int) -> np.ndarray:
     return x + (up @ w[p + "mlp.c_proj.weight"] + w[p + "mlp.c_proj.bias"])
 
 
-def embed(ids: list[int], w: dict) -> np.ndarray:
-    # [n] -> [n, d]: token plus absolute position 0..n-1
-    return w["wte.weight"][ids] + w["wpe.weight"][: len(ids)]
+def embed(ids: list[int], w: dict, start: int = 0) -> np.ndarray:
+    # [n] -> [n, d]: token plus absolute position start..start+n-1
+    return w["wte.weight"][ids] + w["wpe.weight"][start : start + len(ids)]
 
 
 @dataclass(frozen=True)
 class Forward:
-    hidden: np.ndarray  # [n, d], the last block's output (before ln_f)
-    kv: list[LayerKV]  # one per layer
+    hidden: np.ndarray  # [n, d], the last block's output (before ln_f) for the new rows
+    kv: list[LayerKV]  # one per layer, every position so far
 
 
 def forward(ids: list[int], w: dict, n_layer: int) -> Forward:
     """The whole stack over ids, recomputed from scratch under the causal mask."""
-    x = embed(ids, w)
+    return extend(ids, w, n_layer, past=None)
+
+
+def extend(ids: list[int], w: dict, n_layer: int, past: list[LayerKV] | None) -> Forward:
+    """The stack over `ids` placed after the positions `past` holds: the same numbers as
+    `forward` over the whole sequence (tested), without recomputing the past."""
+    start = past[0].k.shape[1] if past else 0
+    x = embed(ids, w, start)
     kv = []
     for layer in range(n_layer):
-        x, layer_kv = attn_sublayer(x, w, layer)
+        x, layer_kv = attn_sublayer(x, w, layer, past[layer] if past else None)
         x = mlp_sublayer(x, w, layer)
         kv.append(layer_kv)
     return Forward(hidden=x, kv=kv)
+
+
+def greedy(prompt: list[int], steps: int, w: dict, n_layer: int) -> tuple[list[int], np.ndarray]:
+    """Greedy tokens through the oracle's own cache, with each step's [top-1, top-2] logits
+    ([steps, 2]) so a near-tie can be recognised."""
+    f = forward(prompt, w, n_layer)
+    tokens, top2 = [], []
+    for _ in range(steps):
+        logits = logits_at(f.hidden, w, [-1])[0]  # [vocab]
+        best_two = np.argpartition(logits, -2)[-2:]
+        top2.append(np.sort(logits[best_two])[::-1])
+        tokens.append(int(logits.argmax()))
+        if len(tokens) < steps:
+            f = extend(tokens[-1:], w, n_layer, f.kv)
+    return tokens, np.array(top2, dtype=np.float32).reshape(-1, 2)
 
 
 def logits_at(hidden: np.ndarray, w: dict, rows: list[int]) -> np.ndarray:

@@ -1,5 +1,7 @@
 """The terminal report: the only module that imports rich. It reads results, never computes."""
 
+import math
+
 from rich.console import Console, Group
 from rich.markup import escape
 from rich.padding import Padding
@@ -80,25 +82,76 @@ def case_block(case: CaseResult, repeat_of: str | None = None) -> Group | Text:
     mark, colour = STYLE[case.status]
     line = Text.assemble(("  " + mark + " ", colour), case.name)
     if case.status == Status.PASSED:
-        worst = max((c.worst for c in case.comparisons), default=0.0)
-        line.append(
-            f"  worst error {worst:.2g}x tolerance · {case.student_seconds:.2f} s", style="dim"
-        )
+        line.append(f"  {passed_summary(case)} · {case.student_seconds:.2f} s", style="dim")
         return line
     line.append(f"  {case.status.value}", style=colour)
     parts: list = [line]
-    if case.message:
-        parts.append(Padding(Text(case.message), (0, 0, 0, 6)))
+    if repeat_of is not None:
+        parts.append(indented(Text(f"{case.message} (the same traceback as '{repeat_of}')")))
+    elif case.traceback:  # its last line is the message
+        parts.append(indented(Text(case.traceback.rstrip(), style="red")))
+    elif case.message:
+        parts.append(indented(Text(case.message)))
+    if case.steps:
+        parts.append(indented(step_strip(case.steps)))
+    if case.tokens and case.tokens.get("first_divergence") is not None:
+        parts.append(indented(token_strip(case.tokens)))
     for comparison in case.comparisons:
-        parts.append(Padding(comparison_table(comparison), (0, 0, 0, 6)))
-    if case.traceback:
-        parts.append(Padding(Text(case.traceback.rstrip(), style="red"), (0, 0, 0, 6)))
+        parts.append(indented(comparison_table(comparison)))
     if case.hint:
-        parts.append(Padding(Text("hint: " + case.hint, style="cyan"), (0, 0, 0, 6)))
+        parts.append(indented(Text("hint: " + case.hint, style="cyan")))
     for name, text in (("stdout", case.stdout), ("stderr", case.stderr)):
         if text.strip():
-            parts.append(Padding(Text(f"your {name}:\n{text.rstrip()}", style="dim"), (0, 0, 0, 6)))
+            parts.append(indented(Text(f"your {name}:\n{text.rstrip()}", style="dim")))
     return Group(*parts)
+
+
+def passed_summary(case: CaseResult) -> str:
+    if case.tokens is not None:
+        ties = len(case.tokens.get("near_ties", []))
+        extra = f", {ties} near-tie(s) accepted" if ties else ""
+        return f"{len(case.tokens['yours'])} tokens match the recompute{extra}"
+    if not case.comparisons:
+        return case.message or "as expected"
+    worst = max(c.worst for c in case.comparisons)
+    steps = f" over {len(case.steps)} steps" if case.steps else ""
+    return f"worst error {worst:.2g}x tolerance{steps}"
+
+
+SPARKS = "▁▂▃▄▅▆▇█"
+
+
+def step_strip(steps: list[float]) -> Group:
+    """Pass/fail per step, then each step's worst error on a log scale (1 = the tolerance)."""
+    marks = Text("steps  ")
+    for worst in steps:
+        marks.append("✓" if worst <= 1 else "✗", style="green" if worst <= 1 else "red")
+    logs = [math.log10(max(s, 1e-4)) for s in steps]
+    low, high = min(logs), max(max(logs), 0.0)
+    span = (high - low) or 1.0
+    chart = Text("error  ")
+    for worst, lg in zip(steps, logs, strict=True):
+        chart.append(
+            SPARKS[round((lg - low) / span * (len(SPARKS) - 1))],
+            style="green" if worst <= 1 else "red",
+        )
+    chart.append(f"  {min(steps):.2g}x .. {max(steps):.2g}x the tolerance (log scale)", style="dim")
+    return Group(marks, chart)
+
+
+def token_strip(tokens: dict) -> Table:
+    """Your tokens against the recompute's around the first divergence."""
+    first = tokens["first_divergence"]
+    lo, hi = max(first - 4, 0), min(first + 3, len(tokens["yours"]))
+    t = Table(show_header=False, box=None, padding=(0, 1, 0, 0))
+    t.add_column(style="dim")
+    for _ in range(lo, hi):
+        t.add_column(justify="right")
+    for name, row in (("yours", tokens["yours"]), ("recompute", tokens["expected"])):
+        cells = [Text(str(row[i]), style="bold red" if i == first else "") for i in range(lo, hi)]
+        t.add_row(name, *cells)
+    t.add_row("step", *[Text(str(i), style="dim") for i in range(lo, hi)])
+    return t
 
 
 def comparison_table(c: Comparison) -> Table:

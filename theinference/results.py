@@ -26,6 +26,8 @@ class CaseResult:
     message: str = ""
     hint: str = ""
     comparisons: list[Comparison] = field(default_factory=list)
+    steps: list[float] | None = None  # worst error per step, in tolerances
+    tokens: dict | None = None  # generate-loop: yours, expected, first_divergence
     traceback: str = ""
     stdout: str = ""
     stderr: str = ""

@@ -61,6 +61,7 @@ class Outcome:
     value: object = None
     message: str = ""
     traceback: str = ""
+    exception: str = ""  # the exception's type name, when kind is raised
     stdout: str = ""
     stderr: str = ""
     seconds: float = 0.0
@@ -280,6 +281,7 @@ def decode_reply(payload: bytes) -> Outcome:
         value=value,
         message=str(header.get("message", "")),
         traceback=str(header.get("traceback", "")),
+        exception=str(header.get("exception", "")),
     )
 
 

@@ -130,8 +130,13 @@ def with_hidden_cases(stage: Stage, seed: int) -> Stage:
         length = low + int(raw[0] % np.uint64(high - low + 1))
         ids = {"random": length, "seed": int(raw[1] % np.uint64(2**31))}
         inputs = {spec.get("input", "prompt"): ids}
-        if "next_id" in spec.get("extra", []):
+        extra = spec.get("extra", [])
+        if "next_id" in extra:
             inputs["next_id"] = int(raw[2] % np.uint64(50257))
+        if "continuation" in extra:  # 1..32 teacher-forced steps
+            inputs["continuation"] = {"random": 1 + int(raw[2] % np.uint64(32)), "seed": i}
+        if "max_new_tokens" in extra:
+            inputs["max_new_tokens"] = 1 + int(raw[2] % np.uint64(32))
         extra.append(
             Case(
                 name=f"hidden case {i + 1} (seed {seed}, {length} tokens)",

@@ -112,3 +112,55 @@ def prefill(prompt_ids, w, mc):
         up = _gelu(H2 @ w[p + "mlp.c_fc.weight"] + w[p + "mlp.c_fc.bias"])
         X = X + up @ w[p + "mlp.c_proj.weight"] + w[p + "mlp.c_proj.bias"]
     return w["wte.weight"] @ _ln(X[-1], w["ln_f.weight"], w["ln_f.bias"])
+
+
+def decode_sequence(prompt_ids, continuation_ids, w, mc):
+    prefill(prompt_ids, w, mc)
+    position = len(prompt_ids)
+    out = []
+    for token_id in continuation_ids:
+        out.append(decode_step(token_id, position, w, mc))
+        position += 1
+    return out  # a list of rows: the contract accepts lists
+
+
+def generate(prompt_ids, max_new_tokens, w):
+    n_ctx = w["wpe.weight"].shape[0]
+    if len(prompt_ids) + max_new_tokens > n_ctx:
+        raise ValueError(f"{len(prompt_ids)} + {max_new_tokens} tokens exceed the {n_ctx} context")
+    mc = ModelCache(n_layer(w), n_head(w))
+    logits, new = prefill(prompt_ids, w, mc), []
+    while len(new) < max_new_tokens:
+        new.append(int(np.argmax(logits)))
+        if len(new) < max_new_tokens:
+            logits = decode_step(new[-1], len(prompt_ids) + len(new) - 1, w, mc)
+    return np.array(new)  # an int array: also accepted
+
+
+class PrefixCache:
+    def __init__(self, w):
+        self.w = w
+        self.seen = []  # (ids, [(k, v) per layer]) with private copies
+
+    def process(self, prompt_ids):
+        w, heads = self.w, n_head(self.w)
+        match, rows = 0, None
+        for ids, layers in self.seen:
+            n = next(
+                (i for i, (a, b) in enumerate(zip(ids, prompt_ids, strict=False)) if a != b),
+                min(len(ids), len(prompt_ids)),
+            )
+            if n > match:
+                match, rows = n, layers
+        reuse = min(match, len(prompt_ids) - 1)
+        mc = ModelCache(n_layer(w), heads)
+        if reuse:
+            for cache, (k, v) in zip(mc.layers, rows, strict=True):
+                for t in range(reuse):
+                    cache.push(k[:, t], v[:, t])
+            for t in range(reuse, len(prompt_ids)):
+                logits = decode_step(prompt_ids[t], t, w, mc)
+        else:
+            logits = prefill(prompt_ids, w, mc)
+        self.seen.append((list(prompt_ids), [(c.k.copy(), c.v.copy()) for c in mc.layers]))
+        return logits, reuse

@@ -110,3 +110,62 @@ def decode_step(token_id, position, w, mc):
     for layer in range(n_layer(w)):
         x = block_step(x, w, layer, mc)
     return final_logits(x, w)
+
+
+def decode_sequence(prompt_ids, continuation_ids, w, mc):
+    prefill(prompt_ids, w, mc)
+    rows = []
+    for step, token_id in enumerate(continuation_ids):
+        rows.append(decode_step(token_id, len(prompt_ids) + step, w, mc))
+    return np.stack(rows)
+
+
+def generate(prompt_ids, max_new_tokens, w):
+    if len(prompt_ids) + max_new_tokens > w["wpe.weight"].shape[0]:
+        raise ValueError("prompt plus new tokens exceed the context")
+    mc = ModelCache(n_layer(w), n_head(w))
+    logits = prefill(prompt_ids, w, mc)
+    out = []
+    for step in range(max_new_tokens):
+        out.append(int(np.argmax(logits)))
+        if step + 1 < max_new_tokens:
+            logits = decode_step(out[-1], len(prompt_ids) + step, w, mc)
+    return out
+
+
+def common_prefix(a, b):
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def copy_prefix(mc, rows, heads):
+    out = ModelCache(len(mc.layers), heads)
+    for src, dst in zip(mc.layers, out.layers, strict=True):
+        dst.k, dst.v = src.k[:, :rows].copy(), src.v[:, :rows].copy()
+    return out
+
+
+class PrefixCache:
+    def __init__(self, w):
+        self.w = w
+        self.entries = []  # (prompt ids, ModelCache holding all of its positions)
+
+    def process(self, prompt_ids):
+        w = self.w
+        best, source = 0, None
+        for ids, cached in self.entries:
+            n = common_prefix(ids, prompt_ids)
+            if n > best:
+                best, source = n, cached
+        reused = min(best, len(prompt_ids) - 1)
+        if reused == 0:
+            mc = ModelCache(n_layer(w), n_head(w))
+            logits = prefill(prompt_ids, w, mc)
+        else:
+            mc = copy_prefix(source, reused, n_head(w))
+            for position in range(reused, len(prompt_ids)):
+                logits = decode_step(prompt_ids[position], position, w, mc)
+        self.entries.append((list(prompt_ids), mc))
+        return logits, reused

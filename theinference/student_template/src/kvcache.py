@@ -89,3 +89,46 @@ def decode_step(token_id: int, position: int, w: dict, mc: ModelCache) -> np.nda
     """One new token at absolute `position` through every layer, then ln_f and the tied
     unembed: [vocab] next-token logits."""
     raise NotImplementedError("full-decode-step: implement decode_step in src/kvcache.py")
+
+
+# --- stage per-step-identity -----------------------------------------------------------------
+
+
+def decode_sequence(
+    prompt_ids: list[int], continuation_ids: list[int], w: dict, mc: ModelCache
+) -> np.ndarray:
+    """Prefill the prompt into mc, then decode each continuation token in turn at positions
+    len(prompt_ids), len(prompt_ids) + 1, ...: [len(continuation_ids), vocab] logits, one row
+    per step."""
+    raise NotImplementedError("per-step-identity: implement decode_sequence in src/kvcache.py")
+
+
+# --- stage generate-loop ---------------------------------------------------------------------
+
+
+def generate(prompt_ids: list[int], max_new_tokens: int, w: dict) -> list[int]:
+    """Greedy generation through the cache: exactly max_new_tokens new ids (not the prompt).
+
+    Raise ValueError when len(prompt_ids) + max_new_tokens exceeds the context
+    (w["wpe.weight"].shape[0] = 1024 positions): there is no position to put them at.
+    """
+    raise NotImplementedError("generate-loop: implement generate in src/kvcache.py")
+
+
+# --- stage prefix-caching --------------------------------------------------------------------
+
+
+class PrefixCache:
+    """Keeps the K/V of prompts already processed, so a new prompt that shares a prefix with
+    any earlier one computes only what is new."""
+
+    def __init__(self, w: dict):
+        self.w = w
+
+    def process(self, prompt_ids: list[int]) -> tuple[np.ndarray, int]:
+        """-> ([vocab] logits of the prompt's last position, positions reused from the cache).
+
+        Reuse min(longest common prefix with any earlier prompt, len(prompt_ids) - 1)
+        positions, on a COPY of those rows; compute the rest at positions reused, reused + 1...
+        """
+        raise NotImplementedError("prefix-caching: implement PrefixCache.process in src/kvcache.py")

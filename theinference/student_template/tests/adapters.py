@@ -5,7 +5,15 @@ lists or NumPy arrays. Raising NotImplementedError means "not started yet".
 """
 
 from src.gpt2 import embed, load_weights, n_head, n_layer
-from src.kvcache import ModelCache, decode_step, layer_attn_incremental, prefill
+from src.kvcache import (
+    ModelCache,
+    PrefixCache,
+    decode_sequence,
+    decode_step,
+    generate,
+    layer_attn_incremental,
+    prefill,
+)
 
 
 def fresh_cache(w: dict) -> ModelCache:
@@ -41,3 +49,22 @@ def run_decode_step(prompt_ids: list[int], next_id: int):
     mc = fresh_cache(w)
     prefill(prompt_ids, w, mc)
     return decode_step(next_id, len(prompt_ids), w, mc)
+
+
+def run_decode_sequence(prompt_ids: list[int], continuation_ids: list[int]):
+    """per-step-identity: prefill, then decode each continuation token at positions
+    len(prompt_ids), len(prompt_ids) + 1, ...; one logits row per step, [steps, vocab]."""
+    w = load_weights()
+    return decode_sequence(prompt_ids, continuation_ids, w, fresh_cache(w))
+
+
+def run_generate(prompt_ids: list[int], max_new_tokens: int):
+    """generate-loop: the greedy new token ids, exactly max_new_tokens of them."""
+    return generate(prompt_ids, max_new_tokens, load_weights())
+
+
+def run_prefix_caching(prompts: list[list[int]]):
+    """prefix-caching: the prompts in order through ONE PrefixCache; a (logits, reused) pair
+    for each."""
+    cache = PrefixCache(load_weights())
+    return [cache.process(prompt) for prompt in prompts]

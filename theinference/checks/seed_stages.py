@@ -1,147 +1,22 @@
-"""The checks a stage's cases name: what to ask the student, what the oracle says, how to judge.
-
-A check is three small functions joined by name: `arguments` turns a case into the adapter's
-plain arguments, `expect` asks the oracle, `judge` compares and explains. Judging never trusts
-the returned value's type or shape: a wrong one is a failure whose message says what was
-expected and what the returned thing most likely is.
-"""
-
-from collections.abc import Callable
-from dataclasses import dataclass, field
+"""Checks for the three seed stages: single-step attention, prefill, one full decode step."""
 
 import numpy as np
 
 from theinference import oracle
-from theinference.compare import Comparison, Tolerance, compare
+from theinference.checks.common import (
+    Check,
+    OracleRuns,
+    Rejected,
+    Verdict,
+    as_float_array,
+    check_finite,
+    mismatch_message,
+    vector_verdict,
+)
+from theinference.compare import compare
 from theinference.config import ModelConfig
 from theinference.results import Status
-from theinference.runner import Foreign
 from theinference.stages import Case, token_ids
-
-
-@dataclass
-class Verdict:
-    status: Status
-    message: str = ""
-    hint: str = ""
-    comparisons: list[Comparison] = field(default_factory=list)
-
-
-class Rejected(Exception):
-    """The returned value cannot be compared at all (wrong type, shape, NaN)."""
-
-
-@dataclass(frozen=True)
-class Check:
-    adapter: str
-    arguments: Callable[[Case, ModelConfig], list]
-    expect: Callable[["OracleRuns", list], object]
-    judge: Callable[[object, object, Tolerance, ModelConfig], Verdict]
-
-
-class OracleRuns:
-    """The oracle over one weights file, remembering the last few forwards (a stage's cases
-    often share a prompt, e.g. prefill logits and prefill cache)."""
-
-    def __init__(self, tensors: dict, config: ModelConfig):
-        self.w = tensors
-        self.config = config
-        self._forwards: dict[tuple[int, ...], oracle.Forward] = {}
-
-    def forward(self, ids: list[int]) -> oracle.Forward:
-        key = tuple(ids)
-        if key not in self._forwards:
-            if len(self._forwards) >= 4:
-                self._forwards.pop(next(iter(self._forwards)))
-            self._forwards[key] = oracle.forward(ids, self.w, self.config.n_layer)
-        return self._forwards[key]
-
-    def last_logits(self, ids: list[int]) -> np.ndarray:
-        # [vocab]
-        return oracle.logits_at(self.forward(ids).hidden, self.w, [len(ids) - 1])[0]
-
-    def layer0_attention_last(self, ids: list[int]) -> np.ndarray:
-        # [d]: layer 0's attention-sublayer output (residual included) at the last position
-        out, _ = oracle.attn_sublayer(oracle.embed(ids, self.w), self.w, 0)
-        return out[-1]
-
-
-# --- turning a returned value into an array, or saying why it cannot be --------------------
-
-
-def as_float_array(value, what: str) -> np.ndarray:
-    if value is None:
-        raise Rejected(f"returned None, expected {what}: did a function forget to `return`?")
-    if isinstance(value, Foreign):
-        raise Rejected(f"returned a {value.type}, expected {what}")
-    if isinstance(value, list):
-        try:
-            value = np.stack([as_float_array(v, what) for v in value])
-        except (Rejected, ValueError):
-            raise Rejected(
-                f"returned a list whose items are not numbers of one shape, expected {what}"
-            ) from None
-    kind = value.dtype.kind
-    if kind == "c":
-        raise Rejected(f"returned complex numbers, expected {what} (real floats)")
-    if kind in "biu":
-        raise Rejected(
-            f"returned {value.dtype} values, expected {what} as floats: "
-            "an argmax or token ids instead of the values themselves?"
-        )
-    return value
-
-
-def check_finite(a: np.ndarray, what: str) -> None:
-    bad = ~np.isfinite(a)
-    if bad.any():
-        first = tuple(int(i) for i in np.argwhere(bad)[0])
-        kind = "NaN" if np.isnan(a[first]) else "Inf"
-        raise Rejected(
-            f"{what} contain {int(bad.sum())} non-finite value(s): {kind} first at "
-            f"index {list(first)}"
-        )
-
-
-def shape_hint(got: tuple, want: tuple, config: ModelConfig) -> str:
-    d, vocab = config.n_embd, config.vocab_size
-    if want == (vocab,) and got == (d,):
-        return f"expected {vocab} logits, got {d}: is this the hidden state before the unembed?"
-    if want[-1:] == got[-1:] and len(got) == len(want) + 1:
-        return (
-            f"expected shape {list(want)}, got {list(got)}: one row per position? "
-            "Return only the last position's row."
-        )
-    if want == (d,) and got == (vocab,):
-        return f"expected a [{d}] hidden vector, got {vocab} values: these look like logits"
-    if int(np.prod(got)) == int(np.prod(want)):
-        return f"expected shape {list(want)}, got {list(got)}: right numbers, wrong shape?"
-    return f"expected shape {list(want)}, got {list(got)}"
-
-
-def vector_verdict(
-    value, expected: np.ndarray, tol: Tolerance, config: ModelConfig, label: str, hint: str
-) -> Verdict:
-    what = f"{label} of shape {list(expected.shape)}"
-    try:
-        actual = as_float_array(value, what)
-        if actual.shape != expected.shape:
-            raise Rejected(shape_hint(actual.shape, expected.shape, config))
-        check_finite(actual, label)
-    except Rejected as exc:
-        return Verdict(Status.FAILED, message=str(exc))
-    c = compare(label, actual, expected, tol, logits=label == "logits")
-    if c.passed:
-        return Verdict(Status.PASSED, comparisons=[c])
-    return Verdict(Status.FAILED, message=mismatch_message(c), hint=hint, comparisons=[c])
-
-
-def mismatch_message(c: Comparison) -> str:
-    return (
-        f"{c.label}: {c.mismatched}/{c.total} values outside tolerance "
-        f"({c.mismatched_percent:.1f}%), worst {c.worst:.3g}x the tolerance"
-    )
-
 
 # --- single-step-attention -----------------------------------------------------------------
 
@@ -157,9 +32,15 @@ def _seq_args(case: Case, config: ModelConfig) -> list:
     return [token_ids(case.inputs["seq"], config)]
 
 
-def _judge_step_attention(value, expected, tol, config) -> Verdict:
+def _judge_step_attention(value, args, ask, tol, config) -> Verdict:
     return vector_verdict(
-        value, expected, tol, config, "attention-sublayer output", STEP_ATTENTION_HINT
+        value,
+        (config.n_embd,),
+        lambda: ask(args),
+        tol,
+        config,
+        "attention-sublayer output",
+        STEP_ATTENTION_HINT,
     )
 
 
@@ -177,8 +58,10 @@ def _prompt_args(case: Case, config: ModelConfig) -> list:
 
 
 def _judge_logits(hint: str):
-    def judge(value, expected, tol, config) -> Verdict:
-        return vector_verdict(value, expected, tol, config, "logits", hint)
+    def judge(value, args, ask, tol, config) -> Verdict:
+        return vector_verdict(
+            value, (config.vocab_size,), lambda: ask(args), tol, config, "logits", hint
+        )
 
     return judge
 
@@ -209,9 +92,8 @@ def as_layer_pairs(value, n_layer: int) -> list[tuple[np.ndarray, np.ndarray]]:
     return pairs
 
 
-def _judge_cache(value, expected: list[oracle.LayerKV], tol, config) -> Verdict:
-    n = expected[0].k.shape[1]
-    want = (config.n_head, n, expected[0].k.shape[2])
+def _judge_cache(value, args, ask, tol, config) -> Verdict:
+    want = (config.n_head, len(args[0]), config.n_embd // config.n_head)
     try:
         pairs = as_layer_pairs(value, config.n_layer)
         for layer, (k, v) in enumerate(pairs):
@@ -221,6 +103,7 @@ def _judge_cache(value, expected: list[oracle.LayerKV], tol, config) -> Verdict:
                 check_finite(got, f"layer {layer} {name}")
     except Rejected as exc:
         return Verdict(Status.FAILED, message=str(exc), hint=CACHE_HINT)
+    expected: list[oracle.LayerKV] = ask(args)
     comparisons = []
     for layer, ((k, v), ref) in enumerate(zip(pairs, expected, strict=True)):
         comparisons.append(compare(f"layer {layer} K", k, ref.k, tol))
