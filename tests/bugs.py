@@ -16,13 +16,19 @@ class Bug:
     stage: str
     old: str
     new: str
+    also: tuple[tuple[str, str], ...] = ()  # further edits the same bug needs
+    fingerprint: str | None = None  # the catalogue id the grader must name it by, if any
 
     def planted(self) -> str:
         text = REFERENCE.read_text()
-        count = text.count(self.old)
-        if count != 1:
-            raise AssertionError(f"bug {self.id}: expected 1 occurrence of the edit, got {count}")
-        return text.replace(self.old, self.new)
+        for old, new in ((self.old, self.new), *self.also):
+            count = text.count(old)
+            if count != 1:
+                raise AssertionError(
+                    f"bug {self.id}: expected 1 occurrence of {old!r}, got {count}"
+                )
+            text = text.replace(old, new)
+        return text
 
 
 BUGS = [
@@ -31,24 +37,29 @@ BUGS = [
         "full-decode-step",
         "x = embed_token(token_id, position, w)",
         "x = embed_token(token_id, 0, w)",
+        fingerprint="position-zero",
     ),
     Bug(
         "decode-position-one",  # a step counter starting at 1
         "full-decode-step",
         "x = embed_token(token_id, position, w)",
         "x = embed_token(token_id, 1, w)",
+        fingerprint="position-one",
     ),
     Bug(
         "decode-position-after-append",  # the cache length after the append
         "full-decode-step",
         "x = embed_token(token_id, position, w)",
         "x = embed_token(token_id, position + 1, w)",
+        fingerprint="position-after-append",
     ),
     Bug(
         "attend-old-length",  # the new token never attends to itself
         "single-step-attention",
         "keys, values = cache.k, cache.v",
-        "keys, values = cache.k[:, :-1], cache.v[:, :-1]",
+        # (the first token still sees itself: there is nothing else to see)
+        "old = max(cache.length - 1, 1)\n    keys, values = cache.k[:, :old], cache.v[:, :old]",
+        fingerprint="attend-old-length",
     ),
     Bug(
         "causal-mask-in-step",  # a triangular mask dragged into the single-token step
@@ -56,48 +67,56 @@ BUGS = [
         "a = merge_heads(softmax(scores) @ values)[0]",
         "scores = np.where(np.tri(1, keys.shape[1], dtype=bool), scores, -np.inf)\n"
         "    a = merge_heads(softmax(scores) @ values)[0]",
+        fingerprint="causal-mask-in-step",
     ),
     Bug(
         "shared-cache",  # [LayerCache()] * n: one cache object for every layer
         "build-prefill",
         "self.layers = [LayerCache(heads) for _ in range(layers)]",
         "self.layers = [LayerCache(heads)] * layers",
+        fingerprint="shared-cache",
     ),
     Bug(
         "shared-cache-in-decode",  # every layer reads and grows layer 0's cache
         "full-decode-step",
         "x = x + attn_step(h, w, layer, mc.layers[layer])",
         "x = x + attn_step(h, w, layer, mc.layers[0])",
+        fingerprint="shared-cache-layer0",
     ),
     Bug(
         "missing-ln-f",
         "build-prefill",
         'return unembed(ln_rows(x[None, :], w["ln_f.weight"], w["ln_f.bias"])[0], w)',
         "return unembed(x, w)",
+        fingerprint="missing-ln-f",
     ),
     Bug(
         "prefill-cache-short",  # one row short
         "build-prefill",
         "append_kv(cache, k, v)\n    n = X.shape[0]",
         "append_kv(cache, k[:, :-1], v[:, :-1])\n    n = X.shape[0]",
+        fingerprint="prefill-cache-short",
     ),
     Bug(
         "prefill-cache-long",  # the last row written twice
         "build-prefill",
         "append_kv(cache, k, v)\n    n = X.shape[0]",
         "append_kv(cache, k, v)\n    append_kv(cache, k[:, -1:], v[:, -1:])\n    n = X.shape[0]",
+        fingerprint="prefill-cache-long",
     ),
     Bug(
         "prefill-no-causal-mask",
         "build-prefill",
         "scores = np.where(np.tri(n, dtype=bool), scores, -np.inf)",
         "scores = scores",
+        fingerprint="prefill-no-causal-mask",
     ),
     Bug(
         "prefill-position-zero",  # every prompt token embedded at wpe[0]
         "build-prefill",
         "X = np.stack([embed_token(t, i, w) for i, t in enumerate(prompt_ids)])",
         "X = np.stack([embed_token(t, 0, w) for i, t in enumerate(prompt_ids)])",
+        fingerprint="prefill-position-zero",
     ),
 ]
 
@@ -107,12 +126,14 @@ BUGS += [
         "per-step-identity",
         "rows.append(decode_step(token_id, len(prompt_ids) + step, w, mc))",
         "rows.append(decode_step(token_id, len(prompt_ids), w, mc))",
+        fingerprint="position-not-advancing",
     ),
     Bug(
         "sequence-handoff-off-by-one",  # every decode one position late
         "per-step-identity",
         "rows.append(decode_step(token_id, len(prompt_ids) + step, w, mc))",
         "rows.append(decode_step(token_id, len(prompt_ids) + step + 1, w, mc))",
+        fingerprint="position-after-append",
     ),
     Bug(
         "generate-position-from-zero",  # a step counter instead of the absolute position
@@ -157,5 +178,25 @@ BUGS += [
         "mc = source\n"
         "            for layer in mc.layers:\n"
         "                layer.k, layer.v = layer.k[:, :reused], layer.v[:, :reused]",
+    ),
+]
+
+BUGS += [
+    Bug(
+        "decode-recomputes",  # right logits, quadratic cost: the cache is never read
+        "full-decode-step",
+        "def decode_step(token_id, position, w, mc):\n    x = embed_token(token_id, position, w)",
+        "def decode_step(token_id, position, w, mc):\n"
+        "    history = getattr(mc, 'history', [])\n"
+        "    mc.history = history + [token_id]\n"
+        "    return recompute_logits(mc.prompt + mc.history, w)[-1]\n"
+        "    x = embed_token(token_id, position, w)",
+        also=(
+            (
+                "def prefill(prompt_ids, w, mc):\n",
+                "def prefill(prompt_ids, w, mc):\n    mc.prompt = list(prompt_ids)\n",
+            ),
+        ),
+        fingerprint="decode-recomputes",
     ),
 ]

@@ -97,3 +97,37 @@ def test_synthetic_greedy_generation_does_not_collapse(weights):
             f = oracle.forward(ids, w, n_layer)
             ids.append(int(oracle.logits_at(f.hidden, w, [len(ids) - 1])[0].argmax()))
         assert len(set(ids[len(prompt) :])) >= 24, ids
+
+
+@pytest.mark.parametrize(
+    "check,args",
+    [
+        ("step_attention", [[5, 6, 7, 8]]),
+        ("prefill_logits", [[5, 6, 7, 8]]),
+        ("decode_step", [[5, 6, 7], 8]),
+        ("decode_sequence", [[5, 6], [7, 8, 9]]),
+    ],
+)
+def test_the_bug_free_fingerprint_model_is_the_oracle(weights, check, args):
+    # fingerprints name bugs by difference from this model, so without a bug it must agree
+    from theinference.checks import CHECKS, OracleRuns
+    from theinference.fingerprints import correct_model_check
+
+    runs = OracleRuns(weights.tensors, weights.config)
+    ours = correct_model_check(check, args, weights.tensors, 12, 12)
+    np.testing.assert_allclose(ours, CHECKS[check].expect(runs, args), atol=2e-4, rtol=1e-3)
+
+
+def test_extend_equals_forward_and_greedy_follows_argmax(weights):
+    w, n = weights.tensors, weights.config.n_layer
+    ids = list(range(300, 340))
+    whole = oracle.forward(ids, w, n)
+    part = oracle.extend(ids[25:], w, n, oracle.forward(ids[:25], w, n).kv)
+    np.testing.assert_allclose(part.hidden, whole.hidden[25:], atol=2e-4, rtol=1e-4)
+    for a, b in zip(part.kv, whole.kv, strict=True):
+        np.testing.assert_allclose(a.k, b.k, atol=1e-4)
+    tokens, top2 = oracle.greedy(ids[:5], 6, w, n)
+    for i, t in enumerate(tokens):  # each greedy token is the plain recompute's argmax
+        f = oracle.forward(ids[:5] + tokens[:i], w, n)
+        assert t == int(oracle.logits_at(f.hidden, w, [-1])[0].argmax())
+    assert np.all(top2[:, 0] >= top2[:, 1])

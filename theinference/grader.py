@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from theinference.checks import CHECKS, OracleRuns, Verdict
+from theinference.fingerprints import BY_ID, identify
 from theinference.oracle_cache import OracleCache
 from theinference.results import CaseResult, RunResult, StageResult, Status, stage_status
 from theinference.runner import Limits, Outcome, Worker
@@ -94,11 +95,14 @@ def grade_stage(
     stage: Stage, worker: Worker, oracle: Oracle, cancel: threading.Event
 ) -> StageResult:
     started = time.monotonic()
-    cases = []
+    graded: list[tuple[CaseResult, list, Verdict]] = []
     for case in stage.cases:
         if cancel.is_set():
             break
-        cases.append(grade_case(stage, case, worker, oracle))
+        graded.append(grade_case(stage, case, worker, oracle))
+    cases = [result for result, _, _ in graded]
+    if any(c.status == Status.FAILED for c in cases) and not cancel.is_set():
+        fingerprint_smallest_failure(stage, graded, oracle)
     return StageResult(
         stage.slug,
         stage.title,
@@ -109,11 +113,38 @@ def grade_stage(
     )
 
 
-def grade_case(stage: Stage, case: Case, worker: Worker, oracle: Oracle) -> CaseResult:
+def fingerprint_smallest_failure(stage: Stage, graded: list, oracle: Oracle) -> None:
+    """Try the bug catalogue on the failing cases, smallest first: one diagnosis per stage,
+    at the cost of a few small forwards, and only when something failed."""
+    failing = sorted(
+        ((result, args, verdict) for result, args, verdict in graded if verdict.actual is not None),
+        key=lambda item: len(str(item[1])),
+    )
+    if not failing:
+        return
+    checks = {c.name: c.check for c in stage.cases}
+    config = oracle.runs.config
+    bug = identify(
+        [(checks[result.name], args, verdict.actual) for result, args, verdict in failing],
+        stage.tolerance,
+        oracle.runs.w,
+        config.n_layer,
+        config.n_head,
+    )
+    smallest = failing[0][0]
+    smallest.fingerprinted = True
+    if bug is not None:
+        smallest.suspected_bug = bug.id
+        smallest.hint = f"suspected bug: {bug.name}. {bug.hint}"
+
+
+def grade_case(
+    stage: Stage, case: Case, worker: Worker, oracle: Oracle
+) -> tuple[CaseResult, list, Verdict]:
     check = CHECKS[case.check]
     config = oracle.runs.config
     args = check.arguments(case, config)
-    outcome = worker.call(check.adapter, args, stage.timeout)
+    outcome = worker.call(check.adapter, args, stage.timeout, check.probe)
     oracle_seconds = 0.0
 
     def ask(question: list):
@@ -127,14 +158,19 @@ def grade_case(stage: Stage, case: Case, worker: Worker, oracle: Oracle) -> Case
     if case.inputs.get("must_raise"):
         verdict = verdict_for_must_raise(outcome, case)
     elif outcome.kind == "returned":
-        verdict = check.judge(outcome.value, args, ask, stage.tolerance, config)
+        value = (outcome.value, outcome.probe) if check.probe else outcome.value
+        verdict = check.judge(value, args, ask, stage.tolerance, config)
     else:
         verdict = verdict_without_value(outcome)
-    return CaseResult(
+    hint = verdict.hint
+    if verdict.suspected_bug in BY_ID:  # recognised by the judge itself (shape, probe)
+        bug = BY_ID[verdict.suspected_bug]
+        hint = f"suspected bug: {bug.name}. {bug.hint} {hint}".strip()
+    result = CaseResult(
         name=case.name,
         status=verdict.status,
         message=verdict.message,
-        hint=verdict.hint,
+        hint=hint,
         comparisons=verdict.comparisons,
         steps=verdict.steps,
         tokens=verdict.tokens,
@@ -143,7 +179,10 @@ def grade_case(stage: Stage, case: Case, worker: Worker, oracle: Oracle) -> Case
         stderr=outcome.stderr,
         student_seconds=outcome.seconds,
         oracle_seconds=oracle_seconds,
+        suspected_bug=verdict.suspected_bug,
+        fingerprinted=verdict.suspected_bug is not None,
     )
+    return result, args, verdict
 
 
 def verdict_for_must_raise(outcome: Outcome, case: Case) -> Verdict:

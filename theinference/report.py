@@ -98,6 +98,8 @@ def case_block(case: CaseResult, repeat_of: str | None = None) -> Group | Text:
         parts.append(indented(token_strip(case.tokens)))
     for comparison in case.comparisons:
         parts.append(indented(comparison_table(comparison)))
+    if case.fingerprinted and case.suspected_bug is None:
+        parts.append(indented(Text("no known bug matches this answer", style="dim")))
     if case.hint:
         parts.append(indented(Text("hint: " + case.hint, style="cyan")))
     for name, text in (("stdout", case.stdout), ("stderr", case.stderr)):

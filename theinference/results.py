@@ -28,6 +28,8 @@ class CaseResult:
     comparisons: list[Comparison] = field(default_factory=list)
     steps: list[float] | None = None  # worst error per step, in tolerances
     tokens: dict | None = None  # generate-loop: yours, expected, first_divergence
+    suspected_bug: str | None = None  # a catalogued bug id the answer matches
+    fingerprinted: bool = False  # the catalogue was tried on this case (matched or not)
     traceback: str = ""
     stdout: str = ""
     stderr: str = ""

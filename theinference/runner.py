@@ -62,6 +62,7 @@ class Outcome:
     message: str = ""
     traceback: str = ""
     exception: str = ""  # the exception's type name, when kind is raised
+    probe: dict | None = None  # what the cache-use probe did, when one was asked for
     stdout: str = ""
     stderr: str = ""
     seconds: float = 0.0
@@ -99,15 +100,17 @@ class Worker:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-    def call(self, adapter: str, args: list, timeout: float | None = None) -> Outcome:
+    def call(
+        self, adapter: str, args: list, timeout: float | None = None, probe: str = ""
+    ) -> Outcome:
         """Ask the student's process for one adapter call and wait for its reply."""
-        started = self._send(adapter, args)
+        started = self._send(adapter, args, probe)
         return self._receive(started, timeout)
 
-    def _send(self, adapter: str, args: list) -> float:
+    def _send(self, adapter: str, args: list, probe: str) -> float:
         if self._proc is None or self._proc.popen.poll() is not None:
             self._start()
-        payload = json.dumps({"adapter": adapter, "args": args}).encode()
+        payload = json.dumps({"adapter": adapter, "args": args, "probe": probe}).encode()
         message = memoryview(struct.pack("<Q", len(payload)) + payload)
         try:
             while message:  # a pipe may take a large request in several writes
@@ -282,6 +285,7 @@ def decode_reply(payload: bytes) -> Outcome:
         message=str(header.get("message", "")),
         traceback=str(header.get("traceback", "")),
         exception=str(header.get("exception", "")),
+        probe=header.get("probe") if isinstance(header.get("probe"), dict) else None,
     )
 
 

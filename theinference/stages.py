@@ -123,25 +123,25 @@ def with_hidden_cases(stage: Stage, seed: int) -> Stage:
     spec = stage.hidden
     if not spec:
         return stage
-    extra = []
+    drawn = []
     for i in range(int(spec.get("count", 2))):
         raw = np.random.PCG64([seed, zlib.crc32(stage.slug.encode()), i]).random_raw(3)
         low, high = int(spec["min_len"]), int(spec["max_len"])
         length = low + int(raw[0] % np.uint64(high - low + 1))
         ids = {"random": length, "seed": int(raw[1] % np.uint64(2**31))}
         inputs = {spec.get("input", "prompt"): ids}
-        extra = spec.get("extra", [])
-        if "next_id" in extra:
+        extras = spec.get("extra", [])
+        if "next_id" in extras:
             inputs["next_id"] = int(raw[2] % np.uint64(50257))
-        if "continuation" in extra:  # 1..32 teacher-forced steps
+        if "continuation" in extras:  # 1..32 teacher-forced steps
             inputs["continuation"] = {"random": 1 + int(raw[2] % np.uint64(32)), "seed": i}
-        if "max_new_tokens" in extra:
+        if "max_new_tokens" in extras:
             inputs["max_new_tokens"] = 1 + int(raw[2] % np.uint64(32))
-        extra.append(
+        drawn.append(
             Case(
                 name=f"hidden case {i + 1} (seed {seed}, {length} tokens)",
                 check=spec["check"],
                 inputs=inputs,
             )
         )
-    return replace(stage, cases=stage.cases + tuple(extra))
+    return replace(stage, cases=stage.cases + tuple(drawn))

@@ -70,6 +70,7 @@ def call_adapter(adapters, request: dict, course_dir: str) -> dict:
         }
     except ValueError:
         pass  # builtins without a signature: just call them
+    probe = install_probe(adapters, request.get("probe"))
     try:
         value = fn(*args)
     except NotImplementedError as exc:
@@ -81,7 +82,55 @@ def call_adapter(adapters, request: dict, course_dir: str) -> dict:
             "message": describe_exception(exc),
             "traceback": student_traceback(exc, course_dir),
         }
-    return {"outcome": "returned", "value": value}
+    finally:
+        probe.remove()
+    return {"outcome": "returned", "value": value, "probe": probe.report()}
+
+
+class Probe:
+    """The cache-use probe: after the adapter's call to prefill(prompt_ids, w, mc) returns,
+    zero every K and V row it left in mc.layers, in place, and read them back to confirm. A
+    decode that still gives the right logits cannot have read the cache."""
+
+    def __init__(self, adapters, wanted: bool):
+        self.adapters = adapters
+        self.original = getattr(adapters, "prefill", None) if wanted else None
+        self.state = {"applied": False, "reason": "prefill was never called"}
+        if wanted and not callable(self.original):
+            self.state["reason"] = "tests/adapters.py does not call prefill by that name"
+        elif wanted:
+            adapters.prefill = self._wrapped
+
+    def _wrapped(self, prompt_ids, w, mc, *rest, **named):
+        out = self.original(prompt_ids, w, mc, *rest, **named)
+        self.state = zero_cache(mc)
+        return out
+
+    def remove(self) -> None:
+        if callable(self.original):
+            self.adapters.prefill = self.original
+
+    def report(self):
+        return self.state if self.original is not None else None
+
+
+def install_probe(adapters, probe):
+    return Probe(adapters, probe == "zero_cache_after_prefill")
+
+
+def zero_cache(mc) -> dict:
+    import numpy as np
+
+    try:
+        for layer in mc.layers:
+            for name in ("k", "v"):
+                rows = np.asarray(getattr(layer, name))
+                rows[...] = 0
+                if np.any(np.asarray(getattr(layer, name))):  # a copy, not the cache itself
+                    return {"applied": False, "reason": f"mc.layers[i].{name} is a copy"}
+    except Exception as exc:  # noqa: BLE001 (any layout we cannot reach into)
+        return {"applied": False, "reason": f"could not reach mc.layers: {exc}"}
+    return {"applied": True, "reason": ""}
 
 
 def signature_of(fn) -> str:

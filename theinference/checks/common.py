@@ -22,6 +22,8 @@ class Verdict:
     comparisons: list[Comparison] = field(default_factory=list)
     steps: list[float] | None = None  # worst error per step, in tolerances (multi-step stages)
     tokens: dict | None = None  # generate-loop: yours, expected, first_divergence
+    actual: np.ndarray | None = None  # the student's numbers, when they failed the comparison
+    suspected_bug: str | None = None  # a catalogued bug id the judge recognised by itself
 
 
 class Rejected(Exception):
@@ -41,6 +43,7 @@ class Check:
     arguments: Callable[[Case, ModelConfig], list]
     expect: Callable[["OracleRuns", list], object]
     judge: Callable[[object, list, Ask, Tolerance, ModelConfig], Verdict]
+    probe: str = ""  # asks the worker to alter the student's cache mid-call (see worker.py)
 
 
 class OracleRuns:
@@ -149,7 +152,9 @@ def vector_verdict(
     c = compare(label, actual, expected(), tol, logits=label == "logits")
     if c.passed:
         return Verdict(Status.PASSED, comparisons=[c])
-    return Verdict(Status.FAILED, message=mismatch_message(c), hint=hint, comparisons=[c])
+    return Verdict(
+        Status.FAILED, message=mismatch_message(c), hint=hint, comparisons=[c], actual=actual
+    )
 
 
 def mismatch_message(c: Comparison) -> str:

@@ -80,6 +80,7 @@ def _judge_sequence(value, args, ask, tol: Tolerance, config: ModelConfig) -> Ve
         Status.FAILED,
         message=message,
         comparisons=[bad],
+        actual=actual,
         steps=steps,
         hint=DRIFT_HINT if first > 0 else HANDOFF_HINT,
     )

@@ -10,6 +10,7 @@ from theinference.checks.common import (
     Verdict,
     as_float_array,
     check_finite,
+    checked_array,
     mismatch_message,
     vector_verdict,
 )
@@ -99,26 +100,64 @@ def _judge_cache(value, args, ask, tol, config) -> Verdict:
         for layer, (k, v) in enumerate(pairs):
             for name, got in (("K", k), ("V", v)):
                 if got.shape != want:
-                    raise Rejected(cache_shape_message(layer, name, got.shape, want))
+                    return Verdict(
+                        Status.FAILED,
+                        hint=CACHE_HINT,
+                        message=cache_shape_message(layer, name, got.shape, want),
+                        suspected_bug=shape_suspect(got.shape, want, config.n_layer),
+                    )
                 check_finite(got, f"layer {layer} {name}")
     except Rejected as exc:
         return Verdict(Status.FAILED, message=str(exc), hint=CACHE_HINT)
-    expected: list[oracle.LayerKV] = ask(args)
-    comparisons = []
+    return localise(pairs, ask(args), tol)
+
+
+def localise(pairs, expected: list[oracle.LayerKV], tol) -> Verdict:
+    """Walk the cache layer by layer (K, then V) and name where it first departs."""
+    fine = []
     for layer, ((k, v), ref) in enumerate(zip(pairs, expected, strict=True)):
-        comparisons.append(compare(f"layer {layer} K", k, ref.k, tol))
-        comparisons.append(compare(f"layer {layer} V", v, ref.v, tol))
-    bad = next((c for c in comparisons if not c.passed), None)
-    if bad is None:
-        return Verdict(Status.PASSED, comparisons=comparisons)
-    head, pos = bad.worst_index[0], bad.worst_index[1]
+        for name, got, want in (("K", k, ref.k), ("V", v, ref.v)):
+            c = compare(f"layer {layer} {name}", got, want, tol)
+            if not c.passed:
+                head, pos = first_departure(got, want, tol)
+                before = f"{fine[-1]} and everything before it match; " if fine else ""
+                return Verdict(
+                    Status.FAILED,
+                    hint=CACHE_HINT,
+                    comparisons=[c],
+                    message=f"{before}layer {layer} {name} departs at position {pos}, head "
+                    f"{head}: {mismatch_message(c)}",
+                )
+            fine.append(f"layer {layer} {name}")
     return Verdict(
-        Status.FAILED,
-        hint=CACHE_HINT,
-        comparisons=[bad],
-        message=f"{bad.label} departs from the recompute (worst at head {head}, "
-        f"position {pos}): {mismatch_message(bad)}",
+        Status.PASSED,
+        comparisons=[
+            compare(
+                "every layer's K and V",
+                np.stack([np.stack(p) for p in pairs]),
+                np.stack([np.stack([r.k, r.v]) for r in expected]),
+                tol,
+            )
+        ],
     )
+
+
+def first_departure(got: np.ndarray, want: np.ndarray, tol) -> tuple[int, int]:
+    """(head, position) of the earliest position where any value is out of tolerance."""
+    bad = np.abs(got.astype(np.float64) - want) > tol.atol + tol.rtol * np.abs(want)  # [h, n, hd]
+    heads_at = bad.any(axis=2)  # [h, n]
+    pos = int(np.argmax(heads_at.any(axis=0)))
+    return int(np.argmax(heads_at[:, pos])), pos
+
+
+def shape_suspect(got: tuple, want: tuple, n_layer: int) -> str | None:
+    if len(got) != 3 or got[0] != want[0] or got[2] != want[2]:
+        return None
+    if got[1] == want[1] * n_layer and n_layer > 1:
+        return "shared-cache"
+    if got[1] < want[1]:
+        return "prefill-cache-short"
+    return "prefill-cache-long" if got[1] > want[1] else None
 
 
 CACHE_HINT = (
@@ -156,6 +195,41 @@ def _decode_args(case: Case, config: ModelConfig) -> list:
     return [token_ids(case.inputs["prompt"], config), int(case.inputs["next_id"])]
 
 
+RECOMPUTE_MESSAGE = (
+    "decode_step gave the right logits although the grader zeroed every K and V row that "
+    "prefill left in mc.layers: it recomputes the whole sequence instead of reading the "
+    "cache (or keeps K/V somewhere other than mc.layers)"
+)
+RECOMPUTE_HINT = (
+    "The point of the cache: decode_step runs ONE new token through each layer, reading the "
+    "prompt's K/V from mc.layers[l] and appending its own. Recomputing the prompt every step "
+    "gives the same numbers at quadratic cost."
+)
+
+
+def _judge_cache_use(value, args, ask, tol, config) -> Verdict:
+    logits, probe = value
+    if not probe or not probe.get("applied"):
+        why = (probe or {}).get("reason", "the probe did not run")
+        return Verdict(Status.PASSED, message=f"cache-use check not applicable: {why}")
+    try:
+        actual = checked_array(logits, (config.vocab_size,), config, "logits")
+    except Rejected as exc:  # a decode from a zeroed cache may fairly produce anything finite
+        return Verdict(Status.PASSED, message=f"the answer moved with the cache ({exc})")
+    c = compare("logits with the cache zeroed", actual, ask(args), tol, logits=True)
+    if c.passed:
+        return Verdict(
+            Status.FAILED,
+            message=RECOMPUTE_MESSAGE,
+            hint=RECOMPUTE_HINT,
+            comparisons=[c],
+            suspected_bug="decode-recomputes",
+        )
+    return Verdict(
+        Status.PASSED, message="the answer depends on the cache, as it should", comparisons=[]
+    )
+
+
 CHECKS: dict[str, Check] = {
     "step_attention": Check(
         adapter="run_step_attention",
@@ -174,6 +248,13 @@ CHECKS: dict[str, Check] = {
         arguments=_prompt_args,
         expect=_expect_cache,
         judge=_judge_cache,
+    ),
+    "decode_cache_use": Check(
+        adapter="run_decode_step",
+        arguments=_decode_args,
+        expect=lambda runs, args: runs.last_logits(args[0] + [args[1]]),
+        judge=_judge_cache_use,
+        probe="zero_cache_after_prefill",
     ),
     "decode_step": Check(
         adapter="run_decode_step",
