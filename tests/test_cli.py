@@ -104,10 +104,9 @@ def test_stages_and_hint(tmp_path):
 
 
 def test_a_failing_stage_shows_the_allclose_table(tmp_path):
-    from tests.bugs import BUGS
+    from tests.bugs import planted
 
-    bug = next(b for b in BUGS if b.id == "missing-ln-f")
-    course = make_course(tmp_path / "c", bug.planted())
+    course = make_course(tmp_path / "c", planted("missing-ln-f"))
     result = invoke("test", "-C", str(course), "-s", "build-prefill")
     assert result.exit_code == exits.NOT_PASSED
     for label in (
@@ -119,3 +118,87 @@ def test_a_failing_stage_shows_the_allclose_table(tmp_path):
         "atol 0.001, rtol 0.01",
     ):
         assert label in result.output
+
+
+def test_verify_prints_the_margin_table(weights):
+    result = invoke(
+        "verify",
+        "--quick",
+        "--bug",
+        "missing-ln-f",
+        "--bug",
+        "decode-position-one",
+        "--stage",
+        "build-prefill",
+        "--stage",
+        "full-decode-step",
+    )
+    assert result.exit_code == exits.OK, result.output
+    for text in (
+        "reference",
+        "missing-ln-f",
+        "decode-position-one",
+        "position-one",
+        "largest",
+        "smallest",
+        "as expected",
+    ):
+        assert text in result.output
+    assert "WRONG" not in result.output
+
+
+def test_verify_flags_a_bug_the_grader_cannot_catch(tmp_path):
+    from tests.bugs import SOLUTIONS
+
+    (tmp_path / "reference_kvcache.py").write_text((SOLUTIONS / "reference_kvcache.py").read_text())
+    (tmp_path / "bugs.toml").write_text(
+        'format = 1\n[[bugs]]\nid = "harmless"\nstage = "single-step-attention"\n'
+        'old = "def embed_token(token_id, position, w):"\n'
+        'new = "def embed_token(token_id, position, w):  # a comment changes nothing"\n'
+    )
+    result = invoke(
+        "verify", "--quick", "--solutions", str(tmp_path), "-s", "single-step-attention"
+    )
+    assert result.exit_code == exits.NOT_PASSED and "WRONG" in result.output
+
+
+def test_bench_times_cached_against_recompute(reference_course, tmp_path):
+    import json
+
+    out = tmp_path / "bench.json"
+    result = invoke(
+        "bench",
+        "-C",
+        str(reference_course),
+        "--lengths",
+        "8,96",
+        "--new-tokens",
+        "4",
+        "--repeats",
+        "1",
+        "--json",
+        str(out),
+    )
+    assert result.exit_code == exits.OK, result.output
+    assert "faster with the cache" in result.output
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["prompt_length"] for r in rows] == [8, 96]
+    assert all(r["cached_ms_per_token"]["median"] > 0 and r["speedup"] > 0 for r in rows)
+    assert all(r["oracle_cached_ms_per_token"] > 0 for r in rows)
+
+
+def test_bench_on_an_unfinished_course_says_what_to_finish(template_course):
+    result = invoke("bench", "-C", str(template_course), "--lengths", "8", "--repeats", "1")
+    assert result.exit_code == exits.NOT_PASSED and "generate-loop" in result.output
+
+
+def test_reports_carry_the_float32_noise_floor(reference_course, tmp_path):
+    import json
+
+    out = tmp_path / "r.json"
+    result = invoke("test", "-C", str(reference_course), "-s", "build-prefill", "--json", str(out))
+    assert result.exit_code == exits.OK and "the float32 noise" in result.output
+    cases = json.loads(out.read_text())["stages"][0]["cases"]
+    logits = [c["comparisons"][0] for c in cases if c["name"] == "short prompt"][0]
+    assert 0 < logits["noise_floor"] < 1e-3  # drift far inside the tolerance
+    assert logits["noise_multiple"] < 50  # a correct answer sits near the noise, not above it

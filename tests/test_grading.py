@@ -3,7 +3,7 @@ bug fails the stage it breaks, an untouched template is todo everywhere."""
 
 import pytest
 
-from tests.bugs import BUGS
+from tests.bugs import BUGS, REFERENCE, planted
 from tests.helpers import SOLUTIONS, grade_course, make_course, statuses
 
 ALL = [
@@ -40,53 +40,32 @@ def test_untouched_template_is_todo_everywhere(template_course, weights):
     assert not run.passed
 
 
-SMALL_CASE_TOKENS = 300  # a bug that fails the small cases fails the stage; big ones cost time
+@pytest.fixture(scope="module")
+def shared_oracle(weights):
+    from theinference.grader import Oracle
 
-
-def small_cases(slug: str):
-    """The stage with only its cases of at most SMALL_CASE_TOKENS tokens."""
-    from dataclasses import replace
-
-    from theinference.config import GPT2_124M
-    from theinference.stages import load_stages, token_ids
-
-    (stage,) = [s for s in load_stages() if s.slug == slug]
-
-    def size(case) -> int:
-        specs = [v for k, v in case.inputs.items() if k in ("seq", "prompt", "continuation")]
-        specs += case.inputs.get("prompts", [])
-        return sum(len(token_ids(spec, GPT2_124M)) for spec in specs)
-
-    keep = [c for c in stage.cases if size(c) <= SMALL_CASE_TOKENS or "must_raise" in c.inputs]
-    return replace(stage, cases=tuple(keep))
+    return Oracle(weights)
 
 
 @pytest.mark.parametrize("bug", BUGS, ids=[b.id for b in BUGS])
-def test_planted_bug_fails_its_stage_and_is_named(bug, tmp_path, weights):
-    from theinference.formats import to_json
-    from theinference.grader import grade
-    from theinference.runner import Limits
+def test_planted_bug_fails_its_stage_and_is_named(bug, weights, shared_oracle):
+    # exactly what `theinference verify --quick` runs for each bug
+    from theinference.stages import load_stages
+    from theinference.verify import quick, verify_bug
 
-    course = make_course(tmp_path / "c", bug.planted())
-    run = grade(course, [small_cases(bug.stage)], weights, Limits(timeout=60))
-    (stage,) = run.stages
-    assert stage.status.value in ("failed", "error"), [c.message for c in stage.cases]
-    failing = [c for c in stage.cases if c.status.value != "passed"]
-    assert failing and all(c.message for c in failing)
-    # numeric failures are far outside the tolerance, not borderline
-    worst = [cmp.worst for c in failing for cmp in c.comparisons if not cmp.passed]
-    assert all(w > 5 for w in worst), worst
-    named = {c["suspected_bug"] for s in to_json(run)["stages"] for c in s["cases"]} - {None}
-    if bug.fingerprint:
-        assert named == {bug.fingerprint}, named
-        assert any(c.hint.startswith("suspected bug:") for c in failing)
-    else:
-        assert not named, named  # the grader guesses nothing it cannot back
+    (stage,) = [s for s in load_stages() if s.slug == bug.stage]
+    row = verify_bug(
+        bug, REFERENCE.read_text(), quick(stage, weights.config), weights, shared_oracle
+    )
+    assert row.status.value in ("failed", "error"), row
+    assert row.named == bug.fingerprint, row  # named exactly, or (no fingerprint) not guessed
+    assert row.ok
+    if row.worst is not None:  # numeric failures are far outside the tolerance
+        assert row.worst > 5, row
 
 
 def test_failed_prerequisite_skips_dependents_with_reason(tmp_path, weights):
-    bug = next(b for b in BUGS if b.id == "causal-mask-in-step")
-    course = make_course(tmp_path / "c", bug.planted())
+    course = make_course(tmp_path / "c", planted("causal-mask-in-step"))
     run = grade_course(course, weights)
     assert statuses(run) == {"single-step-attention": "failed"} | {
         slug: "skipped" for slug in ALL[1:]

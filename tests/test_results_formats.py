@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from tests.bugs import BUGS
+from tests.bugs import planted
 from tests.helpers import grade_course, make_course
 from theinference import exits
 from theinference.cli import app
@@ -22,8 +22,7 @@ runner = CliRunner()
 @pytest.fixture(scope="module")
 def mixed_course(tmp_path_factory, weights):
     """A course whose stages pass, fail and get skipped, with a hidden-case seed."""
-    bug = next(b for b in BUGS if b.id == "missing-ln-f")
-    course = make_course(tmp_path_factory.mktemp("mixed") / "c", bug.planted())
+    course = make_course(tmp_path_factory.mktemp("mixed") / "c", planted("missing-ln-f"))
     out = tmp_path_factory.mktemp("out")
     result = runner.invoke(
         app,

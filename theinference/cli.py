@@ -158,6 +158,100 @@ def hint(slug: Annotated[str, typer.Argument(help="A stage slug.")]) -> None:
 
 
 @app.command()
+def verify(
+    solutions: Annotated[
+        Path | None,
+        typer.Option(
+            help="Folder with reference_kvcache.py and bugs.toml "
+            "(default: the source checkout's tests/solutions)."
+        ),
+    ] = None,
+    quick: Annotated[
+        bool, typer.Option("--quick", help="Cases of at most 300 tokens only.")
+    ] = False,
+    bug: Annotated[
+        list[str] | None, typer.Option("--bug", help="Only this bug id; repeat for several.")
+    ] = None,
+    stage: StageOpt = None,
+    weights: WeightsOpt = None,
+) -> None:
+    """For course authors: the reference must pass, every planted bug must fail and be named."""
+    from theinference.grader import Oracle
+    from theinference.oracle_cache import OracleCache
+    from theinference.report import console, print_verify
+    from theinference.stages import StageError, load_stages, select
+    from theinference.verify import VerifyError, default_solutions_dir
+    from theinference.verify import verify as run_verify
+    from theinference.weights import WeightsError, cache_dir, load_weights
+
+    try:
+        w = load_weights(weights or "synthetic", Path.cwd())
+        oracle = Oracle(w, OracleCache(w.sha256, cache_dir()))
+        stages = select(load_stages(), stage or [])
+        rows = run_verify(solutions or default_solutions_dir(), stages, w, oracle, quick, bug or [])
+    except StageError as exc:
+        raise fail(str(exc), exits.USAGE) from None
+    except WeightsError as exc:
+        raise fail(str(exc), exits.WEIGHTS) from None
+    except VerifyError as exc:
+        raise fail(str(exc), exits.USAGE) from None
+    print_verify(console(), rows, w.label)
+    raise typer.Exit(exits.OK if all(r.ok for r in rows) else exits.NOT_PASSED)
+
+
+@app.command()
+def bench(
+    course_dir: CourseDir = Path("."),
+    weights: WeightsOpt = None,
+    lengths: Annotated[
+        str, typer.Option(help="Prompt lengths, comma-separated.")
+    ] = "16,64,128,256,512",
+    new_tokens: Annotated[int, typer.Option(help="Tokens generated per timing.")] = 16,
+    repeats: Annotated[int, typer.Option(help="Timed runs per figure (after a warm-up).")] = 3,
+    json_file: Annotated[Path | None, typer.Option("--json", help="Also write JSON here.")] = None,
+) -> None:
+    """Time your cached generation against recomputing, over growing prompt lengths."""
+    import json
+
+    from theinference.bench import BenchError, to_json
+    from theinference.bench import bench as run_bench
+    from theinference.course import CourseError, open_course
+    from theinference.formats import write_atomically
+    from theinference.report import console, print_bench
+    from theinference.weights import WeightsError, load_weights
+
+    try:
+        sizes = [int(x) for x in lengths.split(",") if x.strip()]
+    except ValueError:
+        raise fail(f"--lengths must be whole numbers, got '{lengths}'", exits.USAGE) from None
+    if new_tokens < 2 or repeats < 1 or not sizes:
+        raise fail("need --new-tokens >= 2, --repeats >= 1 and a length", exits.USAGE)
+    try:
+        course = open_course(course_dir)
+        w = load_weights(weights or course.weights, course.root)
+        if max(sizes) + new_tokens > w.config.n_ctx:
+            raise fail(
+                f"a {max(sizes)}-token prompt plus {new_tokens} new tokens exceeds the "
+                f"{w.config.n_ctx}-token context",
+                exits.USAGE,
+            )
+        result = run_bench(course.root, w, sizes, new_tokens, repeats, timeout=300)
+    except CourseError as exc:
+        raise fail(str(exc), exits.COURSE) from None
+    except WeightsError as exc:
+        raise fail(str(exc), exits.WEIGHTS) from None
+    except BenchError as exc:
+        raise fail(
+            f"{exc}\n(bench needs run_prefill and run_generate working: "
+            "theinference test -s generate-loop)",
+            exits.NOT_PASSED,
+        ) from None
+    print_bench(console(), result)
+    if json_file is not None:
+        write_atomically(json_file, json.dumps(to_json(result), indent=2) + "\n")
+
+
+@app.command()
 def version() -> None:
     """Print the version."""
     typer.echo(__version__)

@@ -32,6 +32,14 @@ class Comparison:
     tolerance: Tolerance
     argmax_actual: int | None = None  # for logits: do both pick the same next token?
     argmax_expected: int | None = None
+    noise: float | None = None  # the float32 drift of a correct cached path for this case
+
+    @property
+    def noise_multiple(self) -> float | None:
+        """The largest difference as a multiple of the honest float32 drift."""
+        if self.noise is None:
+            return None
+        return self.max_abs / max(self.noise, 1e-12)
 
     @property
     def passed(self) -> bool:

@@ -84,6 +84,8 @@ def comparison_json(c: Comparison) -> dict:
         "rtol": c.tolerance.rtol,
         "argmax_actual": c.argmax_actual,
         "argmax_expected": c.argmax_expected,
+        "noise_floor": c.noise,
+        "noise_multiple": c.noise_multiple,
     }
 
 

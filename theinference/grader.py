@@ -8,7 +8,10 @@ cached per weights file (oracle_cache.py).
 
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
+
+import numpy as np
 
 from theinference.checks import CHECKS, OracleRuns, Verdict
 from theinference.fingerprints import BY_ID, identify
@@ -37,6 +40,19 @@ class Oracle:
             return CHECKS[check_name].expect(self.runs, args)
 
         return self.cache.get_or_compute(check_name, args, compute)
+
+    def noise(self, check_name: str, args: list) -> float | None:
+        """max |oracle - the same along the cached path|: the float32 drift any correct
+        solution shows for this case (None where the check has no second path)."""
+        second = CHECKS[check_name].second_path
+        if second is None:
+            return None
+
+        def compute():
+            drift = np.abs(self.expected(check_name, args) - second(self.runs, args)).max()
+            return np.asarray(drift, dtype=np.float64)
+
+        return float(self.cache.get_or_compute(check_name + ":noise", args, compute))
 
 
 def grade(
@@ -160,6 +176,11 @@ def grade_case(
     elif outcome.kind == "returned":
         value = (outcome.value, outcome.probe) if check.probe else outcome.value
         verdict = check.judge(value, args, ask, stage.tolerance, config)
+        if check.second_path is not None and verdict.comparisons:
+            noise_started = time.monotonic()
+            noise = oracle.noise(case.check, args)
+            oracle_seconds += time.monotonic() - noise_started
+            verdict.comparisons = [replace(c, noise=noise) for c in verdict.comparisons]
     else:
         verdict = verdict_without_value(outcome)
     hint = verdict.hint

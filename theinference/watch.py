@@ -22,6 +22,7 @@ from theinference.stages import Stage
 
 WATCHED_SUFFIXES = (".py", ".toml")
 IGNORED_DIRS = {"__pycache__", "node_modules", "venv", "env", "build", "dist"}
+POLL_SECONDS = 0.3
 TEMP_SUFFIXES = ("~", ".swp", ".swo", ".swx", ".tmp", ".bak", ".orig")
 
 
@@ -106,6 +107,8 @@ class Watch:
             self.keys.restore()
 
     def _watch_files(self) -> None:
+        if self.poll:
+            return self._poll_files()
         from watchfiles import watch
 
         def relevant(_change, path: str) -> bool:
@@ -129,6 +132,17 @@ class Watch:
             self.watching.set()  # the first (empty) yield: the watcher is live
             if changes:
                 self.events.put(("files", changes))
+
+    def _poll_files(self) -> None:
+        """--poll: where file events never arrive (WSL, NFS, network drives), compare content
+        hashes a few times a second instead."""
+        last = snapshot(self.root)
+        self.watching.set()
+        while not self.stop.wait(POLL_SECONDS):
+            now = snapshot(self.root)
+            if now != last:
+                last = now
+                self.events.put(("files", set()))
 
     def _start(self, stages: list[Stage], trigger: str) -> None:
         self._stop_current(trigger)

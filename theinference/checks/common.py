@@ -44,6 +44,7 @@ class Check:
     expect: Callable[["OracleRuns", list], object]
     judge: Callable[[object, list, Ask, Tolerance, ModelConfig], Verdict]
     probe: str = ""  # asks the worker to alter the student's cache mid-call (see worker.py)
+    second_path: Callable[["OracleRuns", list], np.ndarray] | None = None  # for the noise floor
 
 
 class OracleRuns:
@@ -71,6 +72,27 @@ class OracleRuns:
         # [d]: layer 0's attention-sublayer output (residual included) at the last position
         out, _ = oracle.attn_sublayer(oracle.embed(ids, self.w), self.w, 0)
         return out[-1]
+
+    # --- the same answers along the cached path: their difference is the float32 noise -----
+
+    def last_logits_cached_path(self, ids: list[int]) -> np.ndarray:
+        # [vocab]: the prefix recomputed, then the last token through its cache
+        if len(ids) == 1:  # no prefix: the same row inside a larger batch instead
+            f = oracle.forward(ids + ids, self.w, self.config.n_layer)
+            return oracle.logits_at(f.hidden, self.w, [0])[0]
+        past = oracle.forward(ids[:-1], self.w, self.config.n_layer).kv
+        f = oracle.extend(ids[-1:], self.w, self.config.n_layer, past)
+        return oracle.logits_at(f.hidden, self.w, [0])[0]
+
+    def layer0_attention_cached_path(self, ids: list[int]) -> np.ndarray:
+        # [d]
+        x = oracle.embed(ids, self.w)
+        if len(ids) == 1:
+            out, _ = oracle.attn_sublayer(oracle.embed(ids * 2, self.w), self.w, 0)
+            return out[0]
+        _, past = oracle.attn_sublayer(x[:-1], self.w, 0)
+        out, _ = oracle.attn_sublayer(x[-1:], self.w, 0, past)
+        return out[0]
 
 
 # --- turning a returned value into an array, or saying why it cannot be --------------------

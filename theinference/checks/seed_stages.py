@@ -236,12 +236,14 @@ CHECKS: dict[str, Check] = {
         arguments=_seq_args,
         expect=lambda runs, args: runs.layer0_attention_last(args[0]),
         judge=_judge_step_attention,
+        second_path=lambda runs, args: runs.layer0_attention_cached_path(args[0]),
     ),
     "prefill_logits": Check(
         adapter="run_prefill",
         arguments=_prompt_args,
         expect=lambda runs, args: runs.last_logits(args[0]),
         judge=_judge_logits(PREFILL_HINT),
+        second_path=lambda runs, args: runs.last_logits_cached_path(args[0]),
     ),
     "prefill_cache": Check(
         adapter="run_prefill_cache",
@@ -261,5 +263,6 @@ CHECKS: dict[str, Check] = {
         arguments=_decode_args,
         expect=lambda runs, args: runs.last_logits(args[0] + [args[1]]),
         judge=_judge_logits(DECODE_HINT),
+        second_path=lambda runs, args: runs.last_logits_cached_path(args[0] + [args[1]]),
     ),
 }

@@ -1,0 +1,130 @@
+"""`theinference bench`: how much the student's cache buys them, measured on their own code.
+
+Per prompt length L, through the contract's adapters only:
+- recompute, per token: the student's prefill of L tokens (one full forward: what a
+  cache-less generator pays for every new token at that length);
+- cached, per token: (T(generate N) - T(generate 1)) / (N - 1), the decode steps alone;
+- the oracle's cached decode per token at the same length, for scale.
+Each figure is the median of several timed runs after a warm-up, with its spread.
+"""
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from theinference import oracle
+from theinference.runner import Limits, Worker
+from theinference.stages import token_ids
+from theinference.weights import Weights
+
+
+class BenchError(Exception):
+    """The student's code could not be timed; the message says which call failed."""
+
+
+@dataclass
+class Timing:
+    median: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, samples: list[float]) -> "Timing":
+        return cls(statistics.median(samples), min(samples), max(samples))
+
+
+@dataclass
+class BenchRow:
+    length: int
+    recompute_ms: Timing  # per token
+    cached_ms: Timing  # per token
+    oracle_cached_ms: float  # per token
+
+    @property
+    def speedup(self) -> float:
+        return self.recompute_ms.median / max(self.cached_ms.median, 1e-9)
+
+    @property
+    def versus_oracle(self) -> float:
+        return self.cached_ms.median / max(self.oracle_cached_ms, 1e-9)
+
+
+@dataclass
+class BenchResult:
+    rows: list[BenchRow] = field(default_factory=list)
+    new_tokens: int = 0
+    repeats: int = 0
+    weights_label: str = ""
+
+
+def bench(
+    course_dir: Path,
+    weights: Weights,
+    lengths: list[int],
+    new_tokens: int,
+    repeats: int,
+    timeout: float,
+) -> BenchResult:
+    result = BenchResult(new_tokens=new_tokens, repeats=repeats, weights_label=weights.label)
+    with Worker(course_dir, weights.path, Limits(timeout=timeout)) as worker:
+        for length in lengths:
+            prompt = token_ids({"random": length, "seed": 99}, weights.config)
+            recompute = timed(worker, "run_prefill", [prompt], repeats)
+            one = timed(worker, "run_generate", [prompt, 1], repeats)
+            many = timed(worker, "run_generate", [prompt, new_tokens], repeats)
+            per_token = [max(m - o, 0.0) / (new_tokens - 1) for m, o in zip(many, one, strict=True)]
+            result.rows.append(
+                BenchRow(
+                    length=length,
+                    recompute_ms=Timing.of([1000 * s for s in recompute]),
+                    cached_ms=Timing.of([1000 * s for s in per_token]),
+                    oracle_cached_ms=1000 * oracle_decode_seconds(prompt, new_tokens, weights),
+                )
+            )
+    return result
+
+
+def timed(worker: Worker, adapter: str, args: list, repeats: int) -> list[float]:
+    """Seconds per call, after one untimed warm-up call."""
+    samples = []
+    for i in range(repeats + 1):
+        outcome = worker.call(adapter, args)
+        if outcome.kind != "returned":
+            raise BenchError(f"{adapter} did not return ({outcome.kind}): {outcome.message}")
+        if i:
+            samples.append(outcome.seconds)
+    return samples
+
+
+def oracle_decode_seconds(prompt: list[int], steps: int, weights: Weights) -> float:
+    """The oracle's own cached decode, seconds per token at this length."""
+    w, n_layer = weights.tensors, weights.config.n_layer
+    past = oracle.forward(prompt, w, n_layer).kv
+    started = time.perf_counter()
+    token = [prompt[-1]]
+    for _ in range(steps - 1):
+        f = oracle.extend(token, w, n_layer, past)
+        past = f.kv
+        token = [int(oracle.logits_at(f.hidden, w, [0])[0].argmax())]
+    return (time.perf_counter() - started) / (steps - 1)
+
+
+def to_json(result: BenchResult) -> dict:
+    return {
+        "schema": "theinference.bench/1",
+        "weights": result.weights_label,
+        "new_tokens": result.new_tokens,
+        "repeats": result.repeats,
+        "rows": [
+            {
+                "prompt_length": r.length,
+                "recompute_ms_per_token": vars(r.recompute_ms),
+                "cached_ms_per_token": vars(r.cached_ms),
+                "speedup": r.speedup,
+                "oracle_cached_ms_per_token": r.oracle_cached_ms,
+                "cached_vs_oracle": r.versus_oracle,
+            }
+            for r in result.rows
+        ],
+    }

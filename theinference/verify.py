@@ -1,0 +1,170 @@
+"""`theinference verify`, for course authors: the grader checks itself against a reference
+solution (which must pass) and every catalogued bug planted into it (each must fail its
+stage, and be named by its own fingerprint where it has one).
+
+The reference solution and the bug catalogue are the course authors' (never shipped to
+students): a folder holding reference_kvcache.py and bugs.toml, by default the source
+checkout's tests/solutions.
+"""
+
+import tempfile
+import tomllib
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from theinference.config import ModelConfig
+from theinference.course import init_course
+from theinference.grader import Oracle, grade
+from theinference.results import RunResult, Status
+from theinference.runner import Limits
+from theinference.stages import Stage, token_ids
+from theinference.weights import Weights
+
+QUICK_MAX_TOKENS = 300  # --quick: a bug that fails the small cases fails the stage
+
+
+class VerifyError(Exception):
+    """The solutions folder is missing or malformed."""
+
+
+@dataclass(frozen=True)
+class PlantedBug:
+    id: str
+    stage: str
+    old: str
+    new: str
+    also: tuple[tuple[str, str], ...] = ()
+    fingerprint: str | None = None
+
+    def planted(self, reference: str) -> str:
+        for old, new in ((self.old, self.new), *self.also):
+            if reference.count(old) != 1:
+                raise VerifyError(
+                    f"bug {self.id}: its edit must match the reference exactly "
+                    f"once, not {reference.count(old)} times: {old!r}"
+                )
+            reference = reference.replace(old, new)
+        return reference
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the verify table."""
+
+    stage: str
+    subject: str  # "reference" or a bug id
+    status: Status
+    ok: bool
+    worst: float | None  # reference: its largest error; a bug: its smallest failing error,
+    # both as multiples of the tolerance (None: the failure was not numeric)
+    named: str | None = None
+    expected_name: str | None = None
+
+
+def default_solutions_dir() -> Path:
+    return Path(__file__).resolve().parents[1] / "tests" / "solutions"
+
+
+def load_bugs(path: Path) -> list[PlantedBug]:
+    try:
+        data = tomllib.loads(path.read_text())
+        return [
+            PlantedBug(
+                id=b["id"],
+                stage=b["stage"],
+                old=b["old"],
+                new=b["new"],
+                also=tuple(tuple(pair) for pair in b.get("also", [])),
+                fingerprint=b.get("fingerprint"),
+            )
+            for b in data["bugs"]
+        ]
+    except (OSError, KeyError, TypeError, tomllib.TOMLDecodeError) as exc:
+        raise VerifyError(f"cannot read the bug catalogue {path}: {exc}") from None
+
+
+def quick(stage: Stage, config: ModelConfig) -> Stage:
+    """The stage with its small cases only (and its must-raise cases, which are cheap)."""
+
+    def size(case) -> int:
+        specs = [v for k, v in case.inputs.items() if k in ("seq", "prompt", "continuation")]
+        specs += case.inputs.get("prompts", [])
+        return sum(len(token_ids(spec, config)) for spec in specs)
+
+    keep = [c for c in stage.cases if size(c) <= QUICK_MAX_TOKENS or "must_raise" in c.inputs]
+    return replace(stage, cases=tuple(keep))
+
+
+def grade_text(kvcache: str, stages: list[Stage], weights: Weights, oracle: Oracle) -> RunResult:
+    """Grade a kvcache.py text in a fresh course directory made from the template."""
+    with tempfile.TemporaryDirectory(prefix="theinference-verify-") as tmp:
+        course = Path(tmp) / "course"
+        init_course(course)
+        (course / "src" / "kvcache.py").write_text(kvcache)
+        return grade(course, stages, weights, Limits(), oracle)
+
+
+def verify_reference(
+    reference: str, stages: list[Stage], weights: Weights, oracle: Oracle
+) -> list[Row]:
+    run = grade_text(reference, stages, weights, oracle)
+    rows = []
+    for s in run.stages:
+        worst = max((c.worst for case in s.cases for c in case.comparisons), default=None)
+        named = next((c.suspected_bug for c in s.cases if c.suspected_bug), None)
+        rows.append(
+            Row(
+                s.slug, "reference", s.status, s.status == Status.PASSED and not named, worst, named
+            )
+        )
+    return rows
+
+
+def verify_bug(
+    bug: PlantedBug, reference: str, stage: Stage, weights: Weights, oracle: Oracle
+) -> Row:
+    run = grade_text(bug.planted(reference), [stage], weights, oracle)
+    (result,) = run.stages
+    failing = [c for c in result.cases if c.status != Status.PASSED]
+    errors = [c.worst for case in failing for c in case.comparisons if not c.passed]
+    named = {c.suspected_bug for c in result.cases} - {None}
+    fails = result.status in (Status.FAILED, Status.ERROR, Status.TIMEOUT)
+    named_right = named == ({bug.fingerprint} if bug.fingerprint else set())
+    return Row(
+        result.slug,
+        bug.id,
+        result.status,
+        fails and named_right,
+        min(errors) if errors else None,
+        ", ".join(sorted(named)) or None,
+        bug.fingerprint,
+    )
+
+
+def verify(
+    solutions: Path,
+    stages: list[Stage],
+    weights: Weights,
+    oracle: Oracle,
+    quick_run: bool,
+    only: list[str],
+) -> list[Row]:
+    reference_path = solutions / "reference_kvcache.py"
+    if not reference_path.is_file():
+        raise VerifyError(
+            f"no reference solution at {reference_path} (pass --solutions DIR: "
+            "a folder with reference_kvcache.py and bugs.toml)"
+        )
+    reference = reference_path.read_text()
+    bugs = load_bugs(solutions / "bugs.toml")
+    unknown = set(only) - {b.id for b in bugs}
+    if unknown:
+        raise VerifyError(f"unknown bug id(s): {', '.join(sorted(unknown))}")
+    if quick_run:
+        stages = [quick(s, weights.config) for s in stages]
+    by_slug = {s.slug: s for s in stages}
+    rows = verify_reference(reference, stages, weights, oracle)
+    for bug in bugs:
+        if (not only or bug.id in only) and bug.stage in by_slug:
+            rows.append(verify_bug(bug, reference, by_slug[bug.stage], weights, oracle))
+    return rows
