@@ -245,3 +245,39 @@ def test_memory_limit_stops_a_huge_allocation(tmp_path):
     )
     out = call(course, "hog", [[1]], memory_bytes=2 << 30)
     assert out.kind == "raised" and "MemoryError" in out.message
+
+
+def test_a_child_that_leaves_the_process_group_is_killed_too(tmp_path):
+    course = course_with(
+        tmp_path,
+        """
+        import os, time
+        def escape(ids):
+            if os.fork() == 0:
+                os.setsid()  # a new session: killing the worker's group no longer reaches it
+                if os.fork() == 0:
+                    open("escaped.pid", "w").write(str(os.getpid()))
+                    while True:
+                        time.sleep(1)
+                os._exit(0)
+            time.sleep(0.5)
+            return [1.0]
+    """,
+    )
+    out = call(course, "escape", [[1]])
+    assert out.kind == "returned"
+    time.sleep(0.2)
+    assert not alive(int((course / "escaped.pid").read_text()))
+
+
+def test_the_grader_cache_location_is_not_passed_to_the_student(tmp_path, monkeypatch):
+    monkeypatch.setenv("THEINFERENCE_CACHE_DIR", "/somewhere/private")
+    course = course_with(
+        tmp_path,
+        """
+        import os
+        def peek(ids):
+            return [float("THEINFERENCE_CACHE_DIR" in os.environ)]
+    """,
+    )
+    assert call(course, "peek", [[1]]).value.tolist() == [0.0]

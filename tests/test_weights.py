@@ -172,3 +172,14 @@ def test_our_writer_is_byte_stable(tmp_path):
     write_file(tmp_path / "a.safetensors", t)
     write_file(tmp_path / "b.safetensors", dict(reversed(list(t.items()))))
     assert (tmp_path / "a.safetensors").read_bytes() == (tmp_path / "b.safetensors").read_bytes()
+
+
+def test_a_rewritten_synthetic_file_is_noticed_and_made_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("THEINFERENCE_CACHE_DIR", str(tmp_path))
+    path = weights.synthetic_checkpoint()
+    path.chmod(0o644)
+    with path.open("r+b") as f:  # what a hostile submission might do
+        f.seek(4096)
+        f.write(b"\x00" * 64)
+    again = weights.synthetic_checkpoint()
+    assert hashlib.sha256(again.read_bytes()).hexdigest() == synthetic.SYNTHETIC_SHA256

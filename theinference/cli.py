@@ -83,6 +83,10 @@ def test(
     gradescope_file: Annotated[
         Path | None, typer.Option("--gradescope", help="Also write Gradescope results.json here.")
     ] = None,
+    case: Annotated[
+        list[str] | None,
+        typer.Option("--case", help="Only cases whose name contains this; repeat for several."),
+    ] = None,
     seed: Annotated[
         int | None,
         typer.Option(
@@ -93,8 +97,15 @@ def test(
     timeout: Annotated[
         float | None, typer.Option(help="Seconds per adapter call (default: each stage's).")
     ] = None,
+    memory_gb: Annotated[
+        float, typer.Option(help="Heap limit of the student's process, GiB.")
+    ] = 8.0,
+    output_kb: Annotated[
+        int, typer.Option(help="Student output kept per call and stream, KiB.")
+    ] = 64,
 ) -> None:
     """Grade the course directory's stages against the recompute oracle."""
+    from theinference.runner import Limits
     from theinference.session import Output, prepare, run_once
 
     if fmt not in FORMATS:
@@ -108,7 +119,8 @@ def test(
         if path is not None:
             outputs.append(Output(extra_fmt, path))
     try:
-        session = prepare(course_dir, stage or [], weights, timeout, seed, outputs)
+        session = prepare(course_dir, stage or [], weights, timeout, seed, outputs, case or [])
+        session.limits = Limits(memory_bytes=int(memory_gb * 2**30), output_bytes=output_kb * 1024)
     except Exception as exc:
         raise fail(*_usage_error(exc)) from None
     try:

@@ -24,20 +24,40 @@ class LayerKV:
 
 def layer_norm(x: np.ndarray, g: np.ndarray, b: np.ndarray) -> np.ndarray:
     # [n, d] -> [n, d]
-    mean = x.mean(axis=-1, keepdims=True)
-    centred = x - mean
-    var = (centred * centred).mean(axis=-1, keepdims=True)
-    return centred / np.sqrt(var + LN_EPS) * g + b
+    centred = x - x.mean(axis=-1, keepdims=True)
+    var = np.einsum("ij,ij->i", centred, centred)[:, None] / F32(x.shape[-1])  # [n, 1]
+    centred /= np.sqrt(var + LN_EPS)
+    centred *= g
+    centred += b
+    return centred
 
 
 def gelu(x: np.ndarray) -> np.ndarray:
-    # tanh approximation, as GPT-2 was trained with
-    return F32(0.5) * x * (F32(1.0) + np.tanh(GELU_C * (x + F32(0.044715) * x * x * x)))
+    # tanh approximation, as GPT-2 was trained with:
+    # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), one temporary, updated in place
+    t = x * x
+    t *= x
+    t *= F32(0.044715)
+    t += x
+    t *= GELU_C
+    np.tanh(t, out=t)
+    t += F32(1.0)
+    t *= x
+    t *= F32(0.5)
+    return t
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)
+
+
+def softmax_inplace(x: np.ndarray) -> np.ndarray:
+    # x is a scratch array (fresh scores): normalise it without new [h, n, m] temporaries
+    x -= x.max(axis=-1, keepdims=True)
+    np.exp(x, out=x)
+    x /= x.sum(axis=-1, keepdims=True)
+    return x
 
 
 def split_heads(x: np.ndarray) -> np.ndarray:
@@ -56,11 +76,17 @@ def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
     # q [h, n, hd] for the LAST n of k/v's m positions; k, v [h, m, hd] -> [h, n, hd].
     # Query i sits at absolute position m - n + i and sees keys 0..m - n + i.
     n, m = q.shape[1], k.shape[1]
-    scores = (q @ k.transpose(0, 2, 1)) * F32(1.0 / np.sqrt(q.shape[-1]))  # [h, n, m]
-    future = np.arange(m)[None, :] > (m - n + np.arange(n))[:, None]  # [n, m]
-    if future.any():
-        scores = np.where(future, F32(-np.inf), scores)
-    return softmax(scores) @ v
+    scores = q @ k.transpose(0, 2, 1)  # [h, n, m]
+    scores *= F32(1.0 / np.sqrt(q.shape[-1]))
+    if n > 1:  # a single query (the last position) sees every key: nothing to mask
+        scores += causal_bias(n, m)  # broadcast over heads
+    return softmax_inplace(scores) @ v
+
+
+def causal_bias(n: int, m: int) -> np.ndarray:
+    # [n, m]: 0 where query i (absolute position m - n + i) may look, -inf at later keys
+    future = np.arange(m)[None, :] > (m - n + np.arange(n))[:, None]
+    return np.where(future, F32(-np.inf), F32(0.0))
 
 
 def attn_sublayer(
@@ -70,7 +96,8 @@ def attn_sublayer(
     this layer's K/V for past and new rows together)."""
     p = f"h.{layer}."
     h = layer_norm(x, w[p + "ln_1.weight"], w[p + "ln_1.bias"])
-    qkv = h @ w[p + "attn.c_attn.weight"] + w[p + "attn.c_attn.bias"]  # [n, 3d]
+    qkv = h @ w[p + "attn.c_attn.weight"]  # [n, 3d]
+    qkv += w[p + "attn.c_attn.bias"]
     q, k, v = (split_heads(part) for part in np.split(qkv, 3, axis=-1))
     if past is not None:
         k = np.concatenate([past.k, k], axis=1)
@@ -84,8 +111,12 @@ def mlp_sublayer(x: np.ndarray, w: dict, layer: int) -> np.ndarray:
     # [n, d] -> [n, d], residual included
     p = f"h.{layer}."
     h = layer_norm(x, w[p + "ln_2.weight"], w[p + "ln_2.bias"])
-    up = gelu(h @ w[p + "mlp.c_fc.weight"] + w[p + "mlp.c_fc.bias"])  # [n, 4d]
-    return x + (up @ w[p + "mlp.c_proj.weight"] + w[p + "mlp.c_proj.bias"])
+    pre = h @ w[p + "mlp.c_fc.weight"]  # [n, 4d]
+    pre += w[p + "mlp.c_fc.bias"]
+    out = gelu(pre) @ w[p + "mlp.c_proj.weight"]  # [n, d]
+    out += w[p + "mlp.c_proj.bias"]
+    out += x
+    return out
 
 
 def embed(ids: list[int], w: dict, start: int = 0) -> np.ndarray:

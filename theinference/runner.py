@@ -8,6 +8,7 @@ code can catch, and its output is read through pipes and capped, never buffered 
 
 import json
 import os
+import secrets
 import selectors
 import signal
 import struct
@@ -22,7 +23,12 @@ import numpy as np
 
 WORKER_SCRIPT = Path(__file__).with_name("worker.py")
 MAX_REPLY_BYTES = 1 << 30
-STARTUP_TIMEOUT = 60.0  # a cold interpreter and NumPy import on a loaded machine
+STARTUP_TIMEOUT = 60.0
+RUN_TOKEN_VAR = "THEINFERENCE_RUN_TOKEN"
+GRADER_ONLY_ENV = {
+    "THEINFERENCE_CACHE_DIR",
+    "THEINFERENCE_SEED",
+}  # not the student's business  # a cold interpreter and NumPy import on a loaded machine
 ALLOWED_DTYPES = {"b", "i", "u", "f", "c"}
 
 
@@ -93,6 +99,7 @@ class Worker:
         self._early_death: Outcome | None = None
         self.startups = 0
         self.startup_seconds = 0.0
+        self.token = secrets.token_hex(8)
 
     def __enter__(self) -> "Worker":
         return self
@@ -134,7 +141,8 @@ class Worker:
         return outcome
 
     def stop(self) -> None:
-        """Kill the worker and everything it started (its whole process group)."""
+        """Kill the worker and everything it started: its process group, and any process
+        that left the group (setsid, double fork) but still carries this run's token."""
         if self._proc is None:
             return
         proc, self._proc = self._proc, None
@@ -150,6 +158,7 @@ class Worker:
         except (ProcessLookupError, PermissionError):
             pass
         proc.popen.wait()
+        kill_tagged(self.token)
 
     # --- internals ---------------------------------------------------------------------------
 
@@ -159,9 +168,10 @@ class Worker:
         req_read, req_write = os.pipe()
         resp_read, resp_write = os.pipe()
         env = {
-            **os.environ,
+            **{k: v for k, v in os.environ.items() if k not in GRADER_ONLY_ENV},
             "THEINFERENCE_WEIGHTS": str(self.weights_path),
             "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ writes in the course directory
+            RUN_TOKEN_VAR: self.token,  # inherited by every descendant: see kill_tagged
         }
         popen = subprocess.Popen(
             [
@@ -264,6 +274,19 @@ class Worker:
     def _finish(self, outcome: Outcome, out: Captured, err: Captured) -> Outcome:
         outcome.stdout, outcome.stderr = out.text(), err.text()
         return outcome
+
+
+def kill_tagged(token: str) -> None:
+    """SIGKILL every process whose environment carries this run's token (Linux /proc)."""
+    needle = f"{RUN_TOKEN_VAR}={token}".encode()
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue  # gone already, or not ours to read
 
 
 def decode_reply(payload: bytes) -> Outcome:

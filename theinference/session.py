@@ -42,10 +42,13 @@ def prepare(
     timeout: float | None,
     seed: int | None,
     outputs: list[Output],
+    case_filter: list[str] = (),
 ) -> Session:
     """Everything a run needs, checked up front: course, stages, weights."""
     course = open_course(course_dir)
     every = load_stages()
+    if case_filter:
+        every = [only_cases(s, case_filter) for s in every]
     if timeout is not None:
         every = [replace(s, timeout=timeout) for s in every]
     if seed is not None:
@@ -53,6 +56,12 @@ def prepare(
     weights = load_weights(weights_spec or course.weights, course.root)
     oracle = Oracle(weights, OracleCache(weights.sha256, cache_dir()))
     return Session(course, select(every, slugs), every, weights, outputs=outputs, oracle=oracle)
+
+
+def only_cases(stage: Stage, wanted: list[str]) -> Stage:
+    """The stage with only the cases whose names contain one of `wanted`."""
+    keep = tuple(c for c in stage.cases if any(w.lower() in c.name.lower() for w in wanted))
+    return replace(stage, cases=keep)
 
 
 def run(

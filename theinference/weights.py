@@ -81,12 +81,22 @@ def load_weights(spec: str, base_dir: Path) -> Weights:
 def synthetic_checkpoint() -> Path:
     """The synthetic checkpoint's path, generating it once (under a lock, atomically)."""
     path = cache_dir() / f"synthetic-gpt2-124m-v{synthetic.SYNTHETIC_VERSION}.safetensors"
-    if path.exists():
+    if _intact(path):
         return path
     with _locked(path):
-        if not path.exists():  # another grader may have made it while we waited
+        if not _intact(path):  # another grader may have made it while we waited
+            path.unlink(missing_ok=True)  # damaged or rewritten: make it again
             _write_atomically(path, synthetic.synthetic_tensors(), synthetic.SYNTHETIC_SHA256)
     return path
+
+
+def _intact(path: Path) -> bool:
+    """Present with its recorded bytes. Hashed once per (size, mtime), so a file rewritten
+    after it was made (by anything, a student's code included) is noticed and replaced."""
+    try:
+        return path.exists() and file_sha256(path) == synthetic.SYNTHETIC_SHA256
+    except OSError:
+        return False
 
 
 # --- real GPT-2 through the Hub --------------------------------------------------------------

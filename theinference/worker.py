@@ -37,11 +37,16 @@ def main() -> None:
         write_message(replies, *encode_reply(reply))
 
 
+MEMORY_LIMIT = 0  # bytes, set at start-up
+
+
 def limit_memory(limit: int) -> None:
     # RLIMIT_DATA counts heap and anonymous mappings but not the memory-mapped weights or
     # address space reserved by libraries such as PyTorch, so honest solutions never meet it
+    global MEMORY_LIMIT
     if limit > 0:
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+        MEMORY_LIMIT = limit
 
 
 def import_adapters(course_dir: str):
@@ -146,7 +151,8 @@ def describe_exception(exc: BaseException) -> str:
     if isinstance(exc, KeyboardInterrupt):
         return "the code raised KeyboardInterrupt"
     if isinstance(exc, MemoryError):
-        return "MemoryError: the code ran out of memory (or hit the grader's memory limit)"
+        limit = f"{MEMORY_LIMIT / 2**30:g} GiB" if MEMORY_LIMIT else "none"
+        return f"MemoryError: the code ran out of memory (the grader's limit: {limit})"
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
