@@ -90,10 +90,11 @@ def causal_bias(n: int, m: int) -> np.ndarray:
 
 
 def attn_sublayer(
-    x: np.ndarray, w: dict, layer: int, past: LayerKV | None = None
+    x: np.ndarray, w: dict, layer: int, past: LayerKV | None = None, last_only: bool = False
 ) -> tuple[np.ndarray, LayerKV]:
     """[n, d] new rows (after `past`'s rows) -> ([n, d] residual stream after attention,
-    this layer's K/V for past and new rows together)."""
+    this layer's K/V for past and new rows together). With last_only, K/V still cover every
+    row but the output is the last row's alone ([1, d])."""
     p = f"h.{layer}."
     h = layer_norm(x, w[p + "ln_1.weight"], w[p + "ln_1.bias"])
     qkv = h @ w[p + "attn.c_attn.weight"]  # [n, 3d]
@@ -102,6 +103,8 @@ def attn_sublayer(
     if past is not None:
         k = np.concatenate([past.k, k], axis=1)
         v = np.concatenate([past.v, v], axis=1)
+    if last_only:
+        q, x = q[:, -1:], x[-1:]
     a = merge_heads(causal_attention(q, k, v))
     out = x + (a @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"])
     return out, LayerKV(k=k, v=v)
@@ -130,19 +133,24 @@ class Forward:
     kv: list[LayerKV]  # one per layer, every position so far
 
 
-def forward(ids: list[int], w: dict, n_layer: int) -> Forward:
+def forward(ids: list[int], w: dict, n_layer: int, last_only: bool = False) -> Forward:
     """The whole stack over ids, recomputed from scratch under the causal mask."""
-    return extend(ids, w, n_layer, past=None)
+    return extend(ids, w, n_layer, past=None, last_only=last_only)
 
 
-def extend(ids: list[int], w: dict, n_layer: int, past: list[LayerKV] | None) -> Forward:
+def extend(
+    ids: list[int], w: dict, n_layer: int, past: list[LayerKV] | None, last_only: bool = False
+) -> Forward:
     """The stack over `ids` placed after the positions `past` holds: the same numbers as
-    `forward` over the whole sequence (tested), without recomputing the past."""
+    `forward` over the whole sequence (tested), without recomputing the past. With
+    last_only, the last layer computes its output for the last row alone (hidden is [1, d]):
+    all a last-position logit needs, one layer's MLP and projections cheaper."""
     start = past[0].k.shape[1] if past else 0
     x = embed(ids, w, start)
     kv = []
     for layer in range(n_layer):
-        x, layer_kv = attn_sublayer(x, w, layer, past[layer] if past else None)
+        prune = last_only and layer == n_layer - 1
+        x, layer_kv = attn_sublayer(x, w, layer, past[layer] if past else None, prune)
         x = mlp_sublayer(x, w, layer)
         kv.append(layer_kv)
     return Forward(hidden=x, kv=kv)

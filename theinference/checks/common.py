@@ -65,8 +65,12 @@ class OracleRuns:
         return self._forwards[key]
 
     def last_logits(self, ids: list[int]) -> np.ndarray:
-        # [vocab]
-        return oracle.logits_at(self.forward(ids).hidden, self.w, [len(ids) - 1])[0]
+        # [vocab]: from a full forward if one is at hand, else from a last-row-only one
+        full = self._forwards.get(tuple(ids))
+        if full is not None:
+            return oracle.logits_at(full.hidden, self.w, [len(ids) - 1])[0]
+        f = oracle.forward(ids, self.w, self.config.n_layer, last_only=True)
+        return oracle.logits_at(f.hidden, self.w, [0])[0]
 
     def layer0_attention_last(self, ids: list[int]) -> np.ndarray:
         # [d]: layer 0's attention-sublayer output (residual included) at the last position
