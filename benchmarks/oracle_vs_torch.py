@@ -22,6 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tests.helpers import hf_gpt2  # noqa: E402
 from theinference import oracle  # noqa: E402
 from theinference.stages import token_ids  # noqa: E402
 from theinference.weights import load_weights  # noqa: E402
@@ -38,7 +39,7 @@ def main() -> None:
     torch.set_num_threads(THREADS)
     print_kernels()
     weights = load_weights("synthetic", Path("."))
-    model = hf_model(weights, torch, transformers)
+    model = hf_gpt2(weights, torch, transformers)
     print(
         f"{'tokens':>6} {'oracle ms':>10} {'torch ms':>9} {'ratio':>6} "
         f"{'torch same-work ms':>19} {'ratio':>6}"
@@ -69,27 +70,6 @@ def timed(fn) -> float:
         fn()
         samples.append(1000 * (time.perf_counter() - started))
     return statistics.median(samples)
-
-
-def hf_model(weights, torch, transformers):
-    c = weights.config
-    config = transformers.GPT2Config(
-        vocab_size=c.vocab_size,
-        n_positions=c.n_ctx,
-        n_embd=c.n_embd,
-        n_layer=c.n_layer,
-        n_head=c.n_head,
-        activation_function="gelu_new",
-        layer_norm_epsilon=1e-5,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-    )
-    model = transformers.GPT2LMHeadModel(config).eval()
-    state = {f"transformer.{k}": torch.from_numpy(np.array(v)) for k, v in weights.tensors.items()}
-    model.load_state_dict(state, strict=False)
-    model.tie_weights()
-    return model
 
 
 def sgemm_limit(w: dict, n_layer: int, d: int) -> None:

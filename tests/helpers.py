@@ -33,3 +33,50 @@ def grade_course(
 
 def statuses(run) -> dict[str, str]:
     return {s.slug: s.status.value for s in run.stages}
+
+
+STAGES = [
+    "single-step-attention",
+    "build-prefill",
+    "full-decode-step",
+    "per-step-identity",
+    "generate-loop",
+    "prefix-caching",
+]
+
+
+def alive(pid: int) -> bool:
+    """Running, not merely a zombie waiting for a reaper (PID 1 here may never reap it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
+def hf_gpt2(weights, torch, transformers):
+    """Hugging Face transformers' GPT2LMHeadModel holding these weights (an independent GPT-2)."""
+    import numpy as np
+
+    c = weights.config
+    config = transformers.GPT2Config(
+        vocab_size=c.vocab_size,
+        n_positions=c.n_ctx,
+        n_embd=c.n_embd,
+        n_layer=c.n_layer,
+        n_head=c.n_head,
+        activation_function="gelu_new",
+        layer_norm_epsilon=1e-5,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
+    model = transformers.GPT2LMHeadModel(config).eval()
+    state = {f"transformer.{k}": torch.from_numpy(np.array(v)) for k, v in weights.tensors.items()}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    assert not unexpected
+    assert all(
+        k == "lm_head.weight" or k.endswith((".attn.bias", ".attn.masked_bias")) for k in missing
+    ), missing
+    model.tie_weights()
+    return model

@@ -4,16 +4,9 @@ bug fails the stage it breaks, an untouched template is todo everywhere."""
 import pytest
 
 from tests.bugs import BUGS, REFERENCE, planted
-from tests.helpers import SOLUTIONS, grade_course, make_course, statuses
+from tests.helpers import SOLUTIONS, STAGES, grade_course, make_course, statuses
 
-ALL = [
-    "single-step-attention",
-    "build-prefill",
-    "full-decode-step",
-    "per-step-identity",
-    "generate-loop",
-    "prefix-caching",
-]
+ALL = STAGES
 
 
 def test_reference_solution_passes_every_stage(reference_course, weights):

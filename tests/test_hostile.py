@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests.helpers import make_course, reference_text
+from tests.helpers import alive, make_course, reference_text
 from theinference.cli import app
 
 runner = CliRunner()
@@ -171,14 +171,6 @@ def grade(course: Path, tmp_path: Path) -> tuple[dict, str, float]:
     assert result.exit_code == (0 if json.loads(out.read_text())["passed"] else 1)
     (case,) = json.loads(out.read_text())["stages"][0]["cases"]
     return case, result.output, elapsed
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state not in ("Z", "X")
 
 
 def check(course: Path, tmp_path: Path, status: str, text: str) -> float:

@@ -6,6 +6,7 @@ import os
 import numpy as np
 import pytest
 
+from tests.helpers import hf_gpt2
 from theinference import oracle
 from theinference.stages import token_ids
 
@@ -24,28 +25,7 @@ def import_transformers():
 @pytest.fixture(scope="module")
 def hf_model(weights):
     torch, transformers = import_transformers()
-    c = weights.config
-    config = transformers.GPT2Config(
-        vocab_size=c.vocab_size,
-        n_positions=c.n_ctx,
-        n_embd=c.n_embd,
-        n_layer=c.n_layer,
-        n_head=c.n_head,
-        activation_function="gelu_new",
-        layer_norm_epsilon=1e-5,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-    )
-    model = transformers.GPT2LMHeadModel(config).eval()
-    state = {f"transformer.{k}": torch.from_numpy(np.array(v)) for k, v in weights.tensors.items()}
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    assert not unexpected
-    assert all(
-        k == "lm_head.weight" or k.endswith((".attn.bias", ".attn.masked_bias")) for k in missing
-    ), missing
-    model.tie_weights()
-    return torch, model
+    return torch, hf_gpt2(weights, torch, transformers)
 
 
 @pytest.mark.parametrize("length", [1, 37, 256])

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.bugs import planted
-from tests.helpers import grade_course, make_course
+from tests.helpers import STAGES, grade_course, make_course
 from theinference import exits
 from theinference.cli import app
 from theinference.formats import SCHEMA_FILE
@@ -57,8 +57,7 @@ def test_json_validates_against_the_published_schema(mixed_course):
     jsonschema.validate(data, json.loads(SCHEMA_FILE.read_text()))
     statuses = {s["slug"]: s["status"] for s in data["stages"]}
     assert statuses == {"single-step-attention": "passed", "build-prefill": "failed"} | {
-        slug: "skipped"
-        for slug in ("full-decode-step", "per-step-identity", "generate-loop", "prefix-caching")
+        slug: "skipped" for slug in STAGES[2:]
     }
     failed = next(c for c in data["stages"][1]["cases"] if c["status"] == "failed")
     assert failed["comparisons"][0]["worst_tolerance_multiple"] > 1
@@ -73,14 +72,7 @@ def test_junit_parses_with_a_suite_per_stage(mixed_course):
     _, out, _ = mixed_course
     root = ET.parse(out / "r.xml").getroot()
     suites = {s.get("name"): s for s in root.iter("testsuite")}
-    assert set(suites) == {
-        "single-step-attention",
-        "build-prefill",
-        "full-decode-step",
-        "per-step-identity",
-        "generate-loop",
-        "prefix-caching",
-    }
+    assert set(suites) == set(STAGES)
     assert int(suites["build-prefill"].get("failures")) >= 1
     assert suites["build-prefill"].find("testcase/failure") is not None
     assert suites["full-decode-step"].find("testcase/skipped") is not None

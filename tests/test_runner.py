@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.helpers import alive
 from theinference.runner import Foreign, Limits, Worker
 
 
@@ -186,15 +187,6 @@ def test_a_hang_is_killed_at_the_timeout_with_its_children(tmp_path):
     child = int((course / "child.pid").read_text())
     time.sleep(0.2)
     assert not alive(child)
-
-
-def alive(pid: int) -> bool:
-    """Running, not merely a zombie waiting for a reaper (PID 1 here may never reap it)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state not in ("Z", "X")
 
 
 def test_output_is_captured_per_call_and_capped(tmp_path):
