@@ -35,6 +35,7 @@ class PlantedBug:
     new: str
     also: tuple[tuple[str, str], ...] = ()
     fingerprint: str | None = None
+    subtle: bool = False  # fails, but not far past the tolerance (e.g. erf vs tanh GELU)
 
     def planted(self, reference: str) -> str:
         for old, new in ((self.old, self.new), *self.also):
@@ -76,6 +77,7 @@ def load_bugs(path: Path) -> list[PlantedBug]:
                 new=b["new"],
                 also=tuple(tuple(pair) for pair in b.get("also", [])),
                 fingerprint=b.get("fingerprint"),
+                subtle=bool(b.get("subtle", False)),
             )
             for b in data["bugs"]
         ]
