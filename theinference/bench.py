@@ -100,14 +100,10 @@ def timed(worker: Worker, adapter: str, args: list, repeats: int) -> list[float]
 def oracle_decode_seconds(prompt: list[int], steps: int, weights: Weights) -> float:
     """The oracle's own cached decode, seconds per token at this length."""
     w, n_layer = weights.tensors, weights.config.n_layer
-    past = oracle.forward(prompt, w, n_layer).kv
+    prefilled = oracle.forward(prompt, w, n_layer)
     started = time.perf_counter()
-    token = [prompt[-1]]
-    for _ in range(steps - 1):
-        f = oracle.extend(token, w, n_layer, past)
-        past = f.kv
-        token = [int(oracle.logits_at(f.hidden, w, [0])[0].argmax())]
-    return (time.perf_counter() - started) / (steps - 1)
+    oracle.greedy(prefilled, steps, w, n_layer)
+    return (time.perf_counter() - started) / steps
 
 
 def to_json(result: BenchResult) -> dict:

@@ -129,7 +129,7 @@ def _open_user_file(name: str, path: Path) -> Weights:
         raise WeightsError(str(exc)) from None
     except OSError as exc:
         raise WeightsError(f"cannot read weights file {path}: {exc.strerror}") from None
-    canonical = canonicalise(tensors, path)
+    canonical = canonicalise(tensors)
     config = infer_config(canonical, path)
     check_shapes(canonical, config, path)
     if _is_canonical(tensors, canonical):
@@ -143,7 +143,7 @@ def _open_user_file(name: str, path: Path) -> Weights:
     return _open(name, copy, digest)
 
 
-def canonicalise(tensors: dict[str, np.ndarray], path: Path) -> dict[str, np.ndarray]:
+def canonicalise(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Strip `transformer.`, drop mask buffers and the tied lm_head, make every tensor float32."""
     out = {}
     for key, value in tensors.items():
