@@ -297,3 +297,24 @@ def test_limits_are_named_when_hit(tmp_path):
     assert case["status"] == "error" and "the grader's limit: 1 GiB" in case["message"]
     assert "output cut at 1 KiB" in case["stdout"]
     assert result.exit_code == 1
+
+
+def test_a_stage_spec_sets_its_own_limits(tmp_path, weights):
+    from dataclasses import replace
+
+    from theinference.grader import grade
+    from theinference.runner import Limits
+    from theinference.session import only_cases
+    from theinference.stages import load_stages
+
+    course = submission(
+        tmp_path,
+        "sys.stdout.write('z' * 5000)\n    x = np.ones(3 * 1024**3 // 8)\n    return x[:768]",
+    )
+    stage = only_cases(load_stages()[0], ["two tokens"])
+    tight = replace(stage, slug="tight", memory_bytes=2 * 2**30, output_bytes=2048)
+    run = grade(course, [tight, stage], weights, Limits())  # the spec's, then the run's own
+    first, second = (s.cases[0] for s in run.stages)
+    assert "the grader's limit: 2 GiB" in first.message and "output cut at 2 KiB" in first.stdout
+    assert second.status.value == "failed"  # 8 GiB: the allocation succeeds, the answer is wrong
+    assert "output cut" not in second.stdout

@@ -98,15 +98,16 @@ def test(
         float | None, typer.Option(help="Seconds per adapter call (default: each stage's).")
     ] = None,
     memory_gb: Annotated[
-        float, typer.Option(help="Heap limit of the student's process, GiB.")
-    ] = 8.0,
+        float | None,
+        typer.Option(help="Heap limit of the student's process, GiB (default: each stage's, 8)."),
+    ] = None,
     output_kb: Annotated[
-        int, typer.Option(help="Student output kept per call and stream, KiB.")
-    ] = 64,
+        int | None,
+        typer.Option(help="Output kept per call and stream, KiB (default: each stage's, 64)."),
+    ] = None,
 ) -> None:
     """Grade the course directory's stages against the recompute oracle."""
-    from theinference.runner import Limits
-    from theinference.session import Output, prepare, run_once
+    from theinference.session import Output, override_limits, prepare, run_once
 
     if fmt not in FORMATS:
         raise fail(f"unknown format '{fmt}': choose one of {', '.join(FORMATS)}", exits.USAGE)
@@ -120,7 +121,7 @@ def test(
             outputs.append(Output(extra_fmt, path))
     try:
         session = prepare(course_dir, stage or [], weights, timeout, seed, outputs, case or [])
-        session.limits = Limits(memory_bytes=int(memory_gb * 2**30), output_bytes=output_kb * 1024)
+        override_limits(session, memory_gb, output_kb)
     except Exception as exc:
         raise fail(*_usage_error(exc)) from None
     try:

@@ -83,7 +83,7 @@ def grade(
                     score_weight=stage.score,
                 )
                 continue
-            results[stage.slug] = grade_stage(stage, worker, oracle, cancel)
+            results[stage.slug] = grade_stage(stage, worker, oracle, cancel, limits)
         startups, startup_seconds = worker.startups, worker.startup_seconds
     return RunResult(
         stages=list(results.values()),
@@ -108,9 +108,10 @@ def first_blocker(stage: Stage, results: dict[str, StageResult]) -> str:
 
 
 def grade_stage(
-    stage: Stage, worker: Worker, oracle: Oracle, cancel: threading.Event
+    stage: Stage, worker: Worker, oracle: Oracle, cancel: threading.Event, run_limits: Limits
 ) -> StageResult:
     started = time.monotonic()
+    worker.use_limits(stage_limits(stage, run_limits))
     graded: list[tuple[CaseResult, list, Verdict]] = []
     for case in stage.cases:
         if cancel.is_set():
@@ -126,6 +127,16 @@ def grade_stage(
         cases,
         seconds=time.monotonic() - started,
         score_weight=stage.score,
+    )
+
+
+def stage_limits(stage: Stage, run: Limits) -> Limits:
+    """The stage spec's own limits where it sets them, else the run's."""
+    return replace(
+        run,
+        timeout=stage.timeout,
+        memory_bytes=stage.memory_bytes or run.memory_bytes,
+        output_bytes=stage.output_bytes or run.output_bytes,
     )
 
 

@@ -241,7 +241,7 @@ def print_bench(out: Console, result) -> None:
             str(r.length),
             f"{r.recompute_ms.median:.1f} ({r.recompute_ms.low:.1f}-{r.recompute_ms.high:.1f})",
             f"{r.cached_ms.median:.1f} ({r.cached_ms.low:.1f}-{r.cached_ms.high:.1f})",
-            f"{r.speedup:.1f}x",
+            f"{r.speedup:.1f}x" if r.cached_ms.median > 0 else "n/a (noise)",
             f"{r.oracle_cached_ms:.1f}",
             f"{r.versus_oracle:.2f}x",
         )

@@ -107,6 +107,13 @@ class Worker:
     def __exit__(self, *exc) -> None:
         self.stop()
 
+    def use_limits(self, limits: Limits) -> None:
+        """Limits for the calls that follow (a stage's own); a different memory limit needs a
+        fresh process, since a process cannot be trusted to lower its own."""
+        if limits.memory_bytes != self.limits.memory_bytes:
+            self.stop()
+        self.limits = limits
+
     def call(
         self, adapter: str, args: list, timeout: float | None = None, probe: str = ""
     ) -> Outcome:

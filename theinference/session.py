@@ -58,6 +58,18 @@ def prepare(
     return Session(course, select(every, slugs), every, weights, outputs=outputs, oracle=oracle)
 
 
+def override_limits(session: Session, memory_gb: float | None, output_kb: int | None) -> None:
+    """Limits given on the command line win over every stage spec's."""
+    changes = {}
+    if memory_gb is not None:
+        changes["memory_bytes"] = int(memory_gb * 2**30)
+    if output_kb is not None:
+        changes["output_bytes"] = int(output_kb * 1024)
+    if changes:
+        session.stages = [replace(s, **changes) for s in session.stages]
+        session.all_stages = [replace(s, **changes) for s in session.all_stages]
+
+
 def only_cases(stage: Stage, wanted: list[str]) -> Stage:
     """The stage with only the cases whose names contain one of `wanted`."""
     keep = tuple(c for c in stage.cases if any(w.lower() in c.name.lower() for w in wanted))

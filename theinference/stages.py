@@ -43,6 +43,8 @@ class Stage:
     guidance: str
     cases: tuple[Case, ...] = field(default=())
     hidden: dict = field(default_factory=dict)  # {check, count, min_len, max_len} for --seed
+    memory_bytes: int | None = None  # the spec's memory_gb, else the run's limit
+    output_bytes: int | None = None  # the spec's output_kb, else the run's limit
 
 
 def load_stages(spec_dir: Path = SPEC_DIR) -> list[Stage]:
@@ -77,6 +79,8 @@ def _parse(path: Path) -> Stage:
                 Case(name=c.pop("name"), check=c.pop("check"), inputs=c) for c in spec["cases"]
             ),
             hidden=dict(spec.get("hidden", {})),
+            memory_bytes=int(spec["memory_gb"] * 2**30) if "memory_gb" in spec else None,
+            output_bytes=int(spec["output_kb"] * 1024) if "output_kb" in spec else None,
         )
     except (KeyError, TypeError, ValueError, tomllib.TOMLDecodeError) as exc:
         raise StageError(f"stage spec {path.name} is malformed: {exc!r}") from None
