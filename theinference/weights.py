@@ -213,14 +213,24 @@ def _open(name: str, path: Path, sha256: str) -> Weights:
 
 def file_sha256(path: Path) -> str:
     """sha256 of a file, memoised by (path, size, mtime) so a large file is hashed once."""
+    known = _read_json(_hash_memo())
+    return known.get(_memo_key(path)) or _remember_sha256(path, _sha256_of(path))
+
+
+def _remember_sha256(path: Path, digest: str) -> str:
+    known = _read_json(_hash_memo())
+    known[_memo_key(path)] = digest
+    _try_write_json(_hash_memo(), known)
+    return digest
+
+
+def _hash_memo() -> Path:
+    return cache_dir() / "hashes.json"
+
+
+def _memo_key(path: Path) -> str:
     st = path.stat()
-    memo = cache_dir() / "hashes.json"
-    key = f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}"
-    known = _read_json(memo)
-    if key not in known:
-        known[key] = _sha256_of(path)
-        _try_write_json(memo, known)
-    return known[key]
+    return f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}"
 
 
 def _sha256_of(path: Path) -> str:
@@ -268,13 +278,15 @@ def _write_atomically(path: Path, tensors: dict[str, np.ndarray], sha256: str | 
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         write_file(tmp, tensors)
-        if sha256 is not None and _sha256_of(tmp) != sha256:
+        digest = _sha256_of(tmp)
+        if sha256 is not None and digest != sha256:
             raise WeightsError(
                 f"generated synthetic weights do not match their recorded sha256 {sha256[:12]}; "
                 "this NumPy build computes differently, please report it"
             )
         tmp.chmod(0o444)
         os.replace(tmp, path)
+        _remember_sha256(path, digest)  # a rename keeps size and mtime: no second hashing
     except OSError as exc:
         raise WeightsError(f"cannot write {path}: {exc.strerror} (is the disk full?)") from None
     finally:
