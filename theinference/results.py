@@ -46,6 +46,10 @@ class StageResult:
     reason: str = ""  # why skipped
     seconds: float = 0.0
     score_weight: float = 1.0  # the stage spec's `score`, for Gradescope
+    suspected_bug: str | None = None  # the stage's diagnosis: a catalogued bug id
+    candidates: list[str] = field(default_factory=list)  # every bug id that explains it
+    hint: str = ""  # the diagnosis's hint, or the stage's hint for its worst failure
+    partial: bool = False  # only some of its cases ran (--case, --quick, stopped early)
 
 
 @dataclass
@@ -59,6 +63,7 @@ class RunResult:
     cancelled: bool = False  # watch mode: a save arrived mid-run, results are incomplete
     environment: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # e.g. the oracle cache switched off
+    sandbox: str = "none"  # how the student's process was isolated: bwrap | none
 
     @property
     def student_seconds(self) -> float:

@@ -71,7 +71,8 @@ class Outcome:
     probe: dict | None = None  # what the cache-use probe did, when one was asked for
     stdout: str = ""
     stderr: str = ""
-    seconds: float = 0.0
+    seconds: float = 0.0  # wall time of the call, measured by the grader
+    cpu_seconds: float | None = None  # the call's CPU time, measured inside the student's process
 
 
 @dataclass
