@@ -35,6 +35,7 @@ class CaseResult:
     stderr: str = ""
     student_seconds: float = 0.0
     oracle_seconds: float = 0.0
+    hidden: bool = False  # a seeded hidden case: its inputs are not shown before publication
 
 
 @dataclass

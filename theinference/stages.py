@@ -29,6 +29,7 @@ class Case:
     name: str
     check: str  # a key of theinference.checks.CHECKS
     inputs: dict  # check-specific, e.g. {"prompt": ..., "next_id": ...}
+    hidden: bool = False  # drawn from --seed, not a public case
 
 
 @dataclass(frozen=True)
