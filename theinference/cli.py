@@ -70,6 +70,9 @@ def test(
     poll: Annotated[
         bool, typer.Option("--poll", help="Watch by polling (WSL, NFS, network drives).")
     ] = False,
+    no_clear: Annotated[
+        bool, typer.Option("--no-clear", help="Watch: keep each run in the scrollback.")
+    ] = False,
     fmt: Annotated[
         str, typer.Option("--format", help="terminal | json | junit | gradescope, to --output.")
     ] = "terminal",
@@ -128,7 +131,7 @@ def test(
         if watch:
             from theinference.watch import watch_loop
 
-            code = watch_loop(session, poll)
+            code = watch_loop(session, poll, clear=not no_clear)
         else:
             code = run_once(session)
     except KeyboardInterrupt:
@@ -142,8 +145,9 @@ def test(
 def stages(course_dir: CourseDir = Path(".")) -> None:
     """List the stages in course order, with your last result for each (in a course)."""
     from theinference.progress import read_progress
-    from theinference.report import console, print_stages
+    from theinference.report import console
     from theinference.stages import load_stages
+    from theinference.tables import print_stages
 
     progress = read_progress(course_dir.expanduser().resolve())
     rows = [
@@ -191,8 +195,9 @@ def verify(
     """For course authors: the reference must pass, every planted bug must fail and be named."""
     from theinference.grader import Oracle
     from theinference.oracle_cache import OracleCache
-    from theinference.report import console, print_verify
+    from theinference.report import console
     from theinference.stages import StageError, load_stages, select
+    from theinference.tables import print_verify
     from theinference.verify import VerifyError, default_solutions_dir
     from theinference.verify import verify as run_verify
     from theinference.weights import WeightsError, cache_dir, load_weights
@@ -230,7 +235,8 @@ def bench(
     from theinference.bench import bench as run_bench
     from theinference.course import CourseError, open_course
     from theinference.formats import write_atomically
-    from theinference.report import console, print_bench
+    from theinference.report import console
+    from theinference.tables import print_bench
     from theinference.weights import WeightsError, load_weights
 
     try:

@@ -88,32 +88,39 @@ def run(
     from theinference import report
     from theinference.environment import fingerprint
     from theinference.progress import record_progress
+    from theinference.terminal import LogReport, tee
 
     stages = stages or session.stages
-    terminal = report.console() if _wants_terminal(session) else None
-    if terminal:
+    terminal = None
+    if _wants_terminal(session):
+        terminal = LogReport(report.console(), [s.slug for s in session.all_stages])
         report.print_header(
-            terminal,
+            terminal.out,
             str(session.course.root),
             session.weights.label,
             [s.slug for s in stages],
             trigger,
         )
-    result = grade(
-        session.course.root,
-        stages,
-        session.weights,
-        session.limits,
-        session.oracle,
-        cancel,
-        listener,
-    )
+        listener = tee(terminal.listener(), listener)
+    try:
+        result = grade(
+            session.course.root,
+            stages,
+            session.weights,
+            session.limits,
+            session.oracle,
+            cancel,
+            listener,
+        )
+    finally:
+        if terminal:
+            terminal.close()
     result.environment = fingerprint()
     result.notes = list(session.oracle.cache.notes)
     if result.cancelled:
         return result
     if terminal:
-        report.print_run(terminal, result)
+        terminal.finish(result)
     write_outputs(session.outputs, result)
     record_progress(session.course.root, result)
     return result

@@ -140,9 +140,14 @@ def shape_hint(got: tuple, want: tuple, config: ModelConfig) -> str:
     d, vocab = config.n_embd, config.vocab_size
     if want == (vocab,) and got == (d,):
         return f"expected {vocab} logits, got {d}: is this the hidden state before the unembed?"
+    if want[-1:] == got[-1:] and len(got) == len(want) + 1 and got[0] == 1:
+        return (
+            f"expected shape {list(want)}, got {list(got)}: an extra leading axis of size 1 "
+            "(x[-1:] where x[-1] was meant, or a missing [0]); drop it."
+        )
     if want[-1:] == got[-1:] and len(got) == len(want) + 1:
         return (
-            f"expected shape {list(want)}, got {list(got)}: one row per position? "
+            f"expected shape {list(want)}, got {list(got)}: {got[0]} rows, one per position? "
             "Return only the last position's row."
         )
     if want == (d,) and got == (vocab,):
