@@ -115,7 +115,7 @@ def shared_error_block(stage: StageResult, shared: str, seen: dict[str, str]) ->
     if shared in seen:
         return [said, indented(Text(f"{errors[0].message} (shown above, {seen[shared]})"))]
     seen[shared] = f"stage {stage.slug}"
-    return [said, indented(Text(shared, style="red")), *diagnosis_lines(stage)]
+    return [said, *case_details(errors[0], show_hint=False), *diagnosis_lines(stage)]
 
 
 def diagnosis_lines(stage: StageResult) -> list:
@@ -156,8 +156,11 @@ def case_block(case: CaseResult, repeat_of: str | None = None, show_hint: bool =
 def case_details(case: CaseResult, show_hint: bool = True) -> list:
     """What a case that did not pass shows: its error or message, strips, tables, output."""
     parts: list = []
-    if case.traceback:  # its last line is the message
+    if case.traceback:  # its last line is Python's message; ours when it says more
         parts.append(indented(Text(case.traceback.rstrip(), style="red")))
+        last = case.traceback.rstrip().splitlines()[-1].strip()
+        if case.message and last not in case.message:
+            parts.append(indented(Text(case.message)))
     elif case.message:
         parts.append(indented(Text(case.message)))
     if case.steps:

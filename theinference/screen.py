@@ -159,19 +159,22 @@ class WatchScreen:
         self.status = LiveStatus(out)
         self.top = Group()
 
-    def listener(self, trigger: str):
+    def listener(self, trigger: str, cancel):
         from theinference.events import RunStarted
         from theinference.terminal import RunProgress, tee
 
         self.top = header(self.course, self.weights, trigger)
+
+        def stage_done(stage: StageResult) -> None:
+            if not cancel.is_set():  # a stopped run's last stage is the kill, not a verdict
+                self.out.print(stage_summary(stage))
 
         def clear_first(event) -> None:
             if isinstance(event, RunStarted):
                 self.out.clear()
                 self.out.print(self.top)
 
-        stage_done = RunProgress(self.status, on_stage=lambda s: self.out.print(stage_summary(s)))
-        return tee(clear_first, stage_done)
+        return tee(clear_first, RunProgress(self.status, on_stage=stage_done))
 
     def draw(self, run: RunResult) -> None:
         draw(self.out, self.top, run, self.order, self.keys)

@@ -93,7 +93,7 @@ def run(
     stages = stages or session.stages
     terminal = None
     if _wants_terminal(session):
-        terminal = LogReport(report.console(), [s.slug for s in session.all_stages])
+        terminal = LogReport(report.console(), [s.slug for s in session.all_stages], cancel)
         report.print_header(
             terminal.out,
             str(session.course.root),

@@ -117,9 +117,10 @@ class LogReport:
     terminal): the header at once, each stage as it finishes, the live status line meanwhile,
     then the summary and the next step."""
 
-    def __init__(self, out: Console, order: list[str]):
+    def __init__(self, out: Console, order: list[str], cancel: threading.Event | None = None):
         self.out = out
         self.order = order  # every stage's slug, in course order
+        self.cancel = cancel or threading.Event()  # set: the run is stale, print no more of it
         self.seen: dict[str, str] = {}  # tracebacks shown so far in this run
         self.status = LiveStatus(out)
 
@@ -129,7 +130,8 @@ class LogReport:
     def _stage(self, stage) -> None:
         from theinference.report import stage_block
 
-        self.out.print(stage_block(stage, self.seen))
+        if not self.cancel.is_set():  # a stopped run's last stage is the kill, not a verdict
+            self.out.print(stage_block(stage, self.seen))
 
     def finish(self, run) -> None:
         from theinference.report import next_step_line, print_run_end

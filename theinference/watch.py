@@ -167,7 +167,7 @@ class Watch:
                 result = run(self.session, stages, cancel, trigger)
             else:
                 result = run(
-                    self._quiet_session(), stages, cancel, trigger, screen.listener(trigger)
+                    self._quiet_session(), stages, cancel, trigger, screen.listener(trigger, cancel)
                 )
         except Exception as exc:  # the watcher outlives anything, its own surprises included
             from theinference.report import print_error
