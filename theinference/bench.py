@@ -10,6 +10,7 @@ Each figure is the median of several timed runs after a warm-up, with its spread
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,10 +69,12 @@ def bench(
     new_tokens: int,
     repeats: int,
     timeout: float,
+    progress: Callable[[str, str, int, int], None] = lambda *shown: None,
 ) -> BenchResult:
     result = BenchResult(new_tokens=new_tokens, repeats=repeats, weights_label=weights.label)
     with Worker(course_dir, weights.path, Limits(timeout=timeout)) as worker:
-        for length in lengths:
+        for done, length in enumerate(lengths):
+            progress("bench", f"{length}-token prompt", done, len(lengths))
             prompt = token_ids({"random": length, "seed": 99}, weights.config)
             recompute = timed(worker, "run_prefill", [prompt], repeats)
             one = timed(worker, "run_generate", [prompt, 1], repeats)

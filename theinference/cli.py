@@ -149,7 +149,8 @@ def stages(course_dir: CourseDir = Path(".")) -> None:
     from theinference.stages import load_stages
     from theinference.tables import print_stages
 
-    progress = read_progress(course_dir.expanduser().resolve())
+    root = course_dir.expanduser().resolve()
+    progress = read_progress(root)
     rows = [
         (
             s.slug,
@@ -159,7 +160,7 @@ def stages(course_dir: CourseDir = Path(".")) -> None:
         )
         for s in load_stages()
     ]
-    print_stages(console(), rows)
+    print_stages(console(), rows, in_course=(root / "theinference.toml").is_file())
 
 
 @app.command()
@@ -171,7 +172,10 @@ def hint(slug: Annotated[str, typer.Argument(help="A stage slug.")]) -> None:
         (found,) = select(load_stages(), [slug])
     except StageError as exc:
         raise fail(str(exc), exits.USAGE) from None
-    typer.echo(f"{found.slug}: {found.title}\n\n{found.guidance}")
+    typer.echo(
+        f"{found.slug}: {found.title}\n\n{found.guidance}\n\n"
+        f"check it while you work: theinference test --stage {found.slug} --watch"
+    )
 
 
 @app.command()
@@ -198,21 +202,26 @@ def verify(
     from theinference.report import console
     from theinference.stages import StageError, load_stages, select
     from theinference.tables import print_verify
+    from theinference.terminal import verify_progress
     from theinference.verify import VerifyError, default_solutions_dir
     from theinference.verify import verify as run_verify
     from theinference.weights import WeightsError, cache_dir, load_weights
 
+    status, listener_for = verify_progress(console())
     try:
         w = load_weights(weights or "synthetic", Path.cwd())
         oracle = Oracle(w, OracleCache(w.sha256, cache_dir()))
         stages = select(load_stages(), stage or [])
-        rows = run_verify(solutions or default_solutions_dir(), stages, w, oracle, quick, bug or [])
+        where = solutions or default_solutions_dir()
+        rows = run_verify(where, stages, w, oracle, quick, bug or [], listener_for)
     except StageError as exc:
         raise fail(str(exc), exits.USAGE) from None
     except WeightsError as exc:
         raise fail(str(exc), exits.WEIGHTS) from None
     except VerifyError as exc:
         raise fail(str(exc), exits.USAGE) from None
+    finally:
+        status.stop()
     print_verify(console(), rows, w.label)
     raise typer.Exit(exits.OK if all(r.ok for r in rows) else exits.NOT_PASSED)
 
@@ -245,6 +254,9 @@ def bench(
         raise fail(f"--lengths must be whole numbers, got '{lengths}'", exits.USAGE) from None
     if new_tokens < 2 or repeats < 1 or not sizes:
         raise fail("need --new-tokens >= 2, --repeats >= 1 and a length", exits.USAGE)
+    from theinference.terminal import LiveStatus
+
+    status = LiveStatus(console(), "bench: loading the weights").start()
     try:
         course = open_course(course_dir)
         w = load_weights(weights or course.weights, course.root)
@@ -254,7 +266,7 @@ def bench(
                 f"{w.config.n_ctx}-token context",
                 exits.USAGE,
             )
-        result = run_bench(course.root, w, sizes, new_tokens, repeats, timeout=300)
+        result = run_bench(course.root, w, sizes, new_tokens, repeats, 300, status.show)
     except CourseError as exc:
         raise fail(str(exc), exits.COURSE) from None
     except WeightsError as exc:
@@ -265,6 +277,8 @@ def bench(
             "theinference test -s generate-loop)",
             exits.NOT_PASSED,
         ) from None
+    finally:
+        status.stop()
     print_bench(console(), result)
     if json_file is not None:
         write_atomically(json_file, json.dumps(to_json(result), indent=2) + "\n")

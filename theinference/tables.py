@@ -8,16 +8,28 @@ from theinference.report import STYLE
 from theinference.results import Status
 
 
-def print_stages(out: Console, rows: list[tuple[str, str, str, str]]) -> None:
+def print_stages(out: Console, rows: list[tuple[str, str, str, str]], in_course: bool) -> None:
+    """The stages in course order; in a course, an arrow at the first one not yet passed
+    (where the student is) and the command that works on it."""
+    here = next((i for i, row in enumerate(rows) if row[3] != Status.PASSED.value), None)
     t = Table(box=None)
+    t.add_column("", no_wrap=True)
     t.add_column("stage", style="bold", no_wrap=True)
     t.add_column("title")
     t.add_column("requires", style="dim", no_wrap=True)
     t.add_column("your last result", no_wrap=True)
-    for slug, title, requires, last in rows:
+    for i, (slug, title, requires, last) in enumerate(rows):
         colour = STYLE[Status(last)][1] if last in Status._value2member_map_ else "dim"
-        t.add_row(slug, title, requires, Text(last, style=colour))
+        mark = Text("→", style="bold cyan") if in_course and i == here else Text("")
+        t.add_row(mark, slug, title, requires, Text(last, style=colour))
     out.print(t)
+    if not in_course:
+        return
+    if here is None:
+        out.print(Text("every stage passes: the KV cache is complete", style="bold green"))
+    else:
+        slug = rows[here][0]
+        out.print(Text(f"you are at {slug}: theinference test --stage {slug} --watch", "bold"))
 
 
 def print_verify(out: Console, rows: list, weights: str) -> None:

@@ -75,10 +75,12 @@ class RunProgress:
         status: LiveStatus,
         on_stage: Callable = lambda stage: None,
         on_run: Callable = lambda run: None,
+        label: str = "",
     ):
         self.status = status
         self.on_stage = on_stage
         self.on_run = on_run
+        self.label = f"{label} · " if label else ""  # e.g. which planted bug `verify` grades
         self.stage_total = 0
         self.stages_done = 0
 
@@ -89,9 +91,10 @@ class RunProgress:
                 self.status.show("starting your code", f"{len(stages)} stage(s)")
                 self.status.start()
             case StageStarted(slug=slug, cases=cases):
-                self.status.show(slug, f"{cases} case(s)", 0, cases)
+                self.status.show(self.label + slug, f"{cases} case(s)", 0, cases)
             case CaseStarted(stage=stage, case=case, index=index, total=total):
-                self.status.show(stage, f"case {index + 1}/{total} {case}", index, total)
+                detail = f"case {index + 1}/{total} {case}"
+                self.status.show(self.label + stage, detail, index, total)
             case StageFinished(result=result):
                 self.stages_done += 1
                 self.on_stage(result)
@@ -140,3 +143,20 @@ class LogReport:
 
     def close(self) -> None:
         self.status.stop()
+
+
+def verify_progress(out: Console) -> tuple[LiveStatus, Callable[[str], Callable]]:
+    """`verify`: the live line names the solution being graded; outside a terminal one line
+    per solution graded, so a long verify in CI is never silent."""
+    status = LiveStatus(out, "verify: loading the weights").start()
+
+    def listener_for(subject: str) -> RunProgress:
+        def finished(run) -> None:
+            status.start()  # the next solution's line
+            if not out.is_terminal:
+                verdicts = ", ".join(f"{s.slug} {s.status.value}" for s in run.stages)
+                out.print(f"verify · {subject}: {verdicts} · {run.seconds:.1f} s")
+
+        return RunProgress(status, on_run=finished, label=subject)
+
+    return status, listener_for

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from theinference.config import ModelConfig
 from theinference.course import init_course
+from theinference.events import ignore
 from theinference.grader import Oracle, grade
 from theinference.results import RunResult, Status
 from theinference.runner import Limits
@@ -97,19 +98,21 @@ def quick(stage: Stage, config: ModelConfig) -> Stage:
     return replace(stage, cases=tuple(keep))
 
 
-def grade_text(kvcache: str, stages: list[Stage], weights: Weights, oracle: Oracle) -> RunResult:
+def grade_text(
+    kvcache: str, stages: list[Stage], weights: Weights, oracle: Oracle, listener=ignore
+) -> RunResult:
     """Grade a kvcache.py text in a fresh course directory made from the template."""
     with tempfile.TemporaryDirectory(prefix="theinference-verify-") as tmp:
         course = Path(tmp) / "course"
         init_course(course)
         (course / "src" / "kvcache.py").write_text(kvcache)
-        return grade(course, stages, weights, Limits(), oracle)
+        return grade(course, stages, weights, Limits(), oracle, listener=listener)
 
 
 def verify_reference(
-    reference: str, stages: list[Stage], weights: Weights, oracle: Oracle
+    reference: str, stages: list[Stage], weights: Weights, oracle: Oracle, listener=ignore
 ) -> list[Row]:
-    run = grade_text(reference, stages, weights, oracle)
+    run = grade_text(reference, stages, weights, oracle, listener)
     rows = []
     for s in run.stages:
         worst = max((c.worst for case in s.cases for c in case.comparisons), default=None)
@@ -123,9 +126,9 @@ def verify_reference(
 
 
 def verify_bug(
-    bug: PlantedBug, reference: str, stage: Stage, weights: Weights, oracle: Oracle
+    bug: PlantedBug, reference: str, stage: Stage, weights: Weights, oracle: Oracle, listener=ignore
 ) -> Row:
-    run = grade_text(bug.planted(reference), [stage], weights, oracle)
+    run = grade_text(bug.planted(reference), [stage], weights, oracle, listener)
     (result,) = run.stages
     failing = [c for c in result.cases if c.status != Status.PASSED]
     errors = [c.worst for case in failing for c in case.comparisons if not c.passed]
@@ -150,6 +153,7 @@ def verify(
     oracle: Oracle,
     quick_run: bool,
     only: list[str],
+    listener_for=lambda subject: ignore,  # a run's listener, given what it grades
 ) -> list[Row]:
     reference_path = solutions / "reference_kvcache.py"
     if not reference_path.is_file():
@@ -165,8 +169,9 @@ def verify(
     if quick_run:
         stages = [quick(s, weights.config) for s in stages]
     by_slug = {s.slug: s for s in stages}
-    rows = verify_reference(reference, stages, weights, oracle)
+    rows = verify_reference(reference, stages, weights, oracle, listener_for("reference"))
     for bug in bugs:
         if (not only or bug.id in only) and bug.stage in by_slug:
-            rows.append(verify_bug(bug, reference, by_slug[bug.stage], weights, oracle))
+            listener = listener_for(bug.id)
+            rows.append(verify_bug(bug, reference, by_slug[bug.stage], weights, oracle, listener))
     return rows
