@@ -380,3 +380,28 @@ def test_stages_marks_where_the_student_is(tmp_path):
     (marked,) = [line for line in out.splitlines() if "→" in line]
     assert "build-prefill" in marked
     assert "theinference test --stage build-prefill --watch" in out
+
+
+def test_a_hint_fits_the_failure_it_sits_under():
+    """Would catch: a suffix-position hint under a prompt that reused nothing, and a row-count
+    hint under a cache whose shapes are right and whose first layers match."""
+    from theinference.checks.generation import PREFIX_HINTS
+    from theinference.checks.seed_stages import CACHE_HINT
+    from theinference.results import CaseResult, Status
+    from theinference.teaching import fitting_hint
+
+    fresh = CaseResult(
+        "p", Status.FAILED, "prompt 0 (reused 0 of 9): logits ...", PREFIX_HINTS["logits"]
+    )
+    assert "prefill" in fitting_hint(fresh) and "wpe[reused" not in fitting_hint(fresh)
+    reused = CaseResult("p", Status.FAILED, "prompt 2 (reused 4 of 9): ...", PREFIX_HINTS["logits"])
+    assert fitting_hint(reused) == PREFIX_HINTS["logits"]
+    drift = CaseResult(
+        "c",
+        Status.FAILED,
+        "layer 1 V and everything before it match; layer 2 K departs at position 0, head 3: ...",
+        CACHE_HINT,
+    )
+    assert "layers 0-1 match" in fitting_hint(drift) and "prompt_len rows" not in fitting_hint(
+        drift
+    )

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from theinference.compare import Comparison
 from theinference.results import CaseResult, RunResult, StageResult, Status
-from theinference.teaching import diagnose, shared_error
+from theinference.teaching import diagnose, fitting_hint, shared_error
 
 STYLE = {
     Status.PASSED: ("✓", "green"),
@@ -172,7 +172,7 @@ def case_details(case: CaseResult, show_hint: bool = True) -> list:
     if case.fingerprinted and case.suspected_bug is None:
         parts.append(indented(Text("no known bug matches this answer", style="dim")))
     if case.hint and show_hint:
-        parts.append(indented(Text("hint: " + case.hint, style="cyan")))
+        parts.append(indented(Text("hint: " + fitting_hint(case), style="cyan")))
     for name, text in (("stdout", case.stdout), ("stderr", case.stderr)):
         if text.strip():
             parts.append(indented(Text(f"your {name}:\n{text.rstrip()}", style="dim")))

@@ -141,6 +141,35 @@ def is_import_failure(case: CaseResult) -> bool:
     return case.status == Status.ERROR and case.message.startswith("importing tests/adapters.py")
 
 
+REUSED_NOTHING = re.compile(r"\(reused 0 of \d+\)")
+CACHE_DEPARTS = re.compile(r"layer (\d+) ([KV]) departs at position (\d+)")
+
+
+def fitting_hint(case: CaseResult) -> str:
+    """The case's hint, unless its own message shows that the hint's premise does not hold:
+    a prefix-caching prompt that reused nothing went through prefill alone; a cache whose
+    shapes are right and whose first layers match has no row-count problem."""
+    if REUSED_NOTHING.search(case.message):
+        return (
+            "This prompt reused nothing, so its logits come from your prefill alone: the "
+            "prefill is wrong here, not the reuse (theinference test --stage build-prefill)."
+        )
+    departs = CACHE_DEPARTS.search(case.message)
+    if departs and "prompt_len rows" in case.hint:
+        layer, name = int(departs.group(1)), departs.group(2)
+        if layer == 0:
+            return (
+                f"The shapes are right but layer 0's {name} already differs: check what is "
+                "written, the q/k/v split of c_attn, the head split, and the positions embedded."
+            )
+        return (
+            f"The shapes are right and layers 0-{layer - 1} match, so the row count is fine: "
+            f"layer {layer}'s input is wrong. Feed each layer the previous layer's full output "
+            "(attention and MLP residuals included), and give every layer its own cache."
+        )
+    return case.hint
+
+
 @dataclass(frozen=True)
 class Diagnosis:
     """What the report pins under a stage that did not pass."""
@@ -163,11 +192,13 @@ def diagnose(stage: StageResult) -> Diagnosis:
         return Diagnosis(bug_name(stage.suspected_bug), stage.hint, first, worst)
     for case in bad:
         if case.suspected_bug:
-            return Diagnosis(bug_name(case.suspected_bug), strip_bug(case.hint), case, worst)
+            return Diagnosis(
+                bug_name(case.suspected_bug), strip_bug(fitting_hint(case)), case, worst
+            )
     for case in bad:
         if (lesson := lesson_for(case)) is not None:
             return Diagnosis(lesson.name, lesson.hint, case, worst)
-    return Diagnosis(None, stage.hint or (first.hint if first else ""), first, worst)
+    return Diagnosis(None, fitting_hint(first) if first else stage.hint, first, worst)
 
 
 def worst_case(stage: StageResult) -> CaseResult | None:
