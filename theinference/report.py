@@ -27,11 +27,12 @@ UNLIMITED = 10_000  # columns when stdout is not a terminal: a log is never hard
 
 
 def console(stderr: bool = False) -> Console:
-    """Soft wrap: long lines stay whole (paths survive copy and paste). Not a terminal: no
-    width at all unless COLUMNS says one, so a log piped to a file is never cut at 80."""
-    out = Console(stderr=stderr, highlight=False, soft_wrap=True)
-    if not out.is_terminal and not os.environ.get("COLUMNS"):
-        out = Console(stderr=stderr, highlight=False, soft_wrap=True, width=UNLIMITED)
+    """A terminal wraps at its width, by words. Not a terminal: lines stay whole (soft wrap)
+    and there is no width unless COLUMNS says one, so a piped log is never cut at 80."""
+    out = Console(stderr=stderr, highlight=False)
+    if not out.is_terminal:
+        width = None if os.environ.get("COLUMNS") else UNLIMITED
+        out = Console(stderr=stderr, highlight=False, soft_wrap=True, width=width)
     return out
 
 
