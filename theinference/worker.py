@@ -130,7 +130,7 @@ class ZeroCacheAfterPrefill(Probe):
             out = original(prompt_ids, w, *rest, **named)
             zeroed = zero_arrays([*rest, *named.values()], skip=array_ids(w))
             total = self.state["zeroed"] + zeroed
-            why = "" if total else "prefill left no float arrays in its cache argument"
+            why = "" if total else "prefill left no K/V values in mc: nothing a decode could read"
             self.state = {"applied": total > 0, "reason": why, "zeroed": total}
             return out
 

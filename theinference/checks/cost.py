@@ -25,7 +25,12 @@ def cost_verdict(
     seconds, baseline = probe.get("cpu_seconds"), probe.get("baseline_cpu_seconds")
     if not isinstance(seconds, float) or not isinstance(baseline, float) or baseline <= 0:
         why = probe.get("baseline_error") or "no CPU time was measured"
-        return Verdict(Status.FAILED, message=say("cannot_measure", why=why, **figures))
+        return Verdict(
+            Status.FAILED,
+            message=f"the grader could not measure the CPU time of your own run over the same "
+            f"{figures['total']} tokens to compare with ({why}), and a check that cannot apply "
+            "does not pass",
+        )
     ratio = seconds / baseline
     if ratio <= say.number("cost_margin"):
         return (
