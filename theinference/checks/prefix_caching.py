@@ -14,18 +14,7 @@ say = Words(__name__)
 
 
 def prefix_arguments(case: Case, config: ModelConfig) -> list:
-    prompts = case.inputs["prompts"]
-    if isinstance(prompts, dict):  # { random = N, seed = S, grow = G, times = T }
-        return [growing_prompts(prompts, config)]
-    return [[token_ids(p, config) for p in prompts]]
-
-
-def growing_prompts(spec: dict, config: ModelConfig) -> list[list[int]]:
-    """`times` prompts, the first `random` tokens long, each `grow` tokens longer than the last
-    and extending it."""
-    first, grow, times = int(spec["random"]), int(spec["grow"]), int(spec["times"])
-    longest = token_ids({"random": first + grow * (times - 1), "seed": spec["seed"]}, config)
-    return [longest[: first + grow * i] for i in range(times)]
+    return [[token_ids(p, config) for p in case.inputs["prompts"]]]
 
 
 def expect_prefix(recompute, args: list) -> np.ndarray:
