@@ -9,6 +9,7 @@ rather than listed, and expanded deterministically. Text may quote the spec's ow
 
 import difflib
 import re
+import textwrap
 import tomllib
 import zlib
 from dataclasses import dataclass, field, replace
@@ -88,7 +89,7 @@ def _parse(path: Path) -> Stage:
             tolerance=tolerance,
             timeout=float(spec.get("timeout", 60)),
             score=float(spec.get("score", 1)),
-            guidance=render(spec.get("guidance", "").strip(), words, tolerance),
+            guidance=rewrap(render(spec.get("guidance", "").strip(), words, tolerance)),
             cases=tuple(
                 Case(name=c.pop("name"), check=c.pop("check"), inputs=c) for c in spec["cases"]
             ),
@@ -106,6 +107,13 @@ def render(text: str, words: dict, tolerance: Tolerance) -> str:
     (e.g. `{seconds:.1f}`, filled in when a check speaks) are left as they are."""
     values = {"atol": quoted(tolerance.atol), "rtol": quoted(tolerance.rtol), **words}
     return PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), text)
+
+
+def rewrap(text: str, width: int = 95) -> str:
+    """Lines made long by a quoted word, wrapped again."""
+    return "\n".join(
+        textwrap.fill(line, width) if len(line) > width else line for line in text.splitlines()
+    )
 
 
 def quoted(x: float) -> str:
