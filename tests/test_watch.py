@@ -282,7 +282,7 @@ def test_student_traceback_keeps_did_you_mean_and_a_syntax_error_frame_once(tmp_
 
 def test_shape_hint_names_an_extra_leading_axis():
     """Would catch: [1, 768] explained as one row per position."""
-    from theinference.checks.common import shape_hint
+    from theinference.checks.values import shape_hint
     from theinference.config import GPT2_124M as config
 
     one = shape_hint((1, 768), (768,), config)
@@ -385,23 +385,20 @@ def test_stages_marks_where_the_student_is(tmp_path):
 def test_a_hint_fits_the_failure_it_sits_under():
     """Would catch: a suffix-position hint under a prompt that reused nothing, and a row-count
     hint under a cache whose shapes are right and whose first layers match."""
-    from theinference.checks.generation import PREFIX_HINTS
-    from theinference.checks.seed_stages import CACHE_HINT
     from theinference.results import CaseResult, Status
+    from theinference.stages import stage_words
     from theinference.teaching import fitting_hint
 
-    fresh = CaseResult(
-        "p", Status.FAILED, "prompt 0 (reused 0 of 9): logits ...", PREFIX_HINTS["logits"]
-    )
-    assert "prefill" in fitting_hint(fresh) and "wpe[reused" not in fitting_hint(fresh)
-    reused = CaseResult("p", Status.FAILED, "prompt 2 (reused 4 of 9): ...", PREFIX_HINTS["logits"])
-    assert fitting_hint(reused) == PREFIX_HINTS["logits"]
+    logits_hint = stage_words("prefix-caching")["logits"]
+    cache_hint = stage_words("build-prefill")["cache"]
+    fresh = CaseResult("p", Status.FAILED, "prompt 0 (reused 0 of 9): logits ...", logits_hint)
+    assert "prefill" in fitting_hint(fresh) and fitting_hint(fresh) != logits_hint
+    reused = CaseResult("p", Status.FAILED, "prompt 2 (reused 4 of 9): ...", logits_hint)
+    assert fitting_hint(reused) == logits_hint
     drift = CaseResult(
         "c",
         Status.FAILED,
         "layer 1 V and everything before it match; layer 2 K departs at position 0, head 3: ...",
-        CACHE_HINT,
+        cache_hint,
     )
-    assert "layers 0-1 match" in fitting_hint(drift) and "prompt_len rows" not in fitting_hint(
-        drift
-    )
+    assert "layers 0-1 match" in fitting_hint(drift) and fitting_hint(drift) != cache_hint
