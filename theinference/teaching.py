@@ -189,7 +189,8 @@ def diagnose(stage: StageResult) -> Diagnosis:
     worst = worst_case(stage)
     worst = worst if worst is not None and worst is not first else None
     if stage.suspected_bug:
-        return Diagnosis(bug_name(stage.suspected_bug), stage.hint, first, worst)
+        name = bug_name(stage.suspected_bug)
+        return Diagnosis(name, strip_bug(stage.hint, name), first, worst)
     for case in bad:
         if case.suspected_bug:
             return Diagnosis(
@@ -222,8 +223,6 @@ def bug_name(bug_id: str) -> str:
     return bug.name if bug is not None else bug_id
 
 
-def strip_bug(hint: str) -> str:
-    """A case's hint without its leading "suspected bug: NAME." (the report shows the name)."""
-    if hint.startswith("suspected bug: ") and ". " in hint:
-        return hint.split(". ", 1)[1]
-    return hint
+def strip_bug(hint: str, name: str) -> str:
+    """A hint without its leading "suspected bug: NAME." (the report shows the name)."""
+    return hint.removeprefix(f"suspected bug: {name}.").strip()
