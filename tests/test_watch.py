@@ -327,6 +327,10 @@ def test_diagnosis_uses_the_stage_bug_and_names_the_worst_case():
     found = diagnose(stage)
     assert found.first.name == "small" and found.worst.name == "big"
     assert found.bug is None and found.hint == "a generic hint"
+    stage.cases[1].suspected_bug = "kv-swapped"  # recognised by a case's own judge
+    stage.cases[1].hint = "suspected bug: K and V swapped. Scores come from Q . K."
+    found = diagnose(stage)
+    assert found.bug == "K and V swapped" and found.hint == "Scores come from Q . K."
     stage.suspected_bug, stage.hint = "missing-scale", "divide by sqrt(64)"
     found = diagnose(stage)
     assert found.bug == "attention scores not scaled by 1/sqrt(head_dim)"

@@ -193,9 +193,8 @@ def diagnose(stage: StageResult) -> Diagnosis:
         return Diagnosis(name, strip_bug(stage.hint, name), first, worst)
     for case in bad:
         if case.suspected_bug:
-            return Diagnosis(
-                bug_name(case.suspected_bug), strip_bug(fitting_hint(case)), case, worst
-            )
+            name = bug_name(case.suspected_bug)
+            return Diagnosis(name, strip_bug(fitting_hint(case), name), case, worst)
     for case in bad:
         if (lesson := lesson_for(case)) is not None:
             return Diagnosis(lesson.name, lesson.hint, case, worst)

@@ -103,8 +103,8 @@ class Watch:
                     stages = self.session.all_stages if every else self.session.stages
                     self._start(stages, "all stages" if every else "rerun")
                 elif kind == "done":
-                    self.last_code = payload
-                    if not self.screen:
+                    self.last_code, drawn = payload
+                    if not drawn:
                         self._print_watching()
         except KeyboardInterrupt:
             return exits.INTERRUPTED
@@ -166,23 +166,23 @@ class Watch:
             if screen is None:
                 result = run(self.session, stages, cancel, trigger)
             else:
-                result = run(
-                    self._quiet_session(), stages, cancel, trigger, screen.listener(trigger, cancel)
-                )
+                listener = screen.listener(trigger, cancel)
+                result = run(self._quiet_session(), stages, cancel, trigger, listener)
+                screen.close()
+                if not result.cancelled:
+                    screen.draw(result)
         except Exception as exc:  # the watcher outlives anything, its own surprises included
             from theinference.report import print_error
 
             print_error(f"the run failed inside the grader: {type(exc).__name__}: {exc}")
-            self.events.put(("done", exits.NOT_PASSED))
+            self.events.put(("done", (exits.NOT_PASSED, False)))
             return
         finally:
             if screen is not None:
                 screen.close()
         if not result.cancelled:
             self.last_result = result
-            if screen is not None:
-                screen.draw(result)
-            self.events.put(("done", exit_code(result)))
+            self.events.put(("done", (exit_code(result), screen is not None)))
 
     def _quiet_session(self) -> Session:
         """The session without its terminal report: the screen draws instead (result files
