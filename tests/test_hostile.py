@@ -19,6 +19,8 @@ from theinference.cli import app
 
 runner = CliRunner()
 TIMEOUT = "3"
+ESCAPEE = "ti-escapee"  # the name a submission's leftover process gives itself (/proc/*/comm)
+NAME_ME = f"ctypes.CDLL(None).prctl(15, b'{ESCAPEE}', 0, 0, 0)"  # PR_SET_NAME
 
 GOOD = "return layer_attn_incremental(embed(seq_ids, w), w, 0)[-1]"
 SUBMISSIONS = {
@@ -68,7 +70,11 @@ SUBMISSIONS = {
         "passed",
         "",
     ),
-    "deletes course files": ("os.remove('src/gpt2.py')\n    " + GOOD, "passed", ""),
+    "deletes course files": (  # read-only in bwrap: the attempt fails, the grading does not
+        "try: os.remove('src/gpt2.py')\n    except OSError: pass\n    " + GOOD,
+        "passed",
+        "",
+    ),
     "writes into the grader's cache": (
         "for root in (os.environ.get('THEINFERENCE_CACHE_DIR', ''), "
         "os.path.expanduser('~/.cache/theinference')):\n"
@@ -82,9 +88,7 @@ SUBMISSIONS = {
         "outside tolerance",
     ),
     "leaves a child process running": (
-        "if os.fork() == 0:\n"
-        "        open('child.pid', 'w').write(str(os.getpid())); time.sleep(600); os._exit(0)\n"
-        "    " + GOOD,
+        "if os.fork() == 0:\n        " + NAME_ME + "; time.sleep(600); os._exit(0)\n    " + GOOD,
         "passed",
         "",
     ),
@@ -92,7 +96,7 @@ SUBMISSIONS = {
         "if os.fork() == 0:\n"
         "        os.setsid()\n"
         "        if os.fork() == 0:\n"
-        "            open('child.pid', 'w').write(str(os.getpid())); time.sleep(600)\n"
+        "            " + NAME_ME + "; time.sleep(600)\n"
         "        os._exit(0)\n"
         "    time.sleep(0.2)\n"
         "    " + GOOD,
@@ -179,10 +183,22 @@ def check(course: Path, tmp_path: Path, status: str, text: str) -> float:
     assert case["status"] == status, (case["status"], case["message"], output)
     blob = json.dumps(case)
     assert text in blob or text in output, (text, case["message"], output[-2000:])
-    if (course / "child.pid").exists():
-        time.sleep(0.3)
-        assert not alive(int((course / "child.pid").read_text()))
+    time.sleep(0.3)
+    assert not escapees(), "a process the submission started outlived the run"
     return elapsed
+
+
+def escapees() -> list[int]:
+    """Live processes named ESCAPEE: found through the host's /proc whatever PID namespace
+    they ran in (a pid the submission writes down would be its namespace's, not ours)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "comm").read_text().strip() == ESCAPEE:
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return [pid for pid in found if alive(pid)]
 
 
 @pytest.fixture(scope="module", autouse=True)
