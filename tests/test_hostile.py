@@ -7,6 +7,7 @@ solution), or breaks src/kvcache.py, and grades one case of single-step-attentio
 """
 
 import hashlib
+import hmac
 import json
 import time
 from pathlib import Path
@@ -15,6 +16,8 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.helpers import alive, make_course, reference_text
+from theinference import synthetic
+from theinference.answer_cache import KEY_FILE, MAC_BYTES
 from theinference.cli import app
 
 runner = CliRunner()
@@ -203,16 +206,31 @@ def escapees() -> list[int]:
 
 @pytest.fixture(scope="module", autouse=True)
 def caches_stay_intact(weights, weights_cache):
-    """The weights and the oracle cache hash the same before and after the catalogue."""
+    """The cache these runs used (the session's THEINFERENCE_CACHE_DIR): the weights keep
+    their recorded bytes, answers stored before are unchanged, and every answer verifies."""
 
     def digest() -> dict[str, str]:
-        files = [weights.path, *sorted(weights_cache.rglob("*.npz"))]
+        files = [weights.path, *sorted(weights_cache.rglob("*.answer"))]
         return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
 
     before = digest()
     yield
     after = digest()
     assert {k: after.get(k) for k in before} == before
+    assert after[str(weights.path)] == synthetic.SYNTHETIC_SHA256
+    assert len(after) > 1, "the catalogue's runs should have stored answers in this cache"
+    assert answers_verify(weights_cache)
+
+
+def answers_verify(cache: Path) -> bool:
+    """Every stored answer carries a valid MAC under the cache's secret."""
+    secret = (cache / KEY_FILE).read_bytes()
+    for path in cache.rglob("*.answer"):
+        blob = path.read_bytes()
+        mac = hmac.new(secret, path.stem.encode() + b"\0" + blob[MAC_BYTES:], hashlib.sha256)
+        if not hmac.compare_digest(blob[:MAC_BYTES], mac.digest()):
+            return False
+    return True
 
 
 @pytest.mark.parametrize("name", list(SUBMISSIONS))
