@@ -244,3 +244,24 @@ def test_files_outside_the_course_are_out_of_reach_in_bwrap(tmp_path, place):
     case, data, _ = grade(honest(tmp_path), place, "bwrap")
     assert data["passed"]
     assert_cache_sound(place)
+
+
+def test_bwrap_refuses_to_grade_without_bubblewrap_and_auto_says_so(
+    tmp_path, reference_course, monkeypatch
+):
+    """Would catch `--sandbox bwrap` grading unsandboxed where bubblewrap is missing (what a
+    CI grader asked never to do), or `auto` falling back without a word."""
+    from typer.testing import CliRunner
+
+    from theinference.cli import app
+
+    monkeypatch.setattr(sandbox, "bwrap_problem", lambda: "bubblewrap (bwrap) is not installed")
+    base = ["test", "-C", str(reference_course), "-s", "single-step-attention", "--case", CASE]
+    refused = CliRunner().invoke(app, [*base, "--sandbox", "bwrap"])
+    assert refused.exit_code == 2 and "apt-get install bubblewrap" in refused.output
+    assert "Traceback" not in refused.output
+    out = tmp_path / "auto.json"
+    fallback = CliRunner().invoke(app, [*base, "--sandbox", "auto", "--json", str(out)])
+    assert fallback.exit_code == 0, fallback.output
+    assert json.loads(out.read_text())["sandbox"] in ("none", "unprivileged-user")
+    assert "install bubblewrap" in " ".join(fallback.output.split())

@@ -1,7 +1,9 @@
 """The student's process: whatever the adapter does comes back as data, and limits hold."""
 
 import json
+import shutil
 import socket
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -403,3 +405,50 @@ def test_choosing_a_sandbox(tmp_path, monkeypatch):
     assert fallback.kind in ("none", "unprivileged-user")
     assert "install bubblewrap" in fallback.notes[0]
     assert not [n for n in sandbox.choose("none", tmp_path).notes if "install" in n]
+
+
+@needs_bwrap
+def test_in_bwrap_a_cache_inside_the_course_is_hidden(tmp_path, monkeypatch):
+    """Would catch a grader cache set below the course directory (or the Python prefix)
+    showing through the course's read-only bind, secret and stored answers included."""
+    course = course_with(
+        tmp_path,
+        """
+        import os
+        def look(ids):
+            return [float(len(os.listdir(".cache"))), float(os.path.isdir("src"))]
+        """,
+    )
+    (course / ".cache").mkdir()
+    (course / ".cache" / "answer-key").write_bytes(b"k" * 32)
+    monkeypatch.setenv("THEINFERENCE_CACHE_DIR", str(course / ".cache"))
+    with bwrapped(course, Path("/nonexistent")) as process:
+        out = process.call("look", [[1]])
+    assert out.kind == "returned", out.message
+    assert out.value.tolist() == [0.0, 1.0]
+
+
+def test_unprivileged_user_when_a_root_grader_has_no_bubblewrap(tmp_path):
+    """Would catch a root grader without bubblewrap running the student's code as root: it
+    must run as nobody, unable to read a root-only file beside the course."""
+    root = Path(tempfile.mkdtemp(prefix="ti-nobody-"))  # world-searchable, unlike tmp_path
+    try:
+        root.chmod(0o755)
+        course = course_with(
+            root / "course",
+            "import os\ndef who(ids):\n    return [float(os.getuid()), float("
+            f"os.access({str(tmp_path / 'secret')!r}, os.R_OK))]\n",
+        )
+        for path in [course, *course.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        chosen = sandbox.choose("none", course)
+        if chosen.kind != "unprivileged-user":
+            pytest.skip(f"cannot apply here: {'; '.join(chosen.notes) or 'not root'}")
+        (tmp_path / "secret").write_text("root only")
+        (tmp_path / "secret").chmod(0o600)
+        with StudentProcess(course, Path("/nonexistent"), Limits(), sandbox=chosen) as process:
+            out = process.call("who", [[1]])
+        assert out.kind == "returned", out.message
+        assert out.value.tolist() == [float(sandbox.nobody_ids()[0]), 0.0]
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

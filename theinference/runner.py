@@ -4,6 +4,7 @@ One worker process serves a whole run (start-up is paid once); a crash or a time
 the call it happened in, and the next call starts a fresh worker. Limits are enforced from
 outside: the timeout kills the worker's whole process group with SIGKILL, which no student
 code can catch, and its output is read through pipes and capped, never buffered whole.
+Where the process runs (inside bubblewrap, as nobody, or as the grader's user) is sandbox.py's.
 """
 
 import json
@@ -222,7 +223,7 @@ class StudentProcess:
         memory = str(self.limits.memory_bytes)
         if self.sandbox == "bwrap":
             inner = [sys.executable, "-P", sandbox.WORKER_MOUNT, *fds, sandbox.COURSE_MOUNT, memory]
-            hidden = [cache_dir(), Path(__file__).parent]
+            hidden = [cache_dir().resolve(), Path(__file__).parent]
             command = sandbox.bwrap_command(inner, self.course_dir, self.weights_path, hidden)
             return command, sandbox.bwrap_env(RUN_TOKEN_VAR, self.token), {}
         hide_grader_environ()

@@ -110,9 +110,11 @@ def bwrap_command(inner: list[str], course: Path, weights: Path, hidden: list[Pa
     args += ["--ro-bind-try", str(weights), WEIGHTS_MOUNT]
     args += ["--ro-bind", str(worker_script()), WORKER_MOUNT]
     args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", HOME_MOUNT]
-    for path in hidden:  # a tmpfs over it: nothing of it shows
-        if any(_below(path, Path(b)) for b in _python_roots()):
+    for path in filter(Path.is_dir, hidden):  # a tmpfs over it where it would show
+        if any(_below(path, root) for root in _python_roots()):
             args += ["--tmpfs", str(path)]
+        if _below(path, course):
+            args += ["--tmpfs", str(Path(COURSE_MOUNT) / path.relative_to(course))]
     return [*args, "--chdir", COURSE_MOUNT, "--", *inner]
 
 
@@ -157,6 +159,8 @@ def _python_roots() -> tuple[Path, ...]:
     outside the system directories that are bound anyway; parents absorb their children."""
     candidates = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
     candidates |= set(site.getsitepackages())
+    if site.ENABLE_USER_SITE and os.path.isdir(site.getusersitepackages()):
+        candidates.add(site.getusersitepackages())
     candidates.add(os.path.dirname(os.path.realpath(sys.executable)))
     roots = set()
     for item in candidates:
