@@ -265,3 +265,27 @@ def test_bwrap_refuses_to_grade_without_bubblewrap_and_auto_says_so(
     assert fallback.exit_code == 0, fallback.output
     assert json.loads(out.read_text())["sandbox"] in ("none", "unprivileged-user")
     assert "install bubblewrap" in " ".join(fallback.output.split())
+
+
+def test_the_answer_cache_believes_only_files_it_signed(tmp_path):
+    """Would catch answers trusted for their format alone: a file forged without the
+    secret, one swapped in from another key, or the secret file readable by others."""
+    from theinference.answer_cache import KEY_FILE, AnswerCache
+
+    def compute():
+        return np.arange(4, dtype=np.float32)
+
+    writer = AnswerCache("ab" * 32, tmp_path)
+    writer.get_or_compute("c", [[1]], compute)
+    writer.get_or_compute("c", [[2]], lambda: np.ones(4, np.float32))
+    assert (tmp_path / KEY_FILE).stat().st_mode & 0o077 == 0
+    folder = tmp_path / "answers" / ("ab" * 8)
+    one, two = (folder / f"{writer.key('c', [[n]])}.answer" for n in (1, 2))
+    genuine = one.read_bytes()
+    one.write_bytes(two.read_bytes())  # a valid file, for another key
+    reader = AnswerCache("ab" * 32, tmp_path)
+    assert reader.get_or_compute("c", [[1]], compute).tolist() == [0, 1, 2, 3]
+    one.write_bytes(forged_answer())
+    reader = AnswerCache("ab" * 32, tmp_path)
+    assert reader.get_or_compute("c", [[1]], compute).tolist() == [0, 1, 2, 3]
+    assert reader.rejected == 1 and one.read_bytes()[MAC_BYTES:] == genuine[MAC_BYTES:]

@@ -14,7 +14,17 @@ from pathlib import Path
 import numpy as np
 
 from theinference.answer_cache import AnswerCache
-from theinference.checks import CHECKS, OracleRuns, Verdict
+from theinference.checks import CHECKS, Recompute, Verdict
+from theinference.events import (
+    CaseFinished,
+    CaseStarted,
+    Listener,
+    RunFinished,
+    RunStarted,
+    StageFinished,
+    StageStarted,
+    ignore,
+)
 from theinference.fingerprints import BY_ID, identify
 from theinference.results import CaseResult, RunResult, StageResult, Status, stage_status
 from theinference.runner import Limits, Outcome, StudentProcess
@@ -33,7 +43,7 @@ class Oracle:
     """The oracle's answers for one weights file: from the cache, else computed."""
 
     def __init__(self, weights: Weights, cache: AnswerCache | None = None):
-        self.runs = OracleRuns(weights.tensors, weights.config)
+        self.runs = Recompute(weights.tensors, weights.config)
         self.cache = cache or AnswerCache(weights.sha256, None)
 
     def expected(self, check_name: str, args: list):
@@ -63,14 +73,17 @@ def grade(
     limits: Limits,
     oracle: Oracle | None = None,
     cancel: threading.Event | None = None,
+    listener: Listener = ignore,
     sandbox: Sandbox | None = None,
 ) -> RunResult:
-    """Grade the stages in order. `cancel`, set from another thread, stops the run early;
-    its result is then marked cancelled."""
+    """Grade the stages in order, telling `listener` as stages and cases start and finish.
+    `cancel`, set from another thread, stops the run early; its result is then marked
+    cancelled."""
     started = time.monotonic()
     oracle = oracle or Oracle(weights)
     cancel = cancel or threading.Event()
     results: dict[str, StageResult] = {}
+    listener(RunStarted(tuple(s.slug for s in stages)))
     with StudentProcess(course_dir, weights.path, limits, cancel, sandbox) as worker:
         for stage in stages:
             if cancel.is_set():
@@ -84,11 +97,14 @@ def grade(
                     reason=blocker,
                     score_weight=stage.score,
                 )
+                listener(StageFinished(results[stage.slug]))
                 continue
-            results[stage.slug] = grade_stage(stage, worker, oracle, cancel, limits)
+            listener(StageStarted(stage.slug, stage.title, len(stage.cases)))
+            results[stage.slug] = grade_stage(stage, worker, oracle, cancel, limits, listener)
+            listener(StageFinished(results[stage.slug]))
         startups, startup_seconds = worker.startups, worker.startup_seconds
         kind, notes = worker.sandbox, worker.notes
-    return RunResult(
+    result = RunResult(
         stages=list(results.values()),
         weights_label=weights.label,
         weights_sha256=weights.sha256,
@@ -99,6 +115,8 @@ def grade(
         sandbox=kind,
         notes=notes,
     )
+    listener(RunFinished(result))
+    return result
 
 
 def first_blocker(stage: Stage, results: dict[str, StageResult]) -> str:
@@ -118,14 +136,17 @@ def grade_stage(
     oracle: Oracle,
     cancel: threading.Event,
     run_limits: Limits,
+    listener: Listener = ignore,
 ) -> StageResult:
     started = time.monotonic()
     worker.use_limits(stage_limits(stage, run_limits))
     graded: list[tuple[CaseResult, list, Verdict]] = []
-    for case in stage.cases:
+    for index, case in enumerate(stage.cases):
         if cancel.is_set():
             break
+        listener(CaseStarted(stage.slug, case.name, index, len(stage.cases)))
         graded.append(grade_case(stage, case, worker, oracle))
+        listener(CaseFinished(stage.slug, graded[-1][0]))
     cases = [result for result, _, _ in graded]
     if any(c.status == Status.FAILED for c in cases) and not cancel.is_set():
         fingerprint_smallest_failure(stage, graded, oracle)
@@ -180,7 +201,8 @@ def grade_case(
     check = CHECKS[case.check]
     config = oracle.runs.config
     args = check.arguments(case, config)
-    outcome = worker.call(check.adapter, args, stage.timeout, check.probe)
+    probe = check.probe(args) if check.probe else None
+    outcome = worker.call(check.adapter, args, stage.timeout, probe)
     oracle_seconds = 0.0
 
     def ask(question: list):

@@ -11,6 +11,7 @@ from pathlib import Path
 from theinference import exits
 from theinference.answer_cache import AnswerCache
 from theinference.course import Course, open_course
+from theinference.events import Listener, ignore
 from theinference.grader import Oracle, grade
 from theinference.results import RunResult
 from theinference.runner import Limits
@@ -94,6 +95,7 @@ def run(
     stages: list[Stage] | None = None,
     cancel: threading.Event | None = None,
     trigger: str = "",
+    listener: Listener = ignore,
 ) -> RunResult:
     """Grade, then hand the result to every requested output."""
     from theinference import report
@@ -117,6 +119,7 @@ def run(
         session.limits,
         session.oracle,
         cancel,
+        listener,
         session.sandbox,
     )
     result.environment = fingerprint()
