@@ -41,7 +41,7 @@ def startups(course: Path, weights: Path, kind: str, repeats: int) -> list[float
 def full_run(course: Path, cache: Path, mode: str, stages: list[str]) -> dict:
     report = course.parent / f"run-{mode}.json"
     command = [sys.executable, "-m", "theinference", "test", "-C", str(course)]
-    command += ["--sandbox", mode, "--format", "json", "--output", str(report)]
+    command += ["--sandbox", mode, "--timeout", "900", "--format", "json", "--output", str(report)]
     for slug in stages:
         command += ["--stage", slug]
     env = {**os.environ, "THEINFERENCE_CACHE_DIR": str(cache)}

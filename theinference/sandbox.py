@@ -36,7 +36,8 @@ NAMESPACES = (
 )
 SYSTEM_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr")
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime")
-PASSED_ENV = ("LANG", "LC_ALL", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+PASSED_ENV = ("LANG", "LC_ALL")
+PASSED_PREFIXES = ("OMP_", "OPENBLAS_", "MKL_", "NVPL_", "BLIS_", "GOTO_")  # BLAS tuning
 NOBODY = "nobody"
 PR_SET_DUMPABLE = 4
 
@@ -119,8 +120,8 @@ def bwrap_command(inner: list[str], course: Path, weights: Path, hidden: list[Pa
 
 
 def bwrap_env(token_var: str, token: str) -> dict[str, str]:
-    """The whole environment inside: nothing of the grader's beyond locale and thread counts."""
-    env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
+    """The whole environment inside: nothing of the grader's beyond locale and BLAS tuning."""
+    env = {k: v for k, v in os.environ.items() if k in PASSED_ENV or k.startswith(PASSED_PREFIXES)}
     return {
         **env,
         "PATH": "/usr/local/bin:/usr/bin:/bin",
