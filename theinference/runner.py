@@ -192,8 +192,8 @@ class StudentProcess:
         started = time.monotonic()
         req_read, req_write = os.pipe()
         resp_read, resp_write = os.pipe()
-        argv, env, as_user = self._command(req_read, resp_write)
         try:
+            argv, env, as_user = self._command(req_read, resp_write)
             popen = subprocess.Popen(
                 argv,
                 cwd=self.course_dir,
