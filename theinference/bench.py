@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from theinference import oracle
-from theinference.runner import Limits, Worker
+from theinference.runner import Limits, StudentProcess
 from theinference.stages import token_ids
 from theinference.weights import Weights
 
@@ -72,7 +72,7 @@ def bench(
     progress: Callable[[str, str, int, int], None] = lambda *shown: None,
 ) -> BenchResult:
     result = BenchResult(new_tokens=new_tokens, repeats=repeats, weights_label=weights.label)
-    with Worker(course_dir, weights.path, Limits(timeout=timeout)) as worker:
+    with StudentProcess(course_dir, weights.path, Limits(timeout=timeout)) as worker:
         for done, length in enumerate(lengths):
             progress("bench", f"{length}-token prompt", done, len(lengths))
             prompt = token_ids({"random": length, "seed": 99}, weights.config)
@@ -91,7 +91,7 @@ def bench(
     return result
 
 
-def timed(worker: Worker, adapter: str, args: list, repeats: int) -> list[float]:
+def timed(worker: StudentProcess, adapter: str, args: list, repeats: int) -> list[float]:
     """Seconds per call, after one untimed warm-up call."""
     samples = []
     for i in range(repeats + 1):

@@ -110,6 +110,13 @@ def test(
         int | None,
         typer.Option(help="Output kept per call and stream, KiB (default: each stage's, 64)."),
     ] = None,
+    sandbox: Annotated[
+        str,
+        typer.Option(
+            help="auto | bwrap | none: isolate the student's process with bubblewrap "
+            "(auto: when it works here; bwrap: refuse to grade without it)."
+        ),
+    ] = "auto",
 ) -> None:
     """Grade the course directory's stages against the recompute oracle."""
     from theinference.session import Output, override_limits, prepare, run_once
@@ -125,7 +132,9 @@ def test(
         if path is not None:
             outputs.append(Output(extra_fmt, path))
     try:
-        session = prepare(course_dir, stage or [], weights, timeout, seed, outputs, case or [])
+        session = prepare(
+            course_dir, stage or [], weights, timeout, seed, outputs, case or [], sandbox
+        )
         override_limits(session, memory_gb, output_kb)
     except Exception as exc:
         raise fail(*_usage_error(exc)) from None
@@ -199,8 +208,8 @@ def verify(
     weights: WeightsOpt = None,
 ) -> None:
     """For course authors: the reference must pass, every planted bug must fail and be named."""
+    from theinference.answer_cache import AnswerCache
     from theinference.grader import Oracle
-    from theinference.oracle_cache import OracleCache
     from theinference.report import console
     from theinference.stages import StageError, load_stages, select
     from theinference.tables import print_verify
@@ -212,7 +221,7 @@ def verify(
     status, listener_for = verify_progress(console())
     try:
         w = load_weights(weights or "synthetic", Path.cwd())
-        oracle = Oracle(w, OracleCache(w.sha256, cache_dir()))
+        oracle = Oracle(w, AnswerCache(w.sha256, cache_dir()))
         stages = select(load_stages(), stage or [])
         where = solutions or default_solutions_dir()
         rows = run_verify(where, stages, w, oracle, quick, bug or [], listener_for)
@@ -294,6 +303,7 @@ def version() -> None:
 
 def _usage_error(exc: Exception) -> tuple[str, int]:
     from theinference.course import CourseError
+    from theinference.sandbox import SandboxError
     from theinference.stages import StageError
     from theinference.weights import WeightsError
 
@@ -301,6 +311,7 @@ def _usage_error(exc: Exception) -> tuple[str, int]:
         (CourseError, exits.COURSE),
         (WeightsError, exits.WEIGHTS),
         (StageError, exits.USAGE),
+        (SandboxError, exits.USAGE),
     ):
         if isinstance(exc, kind):
             return str(exc), code
