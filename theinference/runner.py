@@ -13,13 +13,14 @@ import selectors
 import signal
 import struct
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from theinference import languages
 
 WORKER_SCRIPT = Path(__file__).with_name("worker.py")
 MAX_REPLY_BYTES = 1 << 30
@@ -181,16 +182,11 @@ class Worker:
             "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ writes in the course directory
             RUN_TOKEN_VAR: self.token,  # inherited by every descendant: see kill_tagged
         }
+        argv = languages.worker_argv(
+            self.course_dir, req_read, resp_write, self.limits.memory_bytes
+        )
         popen = subprocess.Popen(
-            [
-                sys.executable,
-                "-P",
-                str(WORKER_SCRIPT),
-                str(req_read),
-                str(resp_write),
-                str(self.course_dir),
-                str(self.limits.memory_bytes),
-            ],
+            argv,
             cwd=self.course_dir,
             env=env,
             stdin=subprocess.DEVNULL,

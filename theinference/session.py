@@ -8,7 +8,7 @@ import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from theinference import exits
+from theinference import exits, languages
 from theinference.course import Course, open_course
 from theinference.grader import Oracle, grade
 from theinference.oracle_cache import OracleCache
@@ -51,6 +51,9 @@ def prepare(
         every = [only_cases(s, case_filter) for s in every]
     if timeout is not None:
         every = [replace(s, timeout=timeout) for s in every]
+    else:  # a stage's own timeout, scaled for a language slower than NumPy
+        factor = languages.TIMEOUT_FACTOR[course.language]
+        every = [replace(s, timeout=s.timeout * factor) for s in every]
     if seed is not None:
         every = [with_hidden_cases(s, seed) for s in every]
     weights = load_weights(weights_spec or course.weights, course.root)
@@ -100,6 +103,7 @@ def run(
     result = grade(
         session.course.root, stages, session.weights, session.limits, session.oracle, cancel
     )
+    result = languages.localize_result(result, session.course.language)  # decodeStep in TS
     result.environment = fingerprint()
     result.notes = list(session.oracle.cache.notes)
     if result.cancelled:
