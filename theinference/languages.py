@@ -63,9 +63,7 @@ TS_NAMES = {
     "ln_hidden": "lnHidden",
 }
 _TS_PATTERN = re.compile(
-    "|".join(
-        rf"(?<![\w.]){re.escape(k)}(?![\w])" for k in sorted(TS_NAMES, key=len, reverse=True)
-    )
+    "|".join(rf"(?<![\w.]){re.escape(k)}(?![\w])" for k in sorted(TS_NAMES, key=len, reverse=True))
 )
 
 
