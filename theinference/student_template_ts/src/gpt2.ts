@@ -191,11 +191,18 @@ export function attnSublayer(X: Rows, w: Weights, layer: number): Rows {
   for (let h = 0; h < heads; h++) {
     const lo = h * HEAD_DIM, hi = lo + HEAD_DIM;
     for (let t = 0; t < X.length; t++) {
-      const qt = q[t].subarray(lo, hi);
-      for (let j = 0; j <= t; j++) scores[j] = dot(qt, k[j].subarray(lo, hi)) * scale; // j <= t
-      softmax(scores, t + 1);
+      const qt = q[t];
       for (let j = 0; j <= t; j++) {
-        for (let i = 0; i < HEAD_DIM; i++) a[t][lo + i] += scores[j] * v[j][lo + i];
+        const kj = k[j]; // causal: token t sees 0..t
+        let s = 0;
+        for (let i = lo; i < hi; i++) s += qt[i] * kj[i];
+        scores[j] = s * scale;
+      }
+      softmax(scores, t + 1);
+      const at = a[t];
+      for (let j = 0; j <= t; j++) {
+        const vj = v[j], prob = scores[j];
+        for (let i = lo; i < hi; i++) at[i] += prob * vj[i];
       }
     }
   }
