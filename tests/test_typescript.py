@@ -260,3 +260,18 @@ def test_typescript_reference_passes_every_full_stage(weights):
 
     rows = verify_reference(REFERENCE_TS, load_stages(), weights, Oracle(weights), SOLUTIONS_TS)
     assert all(r.ok for r in rows), [(r.stage, r.status.value) for r in rows]
+
+
+def test_watch_regrades_on_a_typescript_save(tmp_path):
+    """Catches a watcher blind to .ts saves, or one that keeps grading the stale stub."""
+    from tests.test_watch import RUN_DONE, Watcher
+
+    course = ts_course(tmp_path / "c")
+    w = Watcher(course, "--case", "two tokens", "--timeout", "300")
+    try:
+        assert any("TODO" in line for line in w.until(RUN_DONE, timeout=120))
+        (course / "src" / "kvcache.ts").write_text(REFERENCE_TS)
+        rerun = "".join(w.until(RUN_DONE, timeout=300))
+        assert "src/kvcache.ts changed" in rerun and "PASSED" in rerun, rerun
+    finally:
+        w.close()
