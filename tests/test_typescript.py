@@ -275,3 +275,18 @@ def test_watch_regrades_on_a_typescript_save(tmp_path):
         assert "src/kvcache.ts changed" in rerun and "PASSED" in rerun, rerun
     finally:
         w.close()
+
+
+def test_results_are_localized_for_typescript_only():
+    """Catches a run result (case and stage messages, hints) left in Python names for a
+    TypeScript course, or a Python course's text rewritten."""
+    from theinference.results import CaseResult, RunResult, StageResult, Status
+
+    case = CaseResult("c", Status.FAILED, message="decode_step at len(prompt_ids)", hint="x")
+    stage = StageResult("s", "t", Status.FAILED, [case], hint="wire run_decode_step")
+    run = RunResult([stage], "synthetic", "0" * 64)
+    ts = languages.localize_result(run, "ts")
+    assert ts.stages[0].cases[0].message == "decodeStep at promptIds.length"
+    assert ts.stages[0].hint == "wire runDecodeStep"
+    assert languages.localize_result(run, "python") is run
+    assert run.stages[0].cases[0].message == "decode_step at len(prompt_ids)"  # not mutated
