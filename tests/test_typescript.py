@@ -280,6 +280,7 @@ def test_watch_regrades_on_a_typescript_save(tmp_path):
 def test_results_are_localized_for_typescript_only():
     """Catches a run result (case and stage messages, hints) left in Python names for a
     TypeScript course, or a Python course's text rewritten."""
+    from theinference.events import StageFinished
     from theinference.results import CaseResult, RunResult, StageResult, Status
 
     case = CaseResult("c", Status.FAILED, message="decode_step at len(prompt_ids)", hint="x")
@@ -290,3 +291,6 @@ def test_results_are_localized_for_typescript_only():
     assert ts.stages[0].hint == "wire runDecodeStep"
     assert languages.localize_result(run, "python") is run
     assert run.stages[0].cases[0].message == "decode_step at len(prompt_ids)"  # not mutated
+    heard = []
+    languages.localizing(heard.append, "ts")(StageFinished(stage))
+    assert heard[0].result.hint == "wire runDecodeStep"  # what watch mode draws from events

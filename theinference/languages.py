@@ -146,3 +146,16 @@ def localize_result(value, language: str):
         elif f.name in ("stages", "cases"):
             changes[f.name] = localize_result(item, language)
     return replace(value, **changes)
+
+
+def localizing(listener, language: str):
+    """A run listener that hears results (case, stage, run) in the course's language's names."""
+    if language != TYPESCRIPT:
+        return listener
+
+    def forward(event) -> None:
+        if is_dataclass(event) and hasattr(event, "result"):
+            event = replace(event, result=localize_result(event.result, language))
+        listener(event)
+
+    return forward

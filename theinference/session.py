@@ -109,7 +109,7 @@ def run(
         session.limits,
         session.oracle,
         cancel,
-        listener,
+        languages.localizing(listener, session.course.language),
     )
     result = languages.localize_result(result, session.course.language)  # decodeStep in TS
     result.environment = fingerprint()
