@@ -49,6 +49,7 @@ def init(
     """Create a course directory: provided src/gpt2.py, stubs in src/kvcache.py, the adapters."""
     from theinference.course import CourseError, init_course
     from theinference.languages import LANGUAGES, TYPESCRIPT
+    from theinference.stages import load_stages
 
     if lang not in LANGUAGES:
         raise fail(f"unknown language '{lang}': choose one of {', '.join(LANGUAGES)}", exits.USAGE)
@@ -59,9 +60,10 @@ def init(
     except OSError as exc:
         raise fail(f"cannot create {directory}: {exc.strerror}", exits.COURSE) from None
     install = "  npm install   # once: the TypeScript runner (tsx)\n" if lang == TYPESCRIPT else ""
+    first = load_stages()[0].slug
     typer.echo(
         f"Created {directory} ({len(files)} files). Next:\n"
-        f"  cd {directory}\n{install}  theinference test --stage single-step-attention --watch"
+        f"  cd {directory}\n{install}  theinference test --stage {first} --watch"
     )
 
 

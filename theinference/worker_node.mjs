@@ -25,10 +25,7 @@ async function main() {
   const kvcache = adapters ? await import(kvcacheUrl).catch(() => null) : null;
   let request;
   while ((request = readMessage()) !== null) {
-    const started = process.cpuUsage();
     const reply = importFailure ?? (await callAdapter(adapters, kvcache, request));
-    const used = process.cpuUsage(started);
-    reply.cpu_seconds = (used.user + used.system) / 1e6;
     writeMessage(...encodeReply(reply));
   }
   process.exit(0); // timers the student left running must not keep the process alive
@@ -63,10 +60,11 @@ async function callAdapter(adapters, kvcache, request) {
       message: `${name} takes ${fn.length} argument(s), the grader passes ${args.length}`,
     };
   }
-  const probe = new Probe(kvcache, request.probe === "zero_cache_after_prefill");
+  const probe = await installProbe(adapters, kvcache, request.probe);
+  const started = process.cpuUsage();
+  let value;
   try {
-    const value = await fn(...args);
-    return { outcome: "returned", value, probe: probe.report() };
+    value = await fn(...args);
   } catch (err) {
     if (err instanceof Error && err.name === "NotImplementedError") {
       return { outcome: "todo", message: err.message || `${name} is not implemented yet` };
@@ -81,24 +79,44 @@ async function callAdapter(adapters, kvcache, request) {
   } finally {
     probe.remove();
   }
+  const cpuSeconds = cpuSince(started);
+  return { outcome: "returned", value, probe: probe.report(cpuSeconds), cpu_seconds: cpuSeconds };
 }
 
-// The cache-use probe, as in worker.py: after prefill(promptIds, w, mc) returns, zero every K
-// and V row it left in mc.layers, in place, and read them back to confirm.
-class Probe {
-  constructor(kvcache, wanted) {
-    this.wanted = wanted;
-    this.state = { applied: false, reason: "prefill was never called" };
+// process CPU time (every thread) since `started`, as a float: JSON writes 2.0 as 2, which
+// the grader would read as an integer, so a whole number gets one nanosecond more
+function cpuSince(started) {
+  const used = process.cpuUsage(started);
+  const seconds = (used.user + used.system) / 1e6;
+  return Number.isInteger(seconds) ? seconds + 1e-9 : seconds;
+}
+
+// --- the cache-use probes, as in worker.py ---------------------------------------------------
+
+async function installProbe(adapters, kvcache, probe) {
+  const kind = typeof probe === "string" ? probe : probe?.kind;
+  if (kind === "zero_cache_after_prefill") return new ZeroCacheAfterPrefill(kvcache);
+  if (kind === "cpu_against") return await CpuAgainst.timed(adapters, probe.baseline ?? {});
+  return { remove() {}, report() { return null; } };
+}
+
+// After the student's prefill (src/kvcache.ts's `prefill`, whatever the adapter imports it as)
+// returns, zero in place every float array reachable from its cache argument, whatever the
+// layout. A decode that still gives the right logits cannot have read the cache.
+class ZeroCacheAfterPrefill {
+  constructor(kvcache) {
+    this.state = { applied: false, reason: "prefill was never called", zeroed: 0 };
     this.restore = null;
-    if (!wanted) return;
     try {
-      this.restore = kvcache.__theinferenceWrapPrefill((original) => (ids, w, mc, ...rest) => {
-        const out = original(ids, w, mc, ...rest);
-        this.state = zeroCache(mc);
+      this.restore = kvcache.__theinferenceWrapPrefill((original) => (ids, w, ...rest) => {
+        const out = original(ids, w, ...rest);
+        const total = this.state.zeroed + zeroFloats(rest, weightBuffers(w));
+        const why = total ? "" : "prefill left no K/V values in mc: nothing a decode could read";
+        this.state = { applied: total > 0, reason: why, zeroed: total };
         return out;
       });
     } catch (err) {
-      this.state = { applied: false, reason: `src/kvcache.ts's prefill cannot be wrapped (${err})` };
+      this.state.reason = `src/kvcache.ts has no function prefill the grader can wrap (${err})`;
     }
   }
 
@@ -107,36 +125,70 @@ class Probe {
   }
 
   report() {
-    return this.wanted ? this.state : null;
+    return this.state;
   }
 }
 
-function zeroCache(mc) {
-  try {
-    for (const layer of mc.layers) {
-      for (const name of ["k", "v"]) {
-        if (!forEachNumbers(layer[name], (a) => a.fill(0))) {
-          return { applied: false, reason: `mc.layers[i].${name} holds no numbers to zero` };
-        }
-        let nonzero = false;
-        forEachNumbers(layer[name], (a) => { nonzero ||= a.some((x) => x !== 0); });
-        if (nonzero) return { applied: false, reason: `mc.layers[i].${name} is a copy` };
-      }
+// Times the student's own baseline call (their recompute of the same length) before the case
+class CpuAgainst {
+  static async timed(adapters, baseline) {
+    const probe = new CpuAgainst();
+    const fn = adapters[camelCase(String(baseline.adapter))];
+    if (typeof fn !== "function") {
+      probe.state.baseline_error = `tests/adapters.ts has no ${camelCase(String(baseline.adapter))}()`;
+      return probe;
     }
-  } catch (err) {
-    return { applied: false, reason: `could not reach mc.layers: ${err}` };
+    const started = process.cpuUsage();
+    try {
+      await fn(...(baseline.args ?? []));
+    } catch (err) {
+      probe.state.baseline_error = describeError(err);
+      return probe;
+    }
+    probe.state.baseline_cpu_seconds = cpuSince(started);
+    return probe;
   }
-  return { applied: true, reason: "" };
+
+  constructor() {
+    this.state = { kind: "cpu_against", baseline_error: null };
+  }
+
+  remove() {}
+
+  report(cpuSeconds) {
+    return { ...this.state, cpu_seconds: cpuSeconds };
+  }
 }
 
-// calls fn on every typed array or number array nested in value; false if there was none
-function forEachNumbers(value, fn, depth = 0) {
-  if (ArrayBuffer.isView(value)) return fn(value), true;
-  if (!Array.isArray(value) || depth > 4) return false;
-  if (value.length && value.every((x) => typeof x === "number")) return fn(value), true;
-  let found = false;
-  for (const item of value) found = forEachNumbers(item, fn, depth + 1) || found;
-  return found;
+// the ArrayBuffers the weights live in, which the probe must never touch
+function weightBuffers(w) {
+  const buffers = new Set();
+  for (const t of Object.values(w ?? {})) if (ArrayBuffer.isView(t?.data)) buffers.add(t.data.buffer);
+  return buffers;
+}
+
+// zero every float array reachable from roots (arrays, objects, class instances); how many values
+function zeroFloats(roots, skip) {
+  const seen = new Set();
+  let zeroed = 0;
+  const walk = (obj, depth) => {
+    if (obj === null || typeof obj !== "object" || seen.has(obj) || depth > 6) return;
+    seen.add(obj);
+    if (obj instanceof Float32Array || obj instanceof Float64Array) {
+      if (!skip.has(obj.buffer)) obj.fill(0), (zeroed += obj.length);
+      return;
+    }
+    if (ArrayBuffer.isView(obj)) return;
+    if (Array.isArray(obj) && obj.length && obj.every((x) => typeof x === "number")) {
+      obj.fill(0);
+      zeroed += obj.length;
+      return;
+    }
+    const children = obj instanceof Map ? [...obj.values()] : Array.isArray(obj) ? obj : Object.values(obj);
+    for (const child of children) walk(child, depth + 1);
+  };
+  for (const root of roots) walk(root, 0);
+  return zeroed;
 }
 
 function describeError(err) {
