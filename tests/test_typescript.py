@@ -13,6 +13,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from theinference import languages
@@ -304,3 +305,27 @@ def test_results_are_localized_for_typescript_only():
     heard = []
     languages.localizing(heard.append, "ts")(StageFinished(stage))
     assert heard[0].result.hint == "wire runDecodeStep"  # what watch mode draws from events
+
+
+def test_probes_zero_the_cache_and_time_the_baseline(tmp_path, weights):
+    """Catches a cache-use probe that cannot reach a TypeScript cache (so the zeroed-cache check
+    could not apply) or a CPU baseline not measured (so the cost checks could not apply)."""
+    from theinference.checks.cost import baseline_probe
+
+    course = ts_course(tmp_path / "c", REFERENCE_TS)
+    with Worker(course, weights.path, Limits(timeout=300)) as worker:
+        zeroed = worker.call(
+            "run_decode_step", [[1, 2, 3], 4], None, {"kind": "zero_cache_after_prefill"}
+        )
+        plain = worker.call("run_decode_step", [[1, 2, 3], 4])
+        timed = worker.call(
+            "run_decode_sequence",
+            [[1, 2], [3, 4]],
+            None,
+            baseline_probe("run_prefill", [[1, 2, 3, 4]]),
+        )
+    assert zeroed.probe["applied"] and zeroed.probe["zeroed"] == 12 * 2 * 3 * 768
+    assert np.abs(zeroed.value - plain.value).max() > 1e-2  # the decode read the zeroed cache
+    assert timed.probe["baseline_error"] is None
+    assert isinstance(timed.probe["baseline_cpu_seconds"], float)
+    assert isinstance(timed.probe["cpu_seconds"], float)
