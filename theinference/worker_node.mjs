@@ -180,8 +180,7 @@ function zeroFloats(roots, skip) {
     }
     if (ArrayBuffer.isView(obj)) return;
     if (Array.isArray(obj) && obj.length && obj.every((x) => typeof x === "number")) {
-      obj.fill(0);
-      zeroed += obj.length;
+      if (!obj.every(Number.isInteger)) obj.fill(0), (zeroed += obj.length); // not token ids
       return;
     }
     const children = obj instanceof Map ? [...obj.values()] : Array.isArray(obj) ? obj : Object.values(obj);
