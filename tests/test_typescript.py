@@ -7,6 +7,7 @@ each course directory links that node_modules, so nothing here touches the netwo
 
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import pytest
 
 from theinference import languages
 from theinference.course import CourseError, init_course, open_course
-from theinference.runner import Limits, Worker, decode_reply
+from theinference.runner import Limits, StudentProcess, decode_reply
 from theinference.stages import load_stages, select
 from theinference.verify import load_bugs, quick, verify_bug, verify_reference
 from theinference.watch import is_watched
@@ -48,9 +49,16 @@ def ts_runner():
     )
 
 
-def ts_course(root: Path, kvcache: str | None = None, adapters: str | None = None) -> Path:
+def ts_course(
+    root: Path, kvcache: str | None = None, adapters: str | None = None, copy: bool = False
+) -> Path:
+    """A TypeScript course with the runner linked in, or copied (a sandbox binds the course
+    directory alone, so a link out of it would dangle)."""
     init_course(root, languages.TYPESCRIPT)
-    (root / "node_modules").symlink_to(NODE_MODULES)
+    if copy:
+        shutil.copytree(NODE_MODULES, root / "node_modules", symlinks=True)
+    else:
+        (root / "node_modules").symlink_to(NODE_MODULES)
     if kvcache is not None:
         (root / "src" / "kvcache.ts").write_text(kvcache)
     if adapters is not None:
@@ -162,7 +170,7 @@ def test_worker_outcomes_values_and_student_stack(tmp_path, weights):
     awaited, pairs not described item by item, a missing adapter or a wrong arity accepted, and
     a RangeError not counted as the refusal the grader asks for."""
     course = ts_course(tmp_path / "c", KVCACHE_PROBE, ADAPTERS_PROBE)
-    with Worker(course, weights.path, Limits(timeout=60)) as worker:
+    with StudentProcess(course, weights.path, Limits(timeout=60)) as worker:
         raised = worker.call("run_step_attention", [[1, 2, 3]])
         pair = worker.call("run_prefill", [[7, 8]])
         arity = worker.call("run_prefill_cache", [[1]])
@@ -277,7 +285,7 @@ def test_watch_regrades_on_a_typescript_save(tmp_path):
     """Catches a watcher blind to .ts saves, or one that keeps grading the stale stub."""
     from tests.test_watch import RUN_DONE, Watcher
 
-    course = ts_course(tmp_path / "c")
+    course = ts_course(tmp_path / "c", copy=True)
     w = Watcher(course, "--case", "two tokens", "--timeout", "300")
     try:
         assert any("TODO" in line for line in w.until(RUN_DONE, timeout=120))
@@ -313,7 +321,7 @@ def test_probes_zero_the_cache_and_time_the_baseline(tmp_path, weights):
     from theinference.checks.cost import baseline_probe
 
     course = ts_course(tmp_path / "c", REFERENCE_TS)
-    with Worker(course, weights.path, Limits(timeout=300)) as worker:
+    with StudentProcess(course, weights.path, Limits(timeout=300)) as worker:
         zeroed = worker.call(
             "run_decode_step", [[1, 2, 3], 4], None, {"kind": "zero_cache_after_prefill"}
         )

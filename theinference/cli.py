@@ -114,6 +114,13 @@ def test(
         int | None,
         typer.Option(help="Output kept per call and stream, KiB (default: each stage's, 64)."),
     ] = None,
+    sandbox: Annotated[
+        str,
+        typer.Option(
+            help="auto | bwrap | none: isolate the student's process with bubblewrap "
+            "(auto: when it works here; bwrap: refuse to grade without it)."
+        ),
+    ] = "auto",
 ) -> None:
     """Grade the course directory's stages against the recompute oracle."""
     from theinference.session import Output, override_limits, prepare, run_once
@@ -129,7 +136,9 @@ def test(
         if path is not None:
             outputs.append(Output(extra_fmt, path))
     try:
-        session = prepare(course_dir, stage or [], weights, timeout, seed, outputs, case or [])
+        session = prepare(
+            course_dir, stage or [], weights, timeout, seed, outputs, case or [], sandbox
+        )
         override_limits(session, memory_gb, output_kb)
     except Exception as exc:
         raise fail(*_usage_error(exc)) from None
@@ -202,8 +211,8 @@ def verify(
     weights: WeightsOpt = None,
 ) -> None:
     """For course authors: the reference must pass, every planted bug must fail and be named."""
+    from theinference.answer_cache import AnswerCache
     from theinference.grader import Oracle
-    from theinference.oracle_cache import OracleCache
     from theinference.report import console, print_verify
     from theinference.stages import StageError, load_stages, select
     from theinference.verify import VerifyError, default_solutions_dir
@@ -212,7 +221,7 @@ def verify(
 
     try:
         w = load_weights(weights or "synthetic", Path.cwd())
-        oracle = Oracle(w, OracleCache(w.sha256, cache_dir()))
+        oracle = Oracle(w, AnswerCache(w.sha256, cache_dir()))
         stages = select(load_stages(), stage or [])
         rows = run_verify(solutions or default_solutions_dir(), stages, w, oracle, quick, bug or [])
     except StageError as exc:
@@ -285,6 +294,7 @@ def version() -> None:
 
 def _usage_error(exc: Exception) -> tuple[str, int]:
     from theinference.course import CourseError
+    from theinference.sandbox import SandboxError
     from theinference.stages import StageError
     from theinference.weights import WeightsError
 
@@ -292,6 +302,7 @@ def _usage_error(exc: Exception) -> tuple[str, int]:
         (CourseError, exits.COURSE),
         (WeightsError, exits.WEIGHTS),
         (StageError, exits.USAGE),
+        (SandboxError, exits.USAGE),
     ):
         if isinstance(exc, kind):
             return str(exc), code
