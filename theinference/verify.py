@@ -7,11 +7,13 @@ students): a folder holding reference_kvcache.py and bugs.toml, by default the s
 checkout's tests/solutions.
 """
 
+import os
 import tempfile
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from theinference import languages
 from theinference.config import ModelConfig
 from theinference.course import init_course
 from theinference.events import ignore
@@ -99,20 +101,54 @@ def quick(stage: Stage, config: ModelConfig) -> Stage:
 
 
 def grade_text(
-    kvcache: str, stages: list[Stage], weights: Weights, oracle: Oracle, listener=ignore
+    kvcache: str,
+    stages: list[Stage],
+    weights: Weights,
+    oracle: Oracle,
+    solutions: Path = Path(),
+    listener=ignore,
 ) -> RunResult:
-    """Grade a kvcache.py text in a fresh course directory made from the template."""
+    """Grade a kvcache text in a fresh course directory made from its language's template."""
+    language = solutions_language(solutions)
     with tempfile.TemporaryDirectory(prefix="theinference-verify-") as tmp:
         course = Path(tmp) / "course"
-        init_course(course)
-        (course / "src" / "kvcache.py").write_text(kvcache)
+        init_course(course, language)
+        (course / languages.KVCACHE[language]).write_text(kvcache)
+        if language == languages.TYPESCRIPT:
+            (course / "node_modules").symlink_to(ts_node_modules(solutions))
+            factor = languages.TIMEOUT_FACTOR[language]
+            stages = [replace(s, timeout=s.timeout * factor) for s in stages]
         return grade(course, stages, weights, Limits(), oracle, listener=listener)
 
 
+def solutions_language(solutions: Path) -> str:
+    """A solutions folder with reference_kvcache.ts is the TypeScript course's."""
+    ts = (solutions / "reference_kvcache.ts").is_file()
+    return languages.TYPESCRIPT if ts else languages.PYTHON
+
+
+def ts_node_modules(solutions: Path) -> Path:
+    """The TypeScript runner verify links into each course: $THEINFERENCE_NODE_MODULES, else
+    the one `npm ci` prepares in tests/fixtures/ts_runner beside the solutions."""
+    fixture = solutions.resolve().parent / "fixtures" / "ts_runner"
+    found = Path(os.environ.get("THEINFERENCE_NODE_MODULES") or fixture / "node_modules")
+    if not (found / "tsx" / "package.json").is_file():
+        raise VerifyError(
+            f"no TypeScript runner at {found}: run `npm ci --prefix {fixture}` once "
+            "(or point THEINFERENCE_NODE_MODULES at a node_modules holding tsx)"
+        )
+    return found
+
+
 def verify_reference(
-    reference: str, stages: list[Stage], weights: Weights, oracle: Oracle, listener=ignore
+    reference: str,
+    stages: list[Stage],
+    weights: Weights,
+    oracle: Oracle,
+    solutions: Path = Path(),
+    listener=ignore,
 ) -> list[Row]:
-    run = grade_text(reference, stages, weights, oracle, listener)
+    run = grade_text(reference, stages, weights, oracle, solutions, listener)
     rows = []
     for s in run.stages:
         worst = max((c.worst for case in s.cases for c in case.comparisons), default=None)
@@ -126,9 +162,15 @@ def verify_reference(
 
 
 def verify_bug(
-    bug: PlantedBug, reference: str, stage: Stage, weights: Weights, oracle: Oracle, listener=ignore
+    bug: PlantedBug,
+    reference: str,
+    stage: Stage,
+    weights: Weights,
+    oracle: Oracle,
+    solutions: Path = Path(),
+    listener=ignore,
 ) -> Row:
-    run = grade_text(bug.planted(reference), [stage], weights, oracle, listener)
+    run = grade_text(bug.planted(reference), [stage], weights, oracle, solutions, listener)
     (result,) = run.stages
     failing = [c for c in result.cases if c.status != Status.PASSED]
     errors = [c.worst for case in failing for c in case.comparisons if not c.passed]
@@ -155,12 +197,15 @@ def verify(
     only: list[str],
     listener_for=lambda subject: ignore,  # a run's listener, given what it grades
 ) -> list[Row]:
-    reference_path = solutions / "reference_kvcache.py"
+    suffix = languages.KVCACHE[solutions_language(solutions)].suffix
+    reference_path = solutions / f"reference_kvcache{suffix}"
     if not reference_path.is_file():
         raise VerifyError(
             f"no reference solution at {reference_path} (pass --solutions DIR: "
-            "a folder with reference_kvcache.py and bugs.toml)"
+            "a folder with reference_kvcache.py or .ts and bugs.toml)"
         )
+    if suffix == ".ts":
+        ts_node_modules(solutions)  # refused up front, not once per bug
     reference = reference_path.read_text()
     bugs = load_bugs(solutions / "bugs.toml")
     unknown = set(only) - {b.id for b in bugs}
@@ -169,9 +214,11 @@ def verify(
     if quick_run:
         stages = [quick(s, weights.config) for s in stages]
     by_slug = {s.slug: s for s in stages}
-    rows = verify_reference(reference, stages, weights, oracle, listener_for("reference"))
+    rows = verify_reference(
+        reference, stages, weights, oracle, solutions, listener_for("reference")
+    )
     for bug in bugs:
         if (not only or bug.id in only) and bug.stage in by_slug:
-            listener = listener_for(bug.id)
-            rows.append(verify_bug(bug, reference, by_slug[bug.stage], weights, oracle, listener))
+            stage, listener = by_slug[bug.stage], listener_for(bug.id)
+            rows.append(verify_bug(bug, reference, stage, weights, oracle, solutions, listener))
     return rows
