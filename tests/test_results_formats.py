@@ -151,11 +151,11 @@ def test_oracle_cache_round_trips_layer_kv(tmp_path):
 
 
 def test_an_unwritable_cache_degrades_with_a_note(tmp_path, reference_course, weights):
-    from theinference.grader import Oracle
+    from theinference.answers import Answers
 
     blocked = tmp_path / "blocked"
     blocked.write_text("a file where the cache directory should be")
-    oracle = Oracle(weights, OracleCache(weights.sha256, blocked))
+    oracle = Answers(weights, OracleCache(weights.sha256, blocked))
     run = grade_course(reference_course, weights, ["single-step-attention"], oracle=oracle)
     assert run.passed
     assert oracle.cache.notes and "oracle cache off" in oracle.cache.notes[0]

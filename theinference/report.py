@@ -71,7 +71,19 @@ def stage_block(stage: StageResult) -> Group:
         blocks.append(case_block(case, repeat_of=seen.get(case.traceback)))
         if case.traceback:
             seen.setdefault(case.traceback, case.name)
-    return Group(Text(""), head, *blocks)
+    return Group(Text(""), head, *blocks, *stage_footer(stage))
+
+
+def stage_footer(stage: StageResult) -> list:
+    """The stage's diagnosis, and the cases this run left out."""
+    lines = []
+    if stage.hint:
+        lines.append(Text("    " + stage.hint, style="cyan"))
+    elif stage.diagnosed:
+        lines.append(Text("    no known bug matches these answers", style="dim"))
+    if stage.not_run:
+        lines.append(Text(f"    {len(stage.not_run)} case(s) not run", style="dim"))
+    return lines
 
 
 def indented(renderable) -> Padding:

@@ -1,0 +1,33 @@
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from theinference.commands.options import CourseDir
+
+
+def stages(course_dir: CourseDir = Path(".")) -> None:
+    """List the stages in course order, with your last result for each (in a course)."""
+    from theinference.progress import read_progress
+    from theinference.report import console, print_stages
+    from theinference.stages import load_stages
+
+    progress = read_progress(course_dir.expanduser().resolve())
+    rows = [
+        (
+            s.slug,
+            s.title,
+            ", ".join(s.requires) or "-",
+            progress.get(s.slug, {}).get("status", "not run"),
+        )
+        for s in load_stages()
+    ]
+    print_stages(console(), rows)
+
+
+def hint(slug: Annotated[str, typer.Argument(help="A stage slug.")]) -> None:
+    """Show a stage's guidance from the course text."""
+    from theinference.stages import load_stages, select
+
+    (found,) = select(load_stages(), [slug])
+    typer.echo(f"{found.slug}: {found.title}\n\n{found.guidance}")
