@@ -159,3 +159,18 @@ def test_an_unwritable_cache_degrades_with_a_note(tmp_path, reference_course, we
     run = grade_course(reference_course, weights, ["single-step-attention"], oracle=oracle)
     assert run.passed
     assert oracle.cache.notes and "oracle cache off" in oracle.cache.notes[0]
+
+
+def test_the_stage_diagnosis_reaches_json_and_junit(mixed_course):
+    """Would catch: the suspected bug named on one case only (null on the others, nothing at
+    stage level), or missing from JUnit where CI systems show it."""
+    _, out, _ = mixed_course
+    prefill = json.loads((out / "r.json").read_text())["stages"][1]
+    assert prefill["suspected_bug"] == "missing-ln-f" and prefill["diagnosed"]
+    assert prefill["candidates"] == ["missing-ln-f"] and prefill["hint"]
+    assert prefill["partial"] is False and prefill["not_run"] == []
+    root = ET.parse(out / "r.xml").getroot()
+    suite = next(s for s in root.iter("testsuite") if s.get("name") == "build-prefill")
+    props = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert props["suspected_bug"] == "missing-ln-f"
+    assert "suspected bug" in suite.find("testcase/failure").text
