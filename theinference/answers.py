@@ -6,7 +6,7 @@ The grader asks here for every expected value and every float32 noise floor; the
 
 import numpy as np
 
-from theinference.checks import CHECKS, OracleRuns
+from theinference.checks import CHECKS, Recompute
 from theinference.oracle_cache import OracleCache
 from theinference.weights import Weights
 
@@ -15,7 +15,7 @@ class Answers:
     """The oracle's answers for one weights file, cached."""
 
     def __init__(self, weights: Weights, cache: OracleCache | None = None):
-        self.runs = OracleRuns(weights.tensors, weights.config)
+        self.runs = Recompute(weights.tensors, weights.config)
         self.cache = cache or OracleCache(weights.sha256, None)
 
     @classmethod

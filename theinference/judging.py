@@ -28,7 +28,8 @@ def grade_case(
     `actual` the stage's diagnosis reads)."""
     check = CHECKS[case.check]
     args = check.arguments(case, answers.runs.config)
-    outcome = process.call(check.adapter, args, stage.timeout, check.probe)
+    probe = check.probe(args) if check.probe else None
+    outcome = process.call(check.adapter, args, stage.timeout, probe)
     clock = OracleClock()
     verdict = judge(stage, case, args, outcome, answers, clock)
     hint = verdict.hint
