@@ -64,8 +64,11 @@ def test_json_validates_against_the_published_schema(mixed_course):
     assert data["weights"]["sha256"] and data["environment"]["numpy"] == np.__version__
     t = data["timings"]
     assert t["student_seconds"] + t["oracle_seconds"] <= t["total_seconds"] + 1e-3
-    names = [c["name"] for c in data["stages"][0]["cases"]]
-    assert sum("hidden case" in n and "seed 5" in n for n in names) == 2
+    cases = data["stages"][0]["cases"]
+    # the seed's two hidden cases, marked hidden; their names no longer carry the seed
+    hidden = [c for c in cases if c["hidden"]]
+    assert len(hidden) == 2 and all("hidden case" in c["name"] for c in hidden)
+    assert not any("seed 5" in c["name"] for c in cases)
 
 
 def test_junit_parses_with_a_suite_per_stage(mixed_course):
