@@ -1,29 +1,29 @@
 """The oracle's answers for one weights file: from the answer cache, else recomputed.
 
 The grader asks here for every expected value and every float32 noise floor; the cache
-(oracle_cache.py) keeps them in memory for a watch session and on disk across processes.
+(answer_cache.py) keeps them in memory for a watch session and on disk across processes.
 """
 
 import numpy as np
 
+from theinference.answer_cache import AnswerCache
 from theinference.checks import CHECKS, Recompute
-from theinference.oracle_cache import OracleCache
 from theinference.weights import Weights
 
 
 class Answers:
     """The oracle's answers for one weights file, cached."""
 
-    def __init__(self, weights: Weights, cache: OracleCache | None = None):
+    def __init__(self, weights: Weights, cache: AnswerCache | None = None):
         self.runs = Recompute(weights.tensors, weights.config)
-        self.cache = cache or OracleCache(weights.sha256, None)
+        self.cache = cache or AnswerCache(weights.sha256, None)
 
     @classmethod
     def cached(cls, weights: Weights) -> "Answers":
         """Answers kept on disk too, in the grader's cache directory, across runs."""
         from theinference.weights import cache_dir
 
-        return cls(weights, OracleCache(weights.sha256, cache_dir()))
+        return cls(weights, AnswerCache(weights.sha256, cache_dir()))
 
     @property
     def notes(self) -> list[str]:

@@ -24,6 +24,8 @@ def exit_codes() -> dict[type, int]:
     """Each user error's exit code (imported late: these modules load NumPy)."""
     from theinference.bench import BenchError
     from theinference.course import CourseError
+    from theinference.languages import LanguageError
+    from theinference.sandbox import SandboxError
     from theinference.stages import StageError
     from theinference.verify import VerifyError
     from theinference.weights import WeightsError
@@ -32,6 +34,8 @@ def exit_codes() -> dict[type, int]:
         CourseError: exits.COURSE,
         WeightsError: exits.WEIGHTS,
         StageError: exits.USAGE,
+        LanguageError: exits.USAGE,
+        SandboxError: exits.USAGE,
         VerifyError: exits.USAGE,
         BenchError: exits.NOT_PASSED,
         OSError: exits.USAGE,  # e.g. a results file that cannot be written

@@ -26,7 +26,8 @@ from theinference.events import (
 from theinference.judging import grade_case
 from theinference.policy import EVERY_CASE, RunPolicy, plan
 from theinference.results import CaseResult, RunResult, StageResult, Status, stage_status
-from theinference.runner import Limits, Worker
+from theinference.runner import Limits, StudentProcess
+from theinference.sandbox import Sandbox
 from theinference.stages import Stage
 from theinference.weights import Weights
 
@@ -43,6 +44,7 @@ def grade(
     cancel: threading.Event | None = None,
     listener: Listener = ignore,
     policy: RunPolicy = EVERY_CASE,
+    sandbox: Sandbox | None = None,
 ) -> RunResult:
     """Grade the stages in order, telling `listener` as stages and cases start and finish.
     `cancel`, set from another thread, stops the run early; its result is then marked
@@ -52,7 +54,7 @@ def grade(
     cancel = cancel or threading.Event()
     results: dict[str, StageResult] = {}
     listener(RunStarted(tuple(s.slug for s in stages)))
-    with Worker(course_dir, weights.path, limits, cancel) as process:
+    with StudentProcess(course_dir, weights.path, limits, cancel, sandbox) as process:
         for stage in stages:
             if cancel.is_set():
                 break
@@ -64,7 +66,7 @@ def grade(
                 results[stage.slug] = run.grade(stage_limits(stage, limits))
             listener(StageFinished(results[stage.slug]))
         startups, startup_seconds = process.startups, process.startup_seconds
-        sandbox = getattr(process, "sandbox", "none")  # the sandboxed process names its kind
+        kind, notes = process.sandbox, process.notes
     result = RunResult(
         stages=list(results.values()),
         weights_label=weights.label,
@@ -74,8 +76,8 @@ def grade(
         worker_startup_seconds=startup_seconds,
         cancelled=cancel.is_set(),
         environment=describe(),
-        notes=answers.notes,
-        sandbox=sandbox,
+        notes=[*notes, *answers.notes],
+        sandbox=kind,
     )
     listener(RunFinished(result))
     return result

@@ -12,7 +12,7 @@ from theinference.answers import Answers
 from theinference.checks import CHECKS, Verdict
 from theinference.fingerprints import BY_ID
 from theinference.results import CaseResult, Status, finding_of
-from theinference.runner import Outcome, Worker
+from theinference.runner import Outcome, StudentProcess
 from theinference.stages import Case, Stage
 
 OUTCOME_STATUS = {
@@ -22,7 +22,7 @@ OUTCOME_STATUS = {
 
 
 def grade_case(
-    stage: Stage, case: Case, process: Worker, answers: Answers
+    stage: Stage, case: Case, process: StudentProcess, answers: Answers
 ) -> tuple[CaseResult, list, Verdict]:
     """The case's result, complete, with the adapter's arguments and the judge's verdict (whose
     `actual` the stage's diagnosis reads)."""

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from theinference import exits
+from theinference import exits, languages
 from theinference.answers import Answers
 from theinference.course import Course, open_course
 from theinference.events import Event, Listener, ignore
@@ -18,6 +18,7 @@ from theinference.grader import grade
 from theinference.policy import EVERY_CASE, RunPolicy, selected
 from theinference.results import RunResult
 from theinference.runner import Limits
+from theinference.sandbox import Sandbox, choose
 from theinference.stages import Stage, StageError, load_stages, select, with_hidden_cases
 from theinference.weights import Weights, load_weights
 
@@ -41,6 +42,7 @@ class Session:
     answers: Answers | None = None  # kept across watch reruns: answers stay in memory
     policy: RunPolicy = EVERY_CASE
     renderer: Renderer | None = None  # draws each run (the terminal); None: nothing drawn
+    sandbox: Sandbox | None = None  # how the student's process runs (sandbox.choose)
 
 
 def prepare(
@@ -51,20 +53,36 @@ def prepare(
     seed: int | None,
     outputs: list[Output],
     policy: RunPolicy = EVERY_CASE,
+    sandbox_mode: str = "auto",
 ) -> Session:
-    """Everything a run needs, checked up front: course, stages, case filter, weights."""
+    """Everything a run needs, checked up front: course, stages, case filter, sandbox,
+    weights."""
     course = open_course(course_dir)
     every = load_stages()
     if timeout is not None:
         every = [replace(s, timeout=timeout) for s in every]
+    else:  # a stage's own timeout, scaled for a language slower than NumPy
+        factor = languages.TIMEOUT_FACTOR[course.language]
+        every = [replace(s, timeout=s.timeout * factor) for s in every]
     if seed is not None:
         every = [with_hidden_cases(s, seed) for s in every]
     chosen = select(every, slugs)
     if policy.cases:
         chosen = filtered(chosen, policy.cases, named=bool(slugs))
+    sandbox = choose(sandbox_mode, course.root)
     weights = load_weights(weights_spec or course.weights, course.root)
+    sandbox.notes.extend(weights.notes)
     answers = Answers.cached(weights)
-    return Session(course, chosen, every, weights, outputs=outputs, answers=answers, policy=policy)
+    return Session(
+        course,
+        chosen,
+        every,
+        weights,
+        outputs=outputs,
+        answers=answers,
+        policy=policy,
+        sandbox=sandbox,
+    )
 
 
 def filtered(stages: list[Stage], wanted: tuple[str, ...], named: bool) -> list[Stage]:
@@ -126,9 +144,11 @@ def run(
         session.limits,
         session.answers,
         cancel,
-        tell,
+        languages.localizing(tell, session.course.language),  # decodeStep in TypeScript
         session.policy,
+        session.sandbox,
     )
+    result = languages.localize_result(result, session.course.language)
     if result.cancelled:
         return result
     for out in session.outputs:

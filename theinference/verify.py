@@ -7,11 +7,13 @@ students, nor in the package): a folder holding reference_kvcache.py and bugs.to
 default the source checkout's tests/solutions; an installed package needs --solutions.
 """
 
+import os
 import tempfile
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from theinference import languages
 from theinference.answers import Answers
 from theinference.course import init_course
 from theinference.grader import grade
@@ -96,19 +98,49 @@ def named_bugs(stage: StageResult) -> set[str]:
     return {stage.suspected_bug, *(c.suspected_bug for c in stage.cases)} - {None}
 
 
-def grade_text(kvcache: str, stages: list[Stage], weights: Weights, answers: Answers) -> RunResult:
-    """Grade a kvcache.py text in a fresh course directory made from the template."""
+def grade_text(
+    kvcache: str, stages: list[Stage], weights: Weights, answers: Answers, solutions: Path = Path()
+) -> RunResult:
+    """Grade a kvcache text in a fresh course directory made from its language's template."""
+    language = solutions_language(solutions)
     with tempfile.TemporaryDirectory(prefix="theinference-verify-") as tmp:
         course = Path(tmp) / "course"
-        init_course(course)
-        (course / "src" / "kvcache.py").write_text(kvcache)
+        init_course(course, language)
+        (course / languages.KVCACHE[language]).write_text(kvcache)
+        if language == languages.TYPESCRIPT:
+            (course / "node_modules").symlink_to(ts_node_modules(solutions))
+            factor = languages.TIMEOUT_FACTOR[language]
+            stages = [replace(s, timeout=s.timeout * factor) for s in stages]
         return grade(course, stages, weights, Limits(), answers)
 
 
+def solutions_language(solutions: Path) -> str:
+    """A solutions folder with reference_kvcache.ts is the TypeScript course's."""
+    ts = (solutions / "reference_kvcache.ts").is_file()
+    return languages.TYPESCRIPT if ts else languages.PYTHON
+
+
+def ts_node_modules(solutions: Path) -> Path:
+    """The TypeScript runner verify links into each course: $THEINFERENCE_NODE_MODULES, else
+    the one `npm ci` prepares in tests/fixtures/ts_runner beside the solutions."""
+    fixture = solutions.resolve().parent / "fixtures" / "ts_runner"
+    found = Path(os.environ.get("THEINFERENCE_NODE_MODULES") or fixture / "node_modules")
+    if not (found / "tsx" / "package.json").is_file():
+        raise VerifyError(
+            f"no TypeScript runner at {found}: run `npm ci --prefix {fixture}` once "
+            "(or point THEINFERENCE_NODE_MODULES at a node_modules holding tsx)"
+        )
+    return found
+
+
 def verify_reference(
-    reference: str, stages: list[Stage], weights: Weights, answers: Answers
+    reference: str,
+    stages: list[Stage],
+    weights: Weights,
+    answers: Answers,
+    solutions: Path = Path(),
 ) -> list[Row]:
-    run = grade_text(reference, stages, weights, answers)
+    run = grade_text(reference, stages, weights, answers, solutions)
     rows = []
     for s in run.stages:
         worst = max((c.worst for case in s.cases for c in case.comparisons), default=None)
@@ -122,9 +154,14 @@ def verify_reference(
 
 
 def verify_bug(
-    bug: PlantedBug, reference: str, stage: Stage, weights: Weights, answers: Answers
+    bug: PlantedBug,
+    reference: str,
+    stage: Stage,
+    weights: Weights,
+    answers: Answers,
+    solutions: Path = Path(),
 ) -> Row:
-    run = grade_text(bug.planted(reference), [stage], weights, answers)
+    run = grade_text(bug.planted(reference), [stage], weights, answers, solutions)
     (result,) = run.stages
     failing = [c for c in result.cases if c.status != Status.PASSED]
     errors = [c.worst for case in failing for c in case.comparisons if not c.passed]
@@ -150,13 +187,16 @@ def verify(
     quick_run: bool,
     only: list[str],
 ) -> list[Row]:
-    reference_path = solutions / "reference_kvcache.py"
+    suffix = languages.KVCACHE[solutions_language(solutions)].suffix
+    reference_path = solutions / f"reference_kvcache{suffix}"
     if not reference_path.is_file():
         raise VerifyError(
             f"no reference solution at {reference_path}. verify needs the course authors' "
             "solutions, which the package does not ship: pass --solutions DIR (a folder with "
-            "reference_kvcache.py and bugs.toml; a source checkout has tests/solutions)"
+            "reference_kvcache.py or .ts and bugs.toml; a source checkout has tests/solutions)"
         )
+    if suffix == ".ts":
+        ts_node_modules(solutions)  # refused up front, not once per bug
     reference = reference_path.read_text()
     bugs = load_bugs(solutions / "bugs.toml")
     unknown = set(only) - {b.id for b in bugs}
@@ -165,8 +205,8 @@ def verify(
     if quick_run:
         stages = [quick(s) for s in stages]
     by_slug = {s.slug: s for s in stages}
-    rows = verify_reference(reference, stages, weights, answers)
+    rows = verify_reference(reference, stages, weights, answers, solutions)
     for bug in bugs:
         if (not only or bug.id in only) and bug.stage in by_slug:
-            rows.append(verify_bug(bug, reference, by_slug[bug.stage], weights, answers))
+            rows.append(verify_bug(bug, reference, by_slug[bug.stage], weights, answers, solutions))
     return rows

@@ -25,9 +25,13 @@ def stages(course_dir: CourseDir = Path(".")) -> None:
     print_stages(console(), rows)
 
 
-def hint(slug: Annotated[str, typer.Argument(help="A stage slug.")]) -> None:
-    """Show a stage's guidance from the course text."""
+def hint(
+    slug: Annotated[str, typer.Argument(help="A stage slug.")], course_dir: CourseDir = Path(".")
+) -> None:
+    """Show a stage's guidance from the course text (in the course's language's names)."""
+    from theinference.languages import course_language, localize
     from theinference.stages import load_stages, select
 
     (found,) = select(load_stages(), [slug])
-    typer.echo(f"{found.slug}: {found.title}\n\n{found.guidance}")
+    language = course_language(course_dir.expanduser().resolve())
+    typer.echo(localize(f"{found.slug}: {found.title}\n\n{found.guidance}", language))

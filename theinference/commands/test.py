@@ -59,6 +59,13 @@ def test(
         int | None,
         typer.Option(help="Output kept per call and stream, KiB (default: each stage's, 64)."),
     ] = None,
+    sandbox: Annotated[
+        str,
+        typer.Option(
+            help="auto | bwrap | none: isolate the student's process with bubblewrap "
+            "(auto: when it works here; bwrap: refuse to grade without it)."
+        ),
+    ] = "auto",
     files: dict[str, Path] | None = None,  # --json FILE etc., from formats.FORMATS
 ) -> None:
     """Grade the course directory's stages against the recompute oracle."""
@@ -67,7 +74,7 @@ def test(
 
     outputs = outputs_for(fmt.value, output, files or {})
     policy = policy_for(watch, quick, all_cases, case or [], machine=bool(outputs))
-    session = prepare(course_dir, stage or [], weights, timeout, seed, outputs, policy)
+    session = prepare(course_dir, stage or [], weights, timeout, seed, outputs, policy, sandbox)
     override_limits(session, memory_gb, output_kb)
     if fmt.value == TERMINAL:
         session.renderer = terminal.renderer(str(session.course.root), session.weights.label)
