@@ -21,7 +21,7 @@ STAGES = load_stages()
 TEMPLATE_KVCACHE = (TEMPLATE_DIR / "src" / "kvcache.py").read_text()
 TEMPLATE_ADAPTERS = (TEMPLATE_DIR / "tests" / "adapters.py").read_text()
 # other code that may name a stage, and why: bench times run_prefill and run_generate
-NAMED_ELSEWHERE = {("cli.py", "generate-loop")}
+NAMED_ELSEWHERE = {("bench.py", "generate-loop")}
 
 
 def module_of(slug: str) -> Path:

@@ -3,14 +3,14 @@
 from tests.helpers import grade_course
 
 
-def test_events_arrive_in_order_and_carry_the_results(template_course, weights):
+def test_events_arrive_in_order_and_carry_the_results(reference_course, weights):
     """Would catch: a listener never called, events out of order (a case finishing before it
     started, a stage finishing twice), or results reported that differ from those returned."""
     from theinference import events
 
     seen = []
     run = grade_course(
-        template_course, weights, ["single-step-attention", "build-prefill"], listener=seen.append
+        reference_course, weights, ["single-step-attention", "build-prefill"], listener=seen.append
     )
     kinds = [type(e).__name__ for e in seen]
     assert kinds[0] == "RunStarted" and kinds[-1] == "RunFinished"

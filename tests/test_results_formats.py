@@ -64,8 +64,11 @@ def test_json_validates_against_the_published_schema(mixed_course):
     assert data["weights"]["sha256"] and data["environment"]["numpy"] == np.__version__
     t = data["timings"]
     assert t["student_seconds"] + t["oracle_seconds"] <= t["total_seconds"] + 1e-3
-    names = [c["name"] for c in data["stages"][0]["cases"]]
-    assert sum("hidden case" in n and "seed 5" in n for n in names) == 2
+    cases = data["stages"][0]["cases"]
+    # the seed's two hidden cases, marked hidden; their names no longer carry the seed
+    hidden = [c for c in cases if c["hidden"]]
+    assert len(hidden) == 2 and all("hidden case" in c["name"] for c in hidden)
+    assert not any("seed 5" in c["name"] for c in cases)
 
 
 def test_junit_parses_with_a_suite_per_stage(mixed_course):
@@ -151,11 +154,26 @@ def test_oracle_cache_round_trips_layer_kv(tmp_path):
 
 
 def test_an_unwritable_cache_degrades_with_a_note(tmp_path, reference_course, weights):
-    from theinference.grader import Oracle
+    from theinference.answers import Answers
 
     blocked = tmp_path / "blocked"
     blocked.write_text("a file where the cache directory should be")
-    oracle = Oracle(weights, AnswerCache(weights.sha256, blocked))
+    oracle = Answers(weights, AnswerCache(weights.sha256, blocked))
     run = grade_course(reference_course, weights, ["single-step-attention"], oracle=oracle)
     assert run.passed
     assert oracle.cache.notes and "oracle cache off" in oracle.cache.notes[0]
+
+
+def test_the_stage_diagnosis_reaches_json_and_junit(mixed_course):
+    """Would catch: the suspected bug named on one case only (null on the others, nothing at
+    stage level), or missing from JUnit where CI systems show it."""
+    _, out, _ = mixed_course
+    prefill = json.loads((out / "r.json").read_text())["stages"][1]
+    assert prefill["suspected_bug"] == "missing-ln-f" and prefill["diagnosed"]
+    assert prefill["candidates"] == ["missing-ln-f"] and prefill["hint"]
+    assert prefill["partial"] is False and prefill["not_run"] == []
+    root = ET.parse(out / "r.xml").getroot()
+    suite = next(s for s in root.iter("testsuite") if s.get("name") == "build-prefill")
+    props = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert props["suspected_bug"] == "missing-ln-f"
+    assert "suspected bug" in suite.find("testcase/failure").text

@@ -121,7 +121,7 @@ def test_language_found_from_settings_or_adapters(tmp_path):
 def test_stubs_are_todo_naming_their_stage(tmp_path, weights):
     """Catches the not-implemented error reported as a crash, or todo without the stage."""
     course = ts_course(tmp_path / "c")
-    stages = [quick(s, weights.config) for s in load_stages()]
+    stages = [quick(s) for s in load_stages()]
     from theinference.grader import grade
 
     run = grade(course, stages, weights, Limits())
@@ -250,10 +250,10 @@ def test_watch_reacts_to_typescript_files():
 def test_typescript_reference_passes_every_stage_on_small_cases(weights):
     """Catches the Node worker or template mangling correct answers (shapes, dtypes, pairs),
     and the probe flagging a decode that does read its cache."""
-    from theinference.grader import Oracle
+    from theinference.answers import Answers
 
-    stages = [quick(s, weights.config) for s in load_stages()]
-    rows = verify_reference(REFERENCE_TS, stages, weights, Oracle(weights), SOLUTIONS_TS)
+    stages = [quick(s) for s in load_stages()]
+    rows = verify_reference(REFERENCE_TS, stages, weights, Answers(weights), SOLUTIONS_TS)
     assert [r.stage for r in rows] == [s.slug for s in stages]
     assert all(r.ok for r in rows), [(r.stage, r.status.value, r.named) for r in rows]
 
@@ -262,22 +262,20 @@ def test_typescript_reference_passes_every_stage_on_small_cases(weights):
 def test_classic_typescript_bug_fails_and_is_named(bug_id, weights):
     """Catches a TypeScript bug that passes, or is named differently from Python's, because of
     the worker's encoding (the fingerprints run on the returned numbers only)."""
-    from theinference.grader import Oracle
+    from theinference.answers import Answers
 
     bug = BUGS_TS[bug_id]
     (stage,) = select(load_stages(), [bug.stage])
-    row = verify_bug(
-        bug, REFERENCE_TS, quick(stage, weights.config), weights, Oracle(weights), SOLUTIONS_TS
-    )
+    row = verify_bug(bug, REFERENCE_TS, quick(stage), weights, Answers(weights), SOLUTIONS_TS)
     assert row.ok, (row.status.value, row.named, bug.fingerprint)
 
 
 @pytest.mark.slow
 def test_typescript_reference_passes_every_full_stage(weights):
     """Catches the full cases (1024 tokens, position 1023) timing out or failing in TS."""
-    from theinference.grader import Oracle
+    from theinference.answers import Answers
 
-    rows = verify_reference(REFERENCE_TS, load_stages(), weights, Oracle(weights), SOLUTIONS_TS)
+    rows = verify_reference(REFERENCE_TS, load_stages(), weights, Answers(weights), SOLUTIONS_TS)
     assert all(r.ok for r in rows), [(r.stage, r.status.value) for r in rows]
 
 

@@ -97,7 +97,10 @@ def timed(worker: StudentProcess, adapter: str, args: list, repeats: int) -> lis
     for i in range(repeats + 1):
         outcome = worker.call(adapter, args)
         if outcome.kind != "returned":
-            raise BenchError(f"{adapter} did not return ({outcome.kind}): {outcome.message}")
+            raise BenchError(
+                f"{adapter} did not return ({outcome.kind}): {outcome.message}\n(bench needs "
+                "run_prefill and run_generate working: theinference test -s generate-loop)"
+            )
         if i:
             samples.append(outcome.seconds)
     return samples

@@ -130,8 +130,12 @@ def diagnosis_lines(stage: StageResult) -> list:
         lines.append(Text(f"    worst case: {found.worst.name}, {worst:.3g}x the tolerance"))
     if found.bug:
         lines.append(Text(f"    suspected bug: {found.bug}", style="bold magenta"))
+    elif stage.diagnosed:
+        lines.append(Text("    no known bug matches these answers", style="dim"))
     if found.hint:
         lines.append(indented(Text("hint: " + found.hint, style="cyan")))
+    if stage.not_run:
+        lines.append(Text(f"    {len(stage.not_run)} case(s) not run", style="dim"))
     return lines
 
 

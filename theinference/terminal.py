@@ -160,3 +160,42 @@ def verify_progress(out: Console) -> tuple[LiveStatus, Callable[[str], Callable]
         return RunProgress(status, on_run=finished, label=subject)
 
     return status, listener_for
+
+
+def renderer(course: str, weights_label: str, order: list[str]):
+    """The session's Renderer for a terminal: given a run's trigger and cancel flag, the
+    listener that draws that run in the log form."""
+
+    def for_run(trigger: str, cancel: threading.Event | None = None) -> "LogDrawing":
+        log = LogReport(console_for_log(), order, cancel)
+        return LogDrawing(log, course, weights_label, trigger)
+
+    return for_run
+
+
+def console_for_log() -> Console:
+    from theinference.report import console
+
+    return console()
+
+
+class LogDrawing:
+    """A run's events -> the log form: the header when it starts, each stage as it finishes
+    (with the live status line meanwhile), the summary and the next step at the end."""
+
+    def __init__(self, log: LogReport, course: str, weights_label: str, trigger: str):
+        self.log, self.progress = log, log.listener()
+        self.course, self.weights_label, self.trigger = course, weights_label, trigger
+
+    def __call__(self, event: Event) -> None:
+        from theinference.report import print_header
+
+        if isinstance(event, RunStarted):
+            stages = list(event.stages)
+            print_header(self.log.out, self.course, self.weights_label, stages, self.trigger)
+        self.progress(event)
+        if isinstance(event, RunFinished) and not event.result.cancelled:
+            self.log.finish(event.result)
+
+    def close(self) -> None:
+        self.log.close()

@@ -3,8 +3,8 @@ solution (which must pass) and every catalogued bug planted into it (each must f
 stage, and be named by its own fingerprint where it has one).
 
 The reference solution and the bug catalogue are the course authors' (never shipped to
-students): a folder holding reference_kvcache.py and bugs.toml, by default the source
-checkout's tests/solutions.
+students, nor in the package): a folder holding reference_kvcache.py and bugs.toml, by
+default the source checkout's tests/solutions; an installed package needs --solutions.
 """
 
 import os
@@ -14,16 +14,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from theinference import languages
-from theinference.config import ModelConfig
+from theinference.answers import Answers
 from theinference.course import init_course
 from theinference.events import ignore
-from theinference.grader import Oracle, grade
-from theinference.results import RunResult, Status
+from theinference.grader import grade
+from theinference.policy import RunPolicy, plan
+from theinference.results import RunResult, StageResult, Status
 from theinference.runner import Limits
-from theinference.stages import Stage, token_ids
+from theinference.stages import Stage
 from theinference.weights import Weights
-
-QUICK_MAX_TOKENS = 300  # --quick: a bug that fails the small cases fails the stage
 
 
 class VerifyError(Exception):
@@ -66,6 +65,7 @@ class Row:
 
 
 def default_solutions_dir() -> Path:
+    """The source checkout's tests/solutions (absent from an installed package)."""
     return Path(__file__).resolve().parents[1] / "tests" / "solutions"
 
 
@@ -88,23 +88,22 @@ def load_bugs(path: Path) -> list[PlantedBug]:
         raise VerifyError(f"cannot read the bug catalogue {path}: {exc}") from None
 
 
-def quick(stage: Stage, config: ModelConfig) -> Stage:
-    """The stage with its small cases only (and its must-raise cases, which are cheap)."""
+def quick(stage: Stage) -> Stage:
+    """The stage without its long cases (policy.LONG_CASE_TOKENS): a bug that fails the small
+    cases fails the stage."""
+    return replace(stage, cases=plan(stage, RunPolicy(quick=True)).cases)
 
-    def size(case) -> int:
-        specs = [v for k, v in case.inputs.items() if k in ("seq", "prompt", "continuation")]
-        specs += case.inputs.get("prompts", [])
-        return sum(len(token_ids(spec, config)) for spec in specs)
 
-    keep = [c for c in stage.cases if size(c) <= QUICK_MAX_TOKENS or "must_raise" in c.inputs]
-    return replace(stage, cases=tuple(keep))
+def named_bugs(stage: StageResult) -> set[str]:
+    """Every bug the grader named for a stage: its diagnosis and what a judge recognised."""
+    return {stage.suspected_bug, *(c.suspected_bug for c in stage.cases)} - {None}
 
 
 def grade_text(
     kvcache: str,
     stages: list[Stage],
     weights: Weights,
-    oracle: Oracle,
+    answers: Answers,
     solutions: Path = Path(),
     listener=ignore,
 ) -> RunResult:
@@ -118,7 +117,7 @@ def grade_text(
             (course / "node_modules").symlink_to(ts_node_modules(solutions))
             factor = languages.TIMEOUT_FACTOR[language]
             stages = [replace(s, timeout=s.timeout * factor) for s in stages]
-        return grade(course, stages, weights, Limits(), oracle, listener=listener)
+        return grade(course, stages, weights, Limits(), answers, listener=listener)
 
 
 def solutions_language(solutions: Path) -> str:
@@ -144,15 +143,15 @@ def verify_reference(
     reference: str,
     stages: list[Stage],
     weights: Weights,
-    oracle: Oracle,
+    answers: Answers,
     solutions: Path = Path(),
     listener=ignore,
 ) -> list[Row]:
-    run = grade_text(reference, stages, weights, oracle, solutions, listener)
+    run = grade_text(reference, stages, weights, answers, solutions, listener)
     rows = []
     for s in run.stages:
         worst = max((c.worst for case in s.cases for c in case.comparisons), default=None)
-        named = next((c.suspected_bug for c in s.cases if c.suspected_bug), None)
+        named = ", ".join(sorted(named_bugs(s))) or None
         rows.append(
             Row(
                 s.slug, "reference", s.status, s.status == Status.PASSED and not named, worst, named
@@ -166,15 +165,15 @@ def verify_bug(
     reference: str,
     stage: Stage,
     weights: Weights,
-    oracle: Oracle,
+    answers: Answers,
     solutions: Path = Path(),
     listener=ignore,
 ) -> Row:
-    run = grade_text(bug.planted(reference), [stage], weights, oracle, solutions, listener)
+    run = grade_text(bug.planted(reference), [stage], weights, answers, solutions, listener)
     (result,) = run.stages
     failing = [c for c in result.cases if c.status != Status.PASSED]
     errors = [c.worst for case in failing for c in case.comparisons if not c.passed]
-    named = {c.suspected_bug for c in result.cases} - {None}
+    named = named_bugs(result)
     fails = result.status in (Status.FAILED, Status.ERROR, Status.TIMEOUT)
     named_right = named == ({bug.fingerprint} if bug.fingerprint else set())
     return Row(
@@ -192,7 +191,7 @@ def verify(
     solutions: Path,
     stages: list[Stage],
     weights: Weights,
-    oracle: Oracle,
+    answers: Answers,
     quick_run: bool,
     only: list[str],
     listener_for=lambda subject: ignore,  # a run's listener, given what it grades
@@ -201,8 +200,9 @@ def verify(
     reference_path = solutions / f"reference_kvcache{suffix}"
     if not reference_path.is_file():
         raise VerifyError(
-            f"no reference solution at {reference_path} (pass --solutions DIR: "
-            "a folder with reference_kvcache.py or .ts and bugs.toml)"
+            f"no reference solution at {reference_path}. verify needs the course authors' "
+            "solutions, which the package does not ship: pass --solutions DIR (a folder with "
+            "reference_kvcache.py or .ts and bugs.toml; a source checkout has tests/solutions)"
         )
     if suffix == ".ts":
         ts_node_modules(solutions)  # refused up front, not once per bug
@@ -212,13 +212,13 @@ def verify(
     if unknown:
         raise VerifyError(f"unknown bug id(s): {', '.join(sorted(unknown))}")
     if quick_run:
-        stages = [quick(s, weights.config) for s in stages]
+        stages = [quick(s) for s in stages]
     by_slug = {s.slug: s for s in stages}
     rows = verify_reference(
-        reference, stages, weights, oracle, solutions, listener_for("reference")
+        reference, stages, weights, answers, solutions, listener_for("reference")
     )
     for bug in bugs:
         if (not only or bug.id in only) and bug.stage in by_slug:
             stage, listener = by_slug[bug.stage], listener_for(bug.id)
-            rows.append(verify_bug(bug, reference, stage, weights, oracle, solutions, listener))
+            rows.append(verify_bug(bug, reference, stage, weights, answers, solutions, listener))
     return rows

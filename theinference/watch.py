@@ -187,8 +187,7 @@ class Watch:
     def _quiet_session(self) -> Session:
         """The session without its terminal report: the screen draws instead (result files
         are still written)."""
-        outputs = [o for o in self.session.outputs if o.format != "terminal"]
-        return replace(self.session, outputs=outputs)
+        return replace(self.session, renderer=None)
 
     def _next_stage(self) -> None:
         """Key n: watch the stage after the last one watched, in course order."""

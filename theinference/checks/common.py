@@ -13,26 +13,22 @@ come from the stage's TOML through `say`.
 
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from theinference.compare import Comparison, Tolerance
+from theinference.compare import Tolerance
 from theinference.config import ModelConfig
-from theinference.results import Status
+from theinference.results import Finding
 from theinference.stages import Case, stage_words
 
 
 @dataclass
-class Verdict:
-    status: Status
-    message: str = ""
-    hint: str = ""
-    comparisons: list[Comparison] = field(default_factory=list)
-    steps: list[float] | None = None  # worst error per step, in tolerances (multi-step stages)
-    tokens: dict | None = None  # generate-loop: yours, expected, first_divergence
-    actual: np.ndarray | None = None  # the student's numbers, when they failed the comparison
-    suspected_bug: str | None = None  # a catalogued bug id the judge recognised by itself
+class Verdict(Finding):
+    """A check's finding, with the student's numbers when they failed the comparison (kept
+    only while the stage is diagnosed: a case's result carries the finding alone)."""
+
+    actual: np.ndarray | None = None
 
 
 class Rejected(Exception):
