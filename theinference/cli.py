@@ -42,21 +42,28 @@ def fail(message: str, code: int) -> typer.Exit:
 
 
 @app.command()
-def init(directory: Annotated[Path, typer.Argument(help="Where to create the course.")]) -> None:
+def init(
+    directory: Annotated[Path, typer.Argument(help="Where to create the course.")],
+    lang: Annotated[str, typer.Option("--lang", help="python | ts (TypeScript).")] = "python",
+) -> None:
     """Create a course directory: provided src/gpt2.py, stubs in src/kvcache.py, the adapters."""
     from theinference.course import CourseError, init_course
+    from theinference.languages import LANGUAGES, TYPESCRIPT
     from theinference.stages import load_stages
 
+    if lang not in LANGUAGES:
+        raise fail(f"unknown language '{lang}': choose one of {', '.join(LANGUAGES)}", exits.USAGE)
     try:
-        files = init_course(directory)
+        files = init_course(directory, lang)
     except CourseError as exc:
         raise fail(str(exc), exits.COURSE) from None
     except OSError as exc:
         raise fail(f"cannot create {directory}: {exc.strerror}", exits.COURSE) from None
+    install = "  npm install   # once: the TypeScript runner (tsx)\n" if lang == TYPESCRIPT else ""
     first = load_stages()[0].slug
     typer.echo(
         f"Created {directory} ({len(files)} files). Next:\n"
-        f"  cd {directory}\n  theinference test --stage {first} --watch"
+        f"  cd {directory}\n{install}  theinference test --stage {first} --watch"
     )
 
 
@@ -170,15 +177,19 @@ def stages(course_dir: CourseDir = Path(".")) -> None:
 
 
 @app.command()
-def hint(slug: Annotated[str, typer.Argument(help="A stage slug.")]) -> None:
-    """Show a stage's guidance from the course text."""
+def hint(
+    slug: Annotated[str, typer.Argument(help="A stage slug.")], course_dir: CourseDir = Path(".")
+) -> None:
+    """Show a stage's guidance from the course text (in the course's language's names)."""
+    from theinference.languages import LanguageError, course_language, localize
     from theinference.stages import StageError, load_stages, select
 
     try:
         (found,) = select(load_stages(), [slug])
-    except StageError as exc:
+        language = course_language(course_dir.expanduser().resolve())
+    except (StageError, LanguageError) as exc:
         raise fail(str(exc), exits.USAGE) from None
-    typer.echo(f"{found.slug}: {found.title}\n\n{found.guidance}")
+    typer.echo(localize(f"{found.slug}: {found.title}\n\n{found.guidance}", language))
 
 
 @app.command()

@@ -15,7 +15,6 @@ import shutil
 import signal
 import struct
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from theinference import sandbox
+from theinference import languages, sandbox
 from theinference.sandbox import Sandbox, hide_grader_environ
 from theinference.weights import cache_dir
 
@@ -221,10 +220,15 @@ class StudentProcess:
         """argv, environment and the user to run as (Popen's arguments), per sandbox."""
         fds = [str(req_read), str(resp_write)]
         memory = str(self.limits.memory_bytes)
+        language = languages.course_language(self.course_dir)  # python | ts: which worker
         if self.sandbox == "bwrap":
-            inner = [sys.executable, "-P", sandbox.WORKER_MOUNT, *fds, sandbox.COURSE_MOUNT, memory]
+            mounts = Path(sandbox.WORKER_MOUNT).parent
+            inner = languages.worker_argv(
+                Path(sandbox.COURSE_MOUNT), *fds, memory, language, worker_dir=mounts
+            )
             hidden = [cache_dir().resolve(), Path(__file__).parent]
             command = sandbox.bwrap_command(inner, self.course_dir, self.weights_path, hidden)
+            command = languages.bind_worker(command, language, mounts)
             return command, sandbox.bwrap_env(RUN_TOKEN_VAR, self.token), {}
         hide_grader_environ()
         env = {
@@ -242,7 +246,7 @@ class StudentProcess:
             env.update(HOME=home, TMPDIR=home, THEINFERENCE_WEIGHTS=weights)
             uid, gid = sandbox.nobody_ids()
             as_user = {"user": uid, "group": gid, "extra_groups": []}  # root is given up
-        argv = [sys.executable, "-P", str(WORKER_SCRIPT), *fds, str(self.course_dir), memory]
+        argv = languages.worker_argv(self.course_dir, *fds, memory, language)
         return argv, env, as_user
 
     def _await_ready(self, started: float) -> None:

@@ -8,7 +8,7 @@ import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from theinference import exits
+from theinference import exits, languages
 from theinference.answer_cache import AnswerCache
 from theinference.course import Course, open_course
 from theinference.events import Listener, ignore
@@ -55,6 +55,9 @@ def prepare(
         every = [only_cases(s, case_filter) for s in every]
     if timeout is not None:
         every = [replace(s, timeout=timeout) for s in every]
+    else:  # a stage's own timeout, scaled for a language slower than NumPy
+        factor = languages.TIMEOUT_FACTOR[course.language]
+        every = [replace(s, timeout=s.timeout * factor) for s in every]
     if seed is not None:
         every = [with_hidden_cases(s, seed) for s in every]
     sandbox = choose(sandbox_mode, course.root)
@@ -119,9 +122,10 @@ def run(
         session.limits,
         session.oracle,
         cancel,
-        listener,
+        languages.localizing(listener, session.course.language),
         session.sandbox,
     )
+    result = languages.localize_result(result, session.course.language)  # decodeStep in TS
     result.environment = fingerprint()
     result.notes = [*result.notes, *session.oracle.cache.notes]
     if result.cancelled:
