@@ -13,8 +13,8 @@ import pytest
 from tests.helpers import SOLUTIONS, grade_course, make_course, reference_text
 from theinference import worker
 from theinference.checks import CHECKS
-from theinference.checks.common import Words
-from theinference.checks.cost import cost_verdict
+from theinference.checks.common import Verdict, Words
+from theinference.checks.cost import baseline_probe, call_against_baseline, cost_verdict
 from theinference.results import Status
 from theinference.runner import Limits, StudentProcess
 from theinference.stages import load_stages
@@ -139,28 +139,77 @@ def test_prefill_is_found_under_any_name_it_is_imported_as(tmp_path):
     assert isinstance(outcome.cpu_seconds, float) and outcome.cpu_seconds >= 0
 
 
-def test_cpu_time_is_measured_for_the_call_and_its_baseline(tmp_path):
-    """Catches CPU time measured as wall time (a sleep costs no CPU), or not sent back."""
-    course = course_with(
-        tmp_path,
-        adapters="""
-        import time
-        def spin(n):
-            end = time.process_time() + n
-            while time.process_time() < end:
-                pass
-            return [1.0]
-        def nap(n):
-            time.sleep(n)
-            return [1.0]
-        """,
-    )
-    probe = {"kind": "cpu_against", "baseline": {"adapter": "nap", "args": [0.3]}}
-    with StudentProcess(course, Path("/nonexistent.safetensors"), Limits()) as w:
-        outcome = w.call("spin", [0.3], 30, probe)
+SPIN_AND_NAP = """
+import time
+def spin(n):
+    end = time.thread_time() + n
+    while time.thread_time() < end:
+        pass
+    return [1.0]
+def nap(n):
+    time.sleep(n)
+    return [1.0]
+"""
+
+# what a submission can reach from inside its process: the clock, and the worker that replies
+FORGER = """
+import sys
+_ticks = [0.0]
+def _same_cost_every_time():
+    _ticks[0] += 0.5
+    return _ticks[0]
+time.process_time = _same_cost_every_time
+_worker = sys.modules["__main__"]
+_honest = _worker.call_adapter
+def _forged(*args, **named):
+    reply = _honest(*args, **named)
+    if reply.get("outcome") == "returned":
+        reply["cpu_seconds"] = 0.01
+        reply["probe"] = {"kind": "cpu_against", "cpu_seconds": 0.01,
+                          "baseline_cpu_seconds": 1.0, "baseline_error": None}
+    return reply
+_worker.call_adapter = _forged
+"""
+
+
+def against_baseline(course: Path, case: tuple, baseline: tuple):
+    with StudentProcess(course, Path("/nonexistent.safetensors"), Limits()) as process:
+        probe = baseline_probe(*baseline)
+        return call_against_baseline(process, *case, 30, probe)
+
+
+def test_cpu_time_is_measured_by_the_grader_for_the_call_and_its_baseline(tmp_path):
+    """Catches CPU time measured as wall time (a sleep costs no CPU), or the two calls'
+    figures swapped or not recorded."""
+    course = course_with(tmp_path, adapters=SPIN_AND_NAP)
+    outcome = against_baseline(course, ("spin", [0.3]), ("nap", [0.3]))
     assert outcome.kind == "returned", outcome.message
-    assert outcome.cpu_seconds >= 0.3 and outcome.probe["cpu_seconds"] == outcome.cpu_seconds
-    assert outcome.probe["baseline_cpu_seconds"] < 0.2
+    assert outcome.cpu_seconds >= 0.2 and outcome.probe["cpu_seconds"] == outcome.cpu_seconds
+    assert outcome.probe["baseline_cpu_seconds"] < 0.1
+    assert outcome.probe["baseline_error"] is None
+
+
+def test_a_process_that_forges_its_clock_and_its_replies_fails_the_cost_check(tmp_path):
+    """Catches CPU time taken from the student's process: this one makes time.process_time
+    report the same cost for every call and rewrites the worker's replies to claim a cheap
+    call against a dear baseline; its call truly costs 10x its baseline."""
+    course = course_with(tmp_path, adapters=SPIN_AND_NAP + FORGER)
+    outcome = against_baseline(course, ("spin", [1.0]), ("spin", [0.1]))
+    assert outcome.kind == "returned", outcome.message
+    assert outcome.probe["cpu_seconds"] >= 0.8 and outcome.probe["baseline_cpu_seconds"] < 0.5
+    figures = {"steps": 16, "prompt": 512, "total": 528}
+    verdict = cost_verdict(outcome.probe, say_for("per-step-identity"), figures)
+    assert isinstance(verdict, Verdict) and verdict.status == Status.FAILED, verdict
+    assert "recompute" in verdict.message
+
+
+def test_a_baseline_that_fails_leaves_nothing_to_compare_and_never_passes(tmp_path):
+    """Catches a failed baseline call read as a zero-cost one (any call would pass against it)."""
+    course = course_with(tmp_path, adapters=SPIN_AND_NAP)
+    outcome = against_baseline(course, ("spin", [0.1]), ("missing_adapter", []))
+    assert "missing_adapter" in outcome.probe["baseline_error"]
+    verdict = cost_verdict(outcome.probe, say_for("per-step-identity"), {"total": 3})
+    assert isinstance(verdict, Verdict) and verdict.status == Status.FAILED
 
 
 def course_with(tmp_path: Path, adapters: str, kvcache: str = "") -> Path:

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from theinference.answers import Answers
 from theinference.checks import CHECKS, Verdict
+from theinference.checks.cost import call_against_baseline, is_baseline_probe
 from theinference.fingerprints import BY_ID
 from theinference.results import CaseResult, Status, finding_of
 from theinference.runner import Outcome, StudentProcess
@@ -29,7 +30,10 @@ def grade_case(
     check = CHECKS[case.check]
     args = check.arguments(case, answers.runs.config)
     probe = check.probe(args) if check.probe else None
-    outcome = process.call(check.adapter, args, stage.timeout, probe)
+    if is_baseline_probe(probe):
+        outcome = call_against_baseline(process, check.adapter, args, stage.timeout, probe)
+    else:
+        outcome = process.call(check.adapter, args, stage.timeout, probe)
     clock = OracleClock()
     verdict = judge(stage, case, args, outcome, answers, clock)
     hint = verdict.hint

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from theinference import languages, sandbox
+from theinference.process_cpu import Snapshot, cpu_seconds_between, tree_cpu
 from theinference.sandbox import Sandbox, hide_grader_environ
 from theinference.weights import cache_dir
 
@@ -74,7 +75,7 @@ class Outcome:
     stdout: str = ""
     stderr: str = ""
     seconds: float = 0.0  # wall time of the call, measured by the grader
-    cpu_seconds: float | None = None  # the call's CPU time, measured inside the student's process
+    cpu_seconds: float | None = None  # the call's CPU time, measured from outside: see tree_cpu
 
 
 @dataclass
@@ -123,25 +124,39 @@ class StudentProcess:
         self.limits = limits
 
     def call(
-        self, adapter: str, args: list, timeout: float | None = None, probe: dict | None = None
+        self,
+        adapter: str,
+        args: list,
+        timeout: float | None = None,
+        probe: dict | None = None,
+        discard: bool = False,
     ) -> Outcome:
-        """Ask the student's process for one adapter call and wait for its reply."""
-        started = self._send(adapter, args, probe)
-        return self._receive(started, timeout)
+        """Ask the student's process for one adapter call and wait for its reply (without the
+        returned value when `discard`). Its CPU time is read from /proc by the grader, never
+        taken from the student's own process."""
+        request = {"adapter": adapter, "args": args, "probe": probe, "discard": discard}
+        started, before = self._send(request)
+        root = self._proc.popen.pid if self._proc is not None else None
+        outcome = self._receive(started, timeout)
+        if before is not None and self._proc is not None and self._proc.popen.pid == root:
+            outcome.cpu_seconds = cpu_seconds_between(before, tree_cpu(root))
+        return outcome
 
-    def _send(self, adapter: str, args: list, probe: dict | None) -> float:
+    def _send(self, request: dict) -> tuple[float, Snapshot | None]:
+        """When the request went, and the process tree's CPU ticks just before it did."""
         if self._proc is None or self._proc.popen.poll() is not None:
             self._start()
         if self._proc is None:  # it could not even start: _receive() says why
-            return time.monotonic()
-        payload = json.dumps({"adapter": adapter, "args": args, "probe": probe}).encode()
+            return time.monotonic(), None
+        payload = json.dumps(request).encode()
         message = memoryview(struct.pack("<Q", len(payload)) + payload)
+        before = tree_cpu(self._proc.popen.pid)  # taken before the worker can start on it
         try:
             while message:  # a pipe may take a large request in several writes
                 message = message[os.write(self._proc.requests, message) :]
         except OSError:
             pass  # it died already; _receive() reports how
-        return time.monotonic()
+        return time.monotonic(), before
 
     def _receive(self, started: float, timeout: float | None) -> Outcome:
         if self._early_death is not None:  # the worker never said hello
@@ -363,7 +378,6 @@ def decode_reply(payload: bytes) -> Outcome:
         traceback=str(header.get("traceback", "")),
         exception=str(header.get("exception", "")),
         probe=header.get("probe") if isinstance(header.get("probe"), dict) else None,
-        cpu_seconds=cpu if isinstance(cpu := header.get("cpu_seconds"), float) else None,
     )
 
 

@@ -8,8 +8,10 @@ the report; nothing here runs the student's code or imports rich.
 
 import re
 from dataclasses import dataclass
+from functools import cache
 
 from theinference.results import CaseResult, StageResult, Status
+from theinference.stages import load_stages
 
 
 @dataclass(frozen=True)
@@ -145,15 +147,19 @@ REUSED_NOTHING = re.compile(r"\(reused 0 of \d+\)")
 CACHE_DEPARTS = re.compile(r"layer (\d+) ([KV]) departs at position (\d+)")
 
 
+@cache
+def stage_hint(key: str) -> str | None:
+    """The hint a stage's [words] give under `key` (the stage that can produce the situation
+    says what it means; this module names no stage)."""
+    return next((s.words[key] for s in load_stages() if key in s.words), None)
+
+
 def fitting_hint(case: CaseResult) -> str:
     """The case's hint, unless its own message shows that the hint's premise does not hold:
     a prefix-caching prompt that reused nothing went through prefill alone; a cache whose
     shapes are right and whose first layers match has no row-count problem."""
-    if REUSED_NOTHING.search(case.message):
-        return (
-            "This prompt reused nothing, so its logits come from your prefill alone: the "
-            "prefill is wrong here, not the reuse (theinference test --stage build-prefill)."
-        )
+    if REUSED_NOTHING.search(case.message) and (hint := stage_hint("reused_nothing")):
+        return hint
     departs = CACHE_DEPARTS.search(case.message)
     if departs and "prompt_len rows" in case.hint:
         layer, name = int(departs.group(1)), departs.group(2)

@@ -12,7 +12,6 @@ import os
 import resource
 import struct
 import sys
-import time
 import traceback
 
 MAX_ITEMS = 4096  # items described per list when a return value is not one numeric array
@@ -76,8 +75,7 @@ def call_adapter(adapters, request: dict, course_dir: str) -> dict:
         }
     except ValueError:
         pass  # builtins without a signature: just call them
-    probe = install_probe(adapters, request.get("probe"), course_dir)
-    started = time.process_time()
+    probe = install_probe(request.get("probe"), course_dir)
     try:
         value = fn(*args)
     except NotImplementedError as exc:
@@ -90,22 +88,22 @@ def call_adapter(adapters, request: dict, course_dir: str) -> dict:
             "traceback": student_traceback(exc, course_dir),
         }
     finally:
-        cpu_seconds = time.process_time() - started
         probe.remove()
-    report = probe.report(cpu_seconds)
-    return {"outcome": "returned", "value": value, "probe": report, "cpu_seconds": cpu_seconds}
+    # a baseline call's value is not wanted: only its CPU time, which the grader reads itself
+    value = None if request.get("discard") else value
+    return {"outcome": "returned", "value": value, "probe": probe.report()}
 
 
 # --- the cache-use probes ------------------------------------------------------------------
 
 
 class Probe:
-    """No probe: nothing altered, nothing measured beyond the call's own CPU time."""
+    """No probe: nothing altered. (CPU time is measured by the grader, from outside.)"""
 
     def remove(self) -> None:
         pass
 
-    def report(self, cpu_seconds: float):
+    def report(self):
         return None
 
 
@@ -140,38 +138,14 @@ class ZeroCacheAfterPrefill(Probe):
         for module, attr, fn in self.patched:
             setattr(module, attr, fn)
 
-    def report(self, cpu_seconds: float):
+    def report(self):
         return self.state
 
 
-class CpuAgainst(Probe):
-    """Time a baseline call (the student's own recompute of the same length) before the case's
-    call: process CPU time, every thread of the student's process, not wall time."""
-
-    def __init__(self, adapters, baseline: dict):
-        self.state: dict = {"kind": "cpu_against", "baseline_error": None}
-        fn = getattr(adapters, str(baseline.get("adapter")), None)
-        if not callable(fn):
-            self.state["baseline_error"] = f"tests/adapters.py has no {baseline.get('adapter')}()"
-            return
-        started = time.process_time()
-        try:
-            fn(*baseline.get("args", []))
-        except BaseException as exc:  # noqa: BLE001 (reported, and the check then fails)
-            self.state["baseline_error"] = describe_exception(exc)
-            return
-        self.state["baseline_cpu_seconds"] = time.process_time() - started
-
-    def report(self, cpu_seconds: float):
-        return {**self.state, "cpu_seconds": cpu_seconds}
-
-
-def install_probe(adapters, probe, course_dir: str) -> Probe:
+def install_probe(probe, course_dir: str) -> Probe:
     kind = probe.get("kind") if isinstance(probe, dict) else None
     if kind == "zero_cache_after_prefill":
         return ZeroCacheAfterPrefill(course_dir)
-    if kind == "cpu_against":
-        return CpuAgainst(adapters, probe.get("baseline") or {})
     return Probe()
 
 

@@ -60,8 +60,7 @@ async function callAdapter(adapters, kvcache, request) {
       message: `${name} takes ${fn.length} argument(s), the grader passes ${args.length}`,
     };
   }
-  const probe = await installProbe(adapters, kvcache, request.probe);
-  const started = process.cpuUsage();
+  const probe = installProbe(kvcache, request.probe);
   let value;
   try {
     value = await fn(...args);
@@ -79,24 +78,15 @@ async function callAdapter(adapters, kvcache, request) {
   } finally {
     probe.remove();
   }
-  const cpuSeconds = cpuSince(started);
-  return { outcome: "returned", value, probe: probe.report(cpuSeconds), cpu_seconds: cpuSeconds };
-}
-
-// process CPU time (every thread) since `started`, as a float: JSON writes 2.0 as 2, which
-// the grader would read as an integer, so a whole number gets one nanosecond more
-function cpuSince(started) {
-  const used = process.cpuUsage(started);
-  const seconds = (used.user + used.system) / 1e6;
-  return Number.isInteger(seconds) ? seconds + 1e-9 : seconds;
+  // a baseline call's value is not wanted: only its CPU time, which the grader reads itself
+  return { outcome: "returned", value: request.discard ? null : value, probe: probe.report() };
 }
 
 // --- the cache-use probes, as in worker.py ---------------------------------------------------
 
-async function installProbe(adapters, kvcache, probe) {
+function installProbe(kvcache, probe) {
   const kind = typeof probe === "string" ? probe : probe?.kind;
   if (kind === "zero_cache_after_prefill") return new ZeroCacheAfterPrefill(kvcache);
-  if (kind === "cpu_against") return await CpuAgainst.timed(adapters, probe.baseline ?? {});
   return { remove() {}, report() { return null; } };
 }
 
@@ -126,37 +116,6 @@ class ZeroCacheAfterPrefill {
 
   report() {
     return this.state;
-  }
-}
-
-// Times the student's own baseline call (their recompute of the same length) before the case
-class CpuAgainst {
-  static async timed(adapters, baseline) {
-    const probe = new CpuAgainst();
-    const fn = adapters[camelCase(String(baseline.adapter))];
-    if (typeof fn !== "function") {
-      probe.state.baseline_error = `tests/adapters.ts has no ${camelCase(String(baseline.adapter))}()`;
-      return probe;
-    }
-    const started = process.cpuUsage();
-    try {
-      await fn(...(baseline.args ?? []));
-    } catch (err) {
-      probe.state.baseline_error = describeError(err);
-      return probe;
-    }
-    probe.state.baseline_cpu_seconds = cpuSince(started);
-    return probe;
-  }
-
-  constructor() {
-    this.state = { kind: "cpu_against", baseline_error: null };
-  }
-
-  remove() {}
-
-  report(cpuSeconds) {
-    return { ...this.state, cpu_seconds: cpuSeconds };
   }
 }
 

@@ -1,5 +1,6 @@
 """The behavioural cache-use check, for any layout: the student's own CPU time for a cached
-operation against their own recompute of the same length, both measured in their process.
+operation against their own recompute of the same length, both measured by the grader from
+outside their process (never by their process, which could forge it).
 
 A cache makes the cached operation cost about as much as the recompute (the prompt is
 processed once, each later token costs one row); recomputing instead costs many times more.
@@ -12,8 +13,31 @@ from theinference.results import Status
 
 
 def baseline_probe(adapter: str, args: list) -> dict:
-    """Ask the worker to time `adapter(*args)` first, then the case's own call."""
+    """Ask the grader to time `adapter(*args)` first, then the case's own call."""
     return {"kind": "cpu_against", "baseline": {"adapter": adapter, "args": args}}
+
+
+def is_baseline_probe(probe: dict | None) -> bool:
+    return isinstance(probe, dict) and probe.get("kind") == "cpu_against"
+
+
+def call_against_baseline(process, adapter: str, args: list, timeout: float, probe: dict):
+    """Two calls, each timed by the grader from outside the student's process (see
+    process_cpu): the baseline (its value not sent back), then the case's own call, whose
+    outcome gets the probe the verdict reads. Nothing the student's process reports is used."""
+    baseline = probe["baseline"]
+    first = process.call(baseline["adapter"], baseline["args"], timeout, discard=True)
+    outcome = process.call(adapter, args, timeout)
+    error = None
+    if first.kind != "returned" or first.cpu_seconds is None:
+        error = f"{baseline['adapter']}: {first.message or first.kind}"
+    outcome.probe = {
+        "kind": "cpu_against",
+        "cpu_seconds": outcome.cpu_seconds,
+        "baseline_cpu_seconds": None if error else first.cpu_seconds,
+        "baseline_error": error,
+    }
+    return outcome
 
 
 def cost_verdict(
