@@ -8,7 +8,6 @@ each course directory links that node_modules, so nothing here touches the netwo
 import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tomllib
@@ -19,7 +18,7 @@ import pytest
 
 from theinference import languages
 from theinference.course import CourseError, init_course, open_course
-from theinference.runner import Limits, StudentProcess, decode_reply
+from theinference.runner import Limits, StudentProcess
 from theinference.stages import load_stages, select
 from theinference.verify import load_bugs, quick, verify_bug, verify_reference
 from theinference.watch import is_watched
@@ -201,33 +200,16 @@ export function runPrefill(ids: number[]) {
 """
 
 
-def test_every_reply_carries_the_calls_cpu_time(tmp_path, weights):
-    """Catches a returned call without its CPU time as a float (the cache-use checks read it;
-    JSON would write a whole number as an int) or a broken frame."""
+def test_the_grader_measures_a_typescript_call_and_can_discard_its_value(tmp_path, weights):
+    """Catches a Node worker the grader's outside CPU measure cannot see (a busy call costing
+    nothing), or a baseline call whose value is still sent back (megabytes for nothing)."""
     course = ts_course(tmp_path / "c", adapters=BUSY_ADAPTERS)
-    req_r, req_w = os.pipe()
-    resp_r, resp_w = os.pipe()
-    argv = languages.worker_argv(course, req_r, resp_w, 2**30)
-    env = {**os.environ, "THEINFERENCE_WEIGHTS": str(weights.path)}
-    proc = subprocess.Popen(argv, cwd=course, env=env, pass_fds=(req_r, resp_w))
-    os.close(req_r)
-    os.close(resp_w)
-    with os.fdopen(resp_r, "rb") as replies, os.fdopen(req_w, "wb") as requests:
-
-        def reply():
-            size = struct.unpack("<Q", replies.read(8))[0]
-            body = replies.read(size)
-            header = json.loads(body[4 : 4 + struct.unpack("<I", body[:4])[0]])
-            return header, decode_reply(body)
-
-        assert reply()[0]["outcome"] == "ready"
-        payload = json.dumps({"adapter": "run_prefill", "args": [[1, 2]], "probe": ""}).encode()
-        requests.write(struct.pack("<Q", len(payload)) + payload)
-        requests.flush()
-        header, outcome = reply()
-    proc.wait(timeout=30)
-    assert outcome.kind == "returned"
-    assert isinstance(outcome.cpu_seconds, float) and outcome.cpu_seconds > 0.001
+    with StudentProcess(course, weights.path, Limits(timeout=120)) as process:
+        kept = process.call("run_prefill", [[1, 2]])
+        discarded = process.call("run_prefill", [[1, 2]], discard=True)
+    assert kept.kind == "returned" and discarded.kind == "returned", kept.message
+    assert kept.value is not None and discarded.value is None
+    assert isinstance(kept.cpu_seconds, float) and kept.cpu_seconds > 0.01
 
 
 def test_reports_and_hint_use_the_typescript_names(tmp_path):
@@ -316,7 +298,7 @@ def test_results_are_localized_for_typescript_only():
 def test_probes_zero_the_cache_and_time_the_baseline(tmp_path, weights):
     """Catches a cache-use probe that cannot reach a TypeScript cache (so the zeroed-cache check
     could not apply) or a CPU baseline not measured (so the cost checks could not apply)."""
-    from theinference.checks.cost import baseline_probe
+    from theinference.checks.cost import baseline_probe, call_against_baseline
 
     course = ts_course(tmp_path / "c", REFERENCE_TS)
     with StudentProcess(course, weights.path, Limits(timeout=300)) as worker:
@@ -324,10 +306,11 @@ def test_probes_zero_the_cache_and_time_the_baseline(tmp_path, weights):
             "run_decode_step", [[1, 2, 3], 4], None, {"kind": "zero_cache_after_prefill"}
         )
         plain = worker.call("run_decode_step", [[1, 2, 3], 4])
-        timed = worker.call(
+        timed = call_against_baseline(
+            worker,
             "run_decode_sequence",
             [[1, 2], [3, 4]],
-            None,
+            300,
             baseline_probe("run_prefill", [[1, 2, 3, 4]]),
         )
     assert zeroed.probe["applied"] and zeroed.probe["zeroed"] == 12 * 2 * 3 * 768

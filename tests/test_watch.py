@@ -395,14 +395,14 @@ def test_a_hint_fits_the_failure_it_sits_under():
 
     logits_hint = stage_words("prefix-caching")["logits"]
     cache_hint = stage_words("build-prefill")["cache"]
-    fresh = CaseResult("p", Status.FAILED, "prompt 0 (reused 0 of 9): logits ...", logits_hint)
+    fresh = CaseResult(Status.FAILED, "prompt 0 (reused 0 of 9): logits ...", logits_hint, name="p")
     assert "prefill" in fitting_hint(fresh) and fitting_hint(fresh) != logits_hint
-    reused = CaseResult("p", Status.FAILED, "prompt 2 (reused 4 of 9): ...", logits_hint)
+    reused = CaseResult(Status.FAILED, "prompt 2 (reused 4 of 9): ...", logits_hint, name="p")
     assert fitting_hint(reused) == logits_hint
     drift = CaseResult(
-        "c",
         Status.FAILED,
         "layer 1 V and everything before it match; layer 2 K departs at position 0, head 3: ...",
         cache_hint,
+        name="c",
     )
     assert "layers 0-1 match" in fitting_hint(drift) and fitting_hint(drift) != cache_hint
