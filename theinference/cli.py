@@ -270,6 +270,12 @@ def version() -> None:
     typer.echo(__version__)
 
 
+from theinference.classroom import commands as classroom  # noqa: E402
+
+app.command()(classroom.grade)
+app.add_typer(classroom.gradebook_app, name="gradebook")
+
+
 def _usage_error(exc: Exception) -> tuple[str, int]:
     from theinference.course import CourseError
     from theinference.stages import StageError

@@ -5,6 +5,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from theinference.settings import Grading, Settings, SettingsError, parse_settings
+
 TEMPLATE_DIR = Path(__file__).with_name("student_template")
 SETTINGS_FILE = "theinference.toml"
 ADAPTERS_FILE = Path("tests/adapters.py")
@@ -18,6 +20,8 @@ class CourseError(Exception):
 class Course:
     root: Path
     weights: str  # as written in theinference.toml (default "synthetic")
+    language: str = "python"  # python | ts
+    grading: Grading = Grading()
 
 
 def open_course(root: Path) -> Course:
@@ -29,11 +33,16 @@ def open_course(root: Path) -> Course:
             f"{root} is not a course directory (no {ADAPTERS_FILE}). "
             "Create one with: theinference init DIR"
         )
-    settings = read_settings(root / SETTINGS_FILE)
-    weights = settings.get("weights", "synthetic")
-    if not isinstance(weights, str) or not weights:
-        raise CourseError(f"{root / SETTINGS_FILE}: 'weights' must be a non-empty string")
-    return Course(root=root, weights=weights)
+    settings = course_settings(root / SETTINGS_FILE)
+    return Course(root, settings.weights, settings.language, settings.grading)
+
+
+def course_settings(path: Path) -> Settings:
+    """theinference.toml checked against the settings schema (settings.py)."""
+    try:
+        return parse_settings(read_settings(path))
+    except SettingsError as exc:
+        raise CourseError(f"{path}: {exc}") from None
 
 
 def read_settings(path: Path) -> dict:
