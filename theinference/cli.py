@@ -271,9 +271,11 @@ def version() -> None:
 
 
 from theinference.classroom import commands as classroom  # noqa: E402
+from theinference.classroom import gradescope_commands as gradescope  # noqa: E402
 
 app.command()(classroom.grade)
 app.add_typer(classroom.gradebook_app, name="gradebook")
+app.add_typer(gradescope.gradescope_app, name="gradescope")
 
 
 def _usage_error(exc: Exception) -> tuple[str, int]:

@@ -28,16 +28,16 @@ def fail(message: str, code: int) -> typer.Exit:
     return typer.Exit(code)
 
 
-def instructor_settings(course_dir: Path | None):
+def instructor_settings(course_dir: Path | None, name: str = ""):
     """The course settings and the raw theinference.toml to lay over every submission."""
     from theinference.course import SETTINGS_FILE, CourseError, course_settings
     from theinference.settings import Settings
 
     if course_dir is None:
         return Settings(), None
-    path = course_dir.expanduser() / SETTINGS_FILE
+    path = course_dir.expanduser() / (name or SETTINGS_FILE)
     if not path.is_file():
-        raise fail(f"{course_dir} has no {SETTINGS_FILE}", exits.COURSE)
+        raise fail(f"{path} does not exist", exits.COURSE)
     try:
         return course_settings(path), path.read_bytes()
     except CourseError as exc:

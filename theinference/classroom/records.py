@@ -26,21 +26,48 @@ def stage_rows(results: dict | None, points: dict[str, float], grading: Grading)
             rows.append(_row(slug, "not graded", 0.0, max_score, None, None, 0, 0))
             continue
         cases = stage.get("cases", [])
+        score = sum(group_score(g, grading) for g in case_groups(stage, max_score))
         passed = sum(c["status"] == "passed" for c in cases)
-        score = stage_score(stage["status"], passed, len(cases), max_score, grading)
         rows.append(
-            _row(slug, stage["status"], score, max_score, stage_bug(stage), worst_error(stage),
-                 passed, len(cases))
+            _row(slug, stage["status"], round(score, 4), max_score, stage_bug(stage),
+                 worst_error(stage), passed, len(cases))
         )
     return rows
 
 
-def stage_score(status: str, passed: int, total: int, max_score: float, grading: Grading) -> float:
-    """All or nothing, or (partial_credit) the share of cases that passed."""
-    if status == "passed":
-        return max_score
-    if grading.partial_credit and total:
-        return round(max_score * passed / total, 4)
+def is_hidden(case: dict) -> bool:
+    return bool(case.get("hidden")) or case.get("name", "").startswith("hidden case")
+
+
+def case_groups(stage: dict, max_score: float) -> list[dict]:
+    """A stage's public cases and its seeded hidden ones, each worth its share of the points
+    (by case count), so hidden cases count without revealing them before publication."""
+    cases = stage.get("cases", [])
+    public = [c for c in cases if not is_hidden(c)]
+    hidden = [c for c in cases if is_hidden(c)]
+    if not hidden:
+        return [{"hidden": False, "cases": cases, "points": max_score, "status": stage["status"]}]
+    share = max_score * len(hidden) / len(cases)
+    return [
+        {"hidden": False, "cases": public, "points": max_score - share,
+         "status": _worst(public, stage["status"])},
+        {"hidden": True, "cases": hidden, "points": share, "status": _worst(hidden, "passed")},
+    ]
+
+
+def _worst(cases: list[dict], default: str) -> str:
+    order = ["error", "timeout", "failed", "todo", "skipped", "passed"]
+    statuses = {c["status"] for c in cases}
+    return next((s for s in order if s in statuses), default)
+
+
+def group_score(group: dict, grading: Grading) -> float:
+    """All or nothing, or (partial_credit) the share of its cases that passed."""
+    cases, points = group["cases"], group["points"]
+    if group["status"] == "passed" and all(c["status"] == "passed" for c in cases):
+        return points
+    if grading.partial_credit and cases:
+        return points * sum(c["status"] == "passed" for c in cases) / len(cases)
     return 0.0
 
 
