@@ -42,7 +42,12 @@ def fail(message: str, code: int) -> typer.Exit:
 
 
 @app.command()
-def init(directory: Annotated[Path, typer.Argument(help="Where to create the course.")]) -> None:
+def init(
+    directory: Annotated[Path, typer.Argument(help="Where to create the course.")],
+    ci: Annotated[
+        str | None, typer.Option("--ci", help="Also add a CI workflow: github (grades on push).")
+    ] = None,
+) -> None:
     """Create a course directory: provided src/gpt2.py, stubs in src/kvcache.py, the adapters."""
     from theinference.course import CourseError, init_course
 
@@ -52,6 +57,8 @@ def init(directory: Annotated[Path, typer.Argument(help="Where to create the cou
         raise fail(str(exc), exits.COURSE) from None
     except OSError as exc:
         raise fail(f"cannot create {directory}: {exc.strerror}", exits.COURSE) from None
+    if ci is not None:
+        files.append(class_report.add_ci(directory, ci))
     typer.echo(
         f"Created {directory} ({len(files)} files). Next:\n"
         f"  cd {directory}\n  theinference test --stage single-step-attention --watch"
@@ -272,10 +279,14 @@ def version() -> None:
 
 from theinference.classroom import commands as classroom  # noqa: E402
 from theinference.classroom import gradescope_commands as gradescope  # noqa: E402
+from theinference.classroom import report_commands as class_report  # noqa: E402
 
 app.command()(classroom.grade)
 app.add_typer(classroom.gradebook_app, name="gradebook")
 app.add_typer(gradescope.gradescope_app, name="gradescope")
+app.command()(class_report.report)
+app.command()(class_report.summary)
+app.add_typer(class_report.workflow_app, name="workflow")
 
 
 def _usage_error(exc: Exception) -> tuple[str, int]:
