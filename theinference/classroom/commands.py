@@ -106,6 +106,7 @@ def grade(
     from theinference.classroom.screens import grading_progress, print_class_summary
     from theinference.report import print_error
 
+    slice_ = parse_shard(shard)
     settings, toml = instructor_settings(course_dir)
     plan = Plan(
         weights=weights or settings.weights,
@@ -124,7 +125,9 @@ def grade(
         raise fail(f"cannot read {submissions}: {exc}", exits.USAGE) from None
     for name in skipped:
         print_error(f"skipped {name}: not a folder, .zip or .tar.gz")
-    chosen = [s for s in found if in_shard(s.id, parse_shard(shard))]
+    if not found:
+        raise fail(f"{submissions} holds no submission (folders, .zip or .tar.gz)", exits.USAGE)
+    chosen = [s for s in found if in_shard(s.id, slice_)]
     allowed = default_jobs(plan.memory_bytes)
     if jobs is not None and jobs > allowed:
         print_error(f"--jobs {jobs} would oversubscribe this machine: using {allowed}")
