@@ -14,6 +14,16 @@ from pathlib import Path
 import numpy as np
 
 from theinference.checks import CHECKS, OracleRuns, Verdict
+from theinference.events import (
+    CaseFinished,
+    CaseStarted,
+    Listener,
+    RunFinished,
+    RunStarted,
+    StageFinished,
+    StageStarted,
+    ignore,
+)
 from theinference.fingerprints import BY_ID, identify
 from theinference.oracle_cache import OracleCache
 from theinference.results import CaseResult, RunResult, StageResult, Status, stage_status
@@ -62,13 +72,16 @@ def grade(
     limits: Limits,
     oracle: Oracle | None = None,
     cancel: threading.Event | None = None,
+    listener: Listener = ignore,
 ) -> RunResult:
-    """Grade the stages in order. `cancel`, set from another thread, stops the run early;
-    its result is then marked cancelled."""
+    """Grade the stages in order, telling `listener` as stages and cases start and finish.
+    `cancel`, set from another thread, stops the run early; its result is then marked
+    cancelled."""
     started = time.monotonic()
     oracle = oracle or Oracle(weights)
     cancel = cancel or threading.Event()
     results: dict[str, StageResult] = {}
+    listener(RunStarted(tuple(s.slug for s in stages)))
     with Worker(course_dir, weights.path, limits, cancel) as worker:
         for stage in stages:
             if cancel.is_set():
@@ -82,10 +95,13 @@ def grade(
                     reason=blocker,
                     score_weight=stage.score,
                 )
+                listener(StageFinished(results[stage.slug]))
                 continue
-            results[stage.slug] = grade_stage(stage, worker, oracle, cancel, limits)
+            listener(StageStarted(stage.slug, stage.title, len(stage.cases)))
+            results[stage.slug] = grade_stage(stage, worker, oracle, cancel, limits, listener)
+            listener(StageFinished(results[stage.slug]))
         startups, startup_seconds = worker.startups, worker.startup_seconds
-    return RunResult(
+    result = RunResult(
         stages=list(results.values()),
         weights_label=weights.label,
         weights_sha256=weights.sha256,
@@ -94,6 +110,8 @@ def grade(
         worker_startup_seconds=startup_seconds,
         cancelled=cancel.is_set(),
     )
+    listener(RunFinished(result))
+    return result
 
 
 def first_blocker(stage: Stage, results: dict[str, StageResult]) -> str:
@@ -108,15 +126,22 @@ def first_blocker(stage: Stage, results: dict[str, StageResult]) -> str:
 
 
 def grade_stage(
-    stage: Stage, worker: Worker, oracle: Oracle, cancel: threading.Event, run_limits: Limits
+    stage: Stage,
+    worker: Worker,
+    oracle: Oracle,
+    cancel: threading.Event,
+    run_limits: Limits,
+    listener: Listener = ignore,
 ) -> StageResult:
     started = time.monotonic()
     worker.use_limits(stage_limits(stage, run_limits))
     graded: list[tuple[CaseResult, list, Verdict]] = []
-    for case in stage.cases:
+    for index, case in enumerate(stage.cases):
         if cancel.is_set():
             break
+        listener(CaseStarted(stage.slug, case.name, index, len(stage.cases)))
         graded.append(grade_case(stage, case, worker, oracle))
+        listener(CaseFinished(stage.slug, graded[-1][0]))
     cases = [result for result, _, _ in graded]
     if any(c.status == Status.FAILED for c in cases) and not cancel.is_set():
         fingerprint_smallest_failure(stage, graded, oracle)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from theinference import exits
 from theinference.course import Course, open_course
+from theinference.events import Listener, ignore
 from theinference.grader import Oracle, grade
 from theinference.oracle_cache import OracleCache
 from theinference.results import RunResult
@@ -81,6 +82,7 @@ def run(
     stages: list[Stage] | None = None,
     cancel: threading.Event | None = None,
     trigger: str = "",
+    listener: Listener = ignore,
 ) -> RunResult:
     """Grade, then hand the result to every requested output."""
     from theinference import report
@@ -98,7 +100,13 @@ def run(
             trigger,
         )
     result = grade(
-        session.course.root, stages, session.weights, session.limits, session.oracle, cancel
+        session.course.root,
+        stages,
+        session.weights,
+        session.limits,
+        session.oracle,
+        cancel,
+        listener,
     )
     result.environment = fingerprint()
     result.notes = list(session.oracle.cache.notes)
