@@ -88,14 +88,12 @@ def warm(settings: Settings, points: dict[str, float]) -> tuple[int, float]:
     import time
 
     from theinference.checks import CHECKS
-    from theinference.grader import Oracle
-    from theinference.oracle_cache import OracleCache
     from theinference.stages import load_stages
     from theinference.weights import cache_dir, load_weights
 
     started = time.monotonic()
     weights = load_weights(settings.weights, Path.cwd())
-    oracle = Oracle(weights, OracleCache(weights.sha256, cache_dir()))
+    oracle = answers_for(weights, cache_dir())
     count = 0
     for stage in (s for s in load_stages() if s.slug in points):
         for case in stage.cases:
@@ -106,6 +104,20 @@ def warm(settings: Settings, points: dict[str, float]) -> tuple[int, float]:
                 oracle.noise(case.check, args)
             count += 1
     return count, time.monotonic() - started
+
+
+def answers_for(weights, directory: Path):
+    """The oracle's answers for these weights, on disk in `directory` (answers.Answers and
+    answer_cache.AnswerCache, once those names land; grader.Oracle and OracleCache before)."""
+    try:
+        from theinference.answer_cache import AnswerCache as Cache
+    except ImportError:
+        from theinference.oracle_cache import OracleCache as Cache
+    try:
+        from theinference.answers import Answers
+    except ImportError:
+        from theinference.grader import Oracle as Answers
+    return Answers(weights, Cache(weights.sha256, directory))
 
 
 def seed_for(settings: Settings, root: Path, env_seed: str | None) -> int | None:
