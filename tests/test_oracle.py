@@ -90,10 +90,10 @@ def test_synthetic_greedy_generation_does_not_collapse(weights):
 )
 def test_the_bug_free_fingerprint_model_is_the_oracle(weights, check, args):
     # fingerprints name bugs by difference from this model, so without a bug it must agree
-    from theinference.checks import CHECKS, OracleRuns
+    from theinference.checks import CHECKS, Recompute
     from theinference.fingerprints import correct_model_check
 
-    runs = OracleRuns(weights.tensors, weights.config)
+    runs = Recompute(weights.tensors, weights.config)
     ours = correct_model_check(check, args, weights.tensors, 12, 12)
     np.testing.assert_allclose(ours, CHECKS[check].expect(runs, args), atol=2e-4, rtol=1e-3)
 

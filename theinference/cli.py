@@ -50,6 +50,7 @@ def init(
 ) -> None:
     """Create a course directory: provided src/gpt2.py, stubs in src/kvcache.py, the adapters."""
     from theinference.course import CourseError, init_course
+    from theinference.stages import load_stages
 
     try:
         files = init_course(directory)
@@ -59,9 +60,10 @@ def init(
         raise fail(f"cannot create {directory}: {exc.strerror}", exits.COURSE) from None
     if ci is not None:
         files.append(class_report.add_ci(directory, ci))
+    first = load_stages()[0].slug
     typer.echo(
         f"Created {directory} ({len(files)} files). Next:\n"
-        f"  cd {directory}\n  theinference test --stage single-step-attention --watch"
+        f"  cd {directory}\n  theinference test --stage {first} --watch"
     )
 
 

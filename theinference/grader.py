@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from theinference.checks import CHECKS, OracleRuns, Verdict
+from theinference.checks import CHECKS, Recompute, Verdict
 from theinference.events import (
     CaseFinished,
     CaseStarted,
@@ -42,7 +42,7 @@ class Oracle:
     """The oracle's answers for one weights file: from the cache, else computed."""
 
     def __init__(self, weights: Weights, cache: OracleCache | None = None):
-        self.runs = OracleRuns(weights.tensors, weights.config)
+        self.runs = Recompute(weights.tensors, weights.config)
         self.cache = cache or OracleCache(weights.sha256, None)
 
     def expected(self, check_name: str, args: list):
@@ -196,7 +196,8 @@ def grade_case(
     check = CHECKS[case.check]
     config = oracle.runs.config
     args = check.arguments(case, config)
-    outcome = worker.call(check.adapter, args, stage.timeout, check.probe)
+    probe = check.probe(args) if check.probe else None
+    outcome = worker.call(check.adapter, args, stage.timeout, probe)
     oracle_seconds = 0.0
 
     def ask(question: list):

@@ -116,13 +116,13 @@ class Worker:
         self.limits = limits
 
     def call(
-        self, adapter: str, args: list, timeout: float | None = None, probe: str = ""
+        self, adapter: str, args: list, timeout: float | None = None, probe: dict | None = None
     ) -> Outcome:
         """Ask the student's process for one adapter call and wait for its reply."""
         started = self._send(adapter, args, probe)
         return self._receive(started, timeout)
 
-    def _send(self, adapter: str, args: list, probe: str) -> float:
+    def _send(self, adapter: str, args: list, probe: dict | None) -> float:
         if self._proc is None or self._proc.popen.poll() is not None:
             self._start()
         payload = json.dumps({"adapter": adapter, "args": args, "probe": probe}).encode()
@@ -317,6 +317,7 @@ def decode_reply(payload: bytes) -> Outcome:
         traceback=str(header.get("traceback", "")),
         exception=str(header.get("exception", "")),
         probe=header.get("probe") if isinstance(header.get("probe"), dict) else None,
+        cpu_seconds=cpu if isinstance(cpu := header.get("cpu_seconds"), float) else None,
     )
 
 
