@@ -16,7 +16,7 @@ from theinference.checks import CHECKS
 from theinference.checks.common import Words
 from theinference.checks.cost import cost_verdict
 from theinference.results import Status
-from theinference.runner import Limits, Worker
+from theinference.runner import Limits, StudentProcess
 from theinference.stages import load_stages
 
 CHEATS = tomllib.loads((SOLUTIONS / "recompute_cheats.toml").read_text())["cheats"]
@@ -131,7 +131,7 @@ def test_prefill_is_found_under_any_name_it_is_imported_as(tmp_path):
             mc.store["k"] = np.ones((len(ids), 4), dtype=np.float32)
         """,
     )
-    with Worker(course, Path("/nonexistent.safetensors"), Limits()) as w:
+    with StudentProcess(course, Path("/nonexistent.safetensors"), Limits()) as w:
         outcome = w.call("run", [[1, 2, 3]], 30, {"kind": "zero_cache_after_prefill"})
     assert outcome.kind == "returned", outcome.message
     assert float(outcome.value) == 0.0  # zeroed right after the aliased prefill returned
@@ -156,7 +156,7 @@ def test_cpu_time_is_measured_for_the_call_and_its_baseline(tmp_path):
         """,
     )
     probe = {"kind": "cpu_against", "baseline": {"adapter": "nap", "args": [0.3]}}
-    with Worker(course, Path("/nonexistent.safetensors"), Limits()) as w:
+    with StudentProcess(course, Path("/nonexistent.safetensors"), Limits()) as w:
         outcome = w.call("spin", [0.3], 30, probe)
     assert outcome.kind == "returned", outcome.message
     assert outcome.cpu_seconds >= 0.3 and outcome.probe["cpu_seconds"] == outcome.cpu_seconds

@@ -11,10 +11,10 @@ from typer.testing import CliRunner
 from tests.bugs import planted
 from tests.helpers import STAGES, grade_course, make_course
 from theinference import exits
+from theinference.answer_cache import AnswerCache
 from theinference.cli import app
 from theinference.formats import SCHEMA_FILE
 from theinference.oracle import LayerKV
-from theinference.oracle_cache import OracleCache
 
 runner = CliRunner()
 
@@ -130,7 +130,7 @@ def test_hidden_cases_depend_on_the_seed_only():
 
 
 def test_oracle_cache_hits_and_survives_damage(tmp_path):
-    cache = OracleCache("ab" * 32, tmp_path)
+    cache = AnswerCache("ab" * 32, tmp_path)
     calls = []
 
     def compute():
@@ -138,23 +138,23 @@ def test_oracle_cache_hits_and_survives_damage(tmp_path):
         return np.arange(4, dtype=np.float32)
 
     assert cache.get_or_compute("c", [[1, 2]], compute).tolist() == [0, 1, 2, 3]
-    fresh = OracleCache("ab" * 32, tmp_path)  # another process: the disk answers
+    fresh = AnswerCache("ab" * 32, tmp_path)  # another process: the disk answers
     assert fresh.get_or_compute("c", [[1, 2]], compute).tolist() == [0, 1, 2, 3]
     assert len(calls) == 1
-    (file,) = (tmp_path / "oracle").rglob("*.npz")
+    (file,) = (tmp_path / "answers").rglob("*.answer")
     file.write_bytes(b"garbage")
-    damaged = OracleCache("ab" * 32, tmp_path)
+    damaged = AnswerCache("ab" * 32, tmp_path)
     assert damaged.get_or_compute("c", [[1, 2]], compute).tolist() == [0, 1, 2, 3]
-    assert len(calls) == 2 and np.load(file)["array"].tolist() == [0, 1, 2, 3]  # rewritten
-    other = OracleCache("cd" * 32, tmp_path)  # other weights: never the same answer
+    assert len(calls) == 2 and file.read_bytes() != b"garbage"  # rewritten
+    other = AnswerCache("cd" * 32, tmp_path)  # other weights: never the same answer
     other.get_or_compute("c", [[1, 2]], compute)
     assert len(calls) == 3
 
 
 def test_oracle_cache_round_trips_layer_kv(tmp_path):
     kv = [LayerKV(k=np.ones((2, 3, 4), np.float32), v=np.zeros((2, 3, 4), np.float32))] * 2
-    OracleCache("ef" * 32, tmp_path).get_or_compute("kv", [[1]], lambda: kv)
-    back = OracleCache("ef" * 32, tmp_path).get_or_compute("kv", [[1]], lambda: None)
+    AnswerCache("ef" * 32, tmp_path).get_or_compute("kv", [[1]], lambda: kv)
+    back = AnswerCache("ef" * 32, tmp_path).get_or_compute("kv", [[1]], lambda: None)
     assert len(back) == 2 and back[1].k.shape == (2, 3, 4) and back[0].v.sum() == 0
 
 
@@ -163,7 +163,7 @@ def test_an_unwritable_cache_degrades_with_a_note(tmp_path, reference_course, we
 
     blocked = tmp_path / "blocked"
     blocked.write_text("a file where the cache directory should be")
-    oracle = Oracle(weights, OracleCache(weights.sha256, blocked))
+    oracle = Oracle(weights, AnswerCache(weights.sha256, blocked))
     run = grade_course(reference_course, weights, ["single-step-attention"], oracle=oracle)
     assert run.passed
     assert oracle.cache.notes and "oracle cache off" in oracle.cache.notes[0]

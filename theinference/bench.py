@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from theinference import oracle
-from theinference.runner import Limits, Worker
+from theinference.runner import Limits, StudentProcess
 from theinference.stages import token_ids
 from theinference.weights import Weights
 
@@ -70,7 +70,7 @@ def bench(
     timeout: float,
 ) -> BenchResult:
     result = BenchResult(new_tokens=new_tokens, repeats=repeats, weights_label=weights.label)
-    with Worker(course_dir, weights.path, Limits(timeout=timeout)) as worker:
+    with StudentProcess(course_dir, weights.path, Limits(timeout=timeout)) as worker:
         for length in lengths:
             prompt = token_ids({"random": length, "seed": 99}, weights.config)
             recompute = timed(worker, "run_prefill", [prompt], repeats)
@@ -88,7 +88,7 @@ def bench(
     return result
 
 
-def timed(worker: Worker, adapter: str, args: list, repeats: int) -> list[float]:
+def timed(worker: StudentProcess, adapter: str, args: list, repeats: int) -> list[float]:
     """Seconds per call, after one untimed warm-up call."""
     samples = []
     for i in range(repeats + 1):

@@ -44,26 +44,31 @@ def fail(message: str, code: int) -> typer.Exit:
 @app.command()
 def init(
     directory: Annotated[Path, typer.Argument(help="Where to create the course.")],
+    lang: Annotated[str, typer.Option("--lang", help="python | ts (TypeScript).")] = "python",
     ci: Annotated[
         str | None, typer.Option("--ci", help="Also add a CI workflow: github (grades on push).")
     ] = None,
 ) -> None:
     """Create a course directory: provided src/gpt2.py, stubs in src/kvcache.py, the adapters."""
     from theinference.course import CourseError, init_course
+    from theinference.languages import LANGUAGES, TYPESCRIPT
     from theinference.stages import load_stages
 
+    if lang not in LANGUAGES:
+        raise fail(f"unknown language '{lang}': choose one of {', '.join(LANGUAGES)}", exits.USAGE)
     try:
-        files = init_course(directory)
+        files = init_course(directory, lang)
     except CourseError as exc:
         raise fail(str(exc), exits.COURSE) from None
     except OSError as exc:
         raise fail(f"cannot create {directory}: {exc.strerror}", exits.COURSE) from None
     if ci is not None:
         files.append(class_report.add_ci(directory, ci))
+    install = "  npm install   # once: the TypeScript runner (tsx)\n" if lang == TYPESCRIPT else ""
     first = load_stages()[0].slug
     typer.echo(
         f"Created {directory} ({len(files)} files). Next:\n"
-        f"  cd {directory}\n  theinference test --stage {first} --watch"
+        f"  cd {directory}\n{install}  theinference test --stage {first} --watch"
     )
 
 
@@ -114,6 +119,13 @@ def test(
         int | None,
         typer.Option(help="Output kept per call and stream, KiB (default: each stage's, 64)."),
     ] = None,
+    sandbox: Annotated[
+        str,
+        typer.Option(
+            help="auto | bwrap | none: isolate the student's process with bubblewrap "
+            "(auto: when it works here; bwrap: refuse to grade without it)."
+        ),
+    ] = "auto",
 ) -> None:
     """Grade the course directory's stages against the recompute oracle."""
     from theinference.session import Output, override_limits, prepare, run_once
@@ -129,7 +141,9 @@ def test(
         if path is not None:
             outputs.append(Output(extra_fmt, path))
     try:
-        session = prepare(course_dir, stage or [], weights, timeout, seed, outputs, case or [])
+        session = prepare(
+            course_dir, stage or [], weights, timeout, seed, outputs, case or [], sandbox
+        )
         override_limits(session, memory_gb, output_kb)
     except Exception as exc:
         raise fail(*_usage_error(exc)) from None
@@ -168,15 +182,19 @@ def stages(course_dir: CourseDir = Path(".")) -> None:
 
 
 @app.command()
-def hint(slug: Annotated[str, typer.Argument(help="A stage slug.")]) -> None:
-    """Show a stage's guidance from the course text."""
+def hint(
+    slug: Annotated[str, typer.Argument(help="A stage slug.")], course_dir: CourseDir = Path(".")
+) -> None:
+    """Show a stage's guidance from the course text (in the course's language's names)."""
+    from theinference.languages import LanguageError, course_language, localize
     from theinference.stages import StageError, load_stages, select
 
     try:
         (found,) = select(load_stages(), [slug])
-    except StageError as exc:
+        language = course_language(course_dir.expanduser().resolve())
+    except (StageError, LanguageError) as exc:
         raise fail(str(exc), exits.USAGE) from None
-    typer.echo(f"{found.slug}: {found.title}\n\n{found.guidance}")
+    typer.echo(localize(f"{found.slug}: {found.title}\n\n{found.guidance}", language))
 
 
 @app.command()
@@ -198,8 +216,8 @@ def verify(
     weights: WeightsOpt = None,
 ) -> None:
     """For course authors: the reference must pass, every planted bug must fail and be named."""
+    from theinference.answer_cache import AnswerCache
     from theinference.grader import Oracle
-    from theinference.oracle_cache import OracleCache
     from theinference.report import console, print_verify
     from theinference.stages import StageError, load_stages, select
     from theinference.verify import VerifyError, default_solutions_dir
@@ -208,7 +226,7 @@ def verify(
 
     try:
         w = load_weights(weights or "synthetic", Path.cwd())
-        oracle = Oracle(w, OracleCache(w.sha256, cache_dir()))
+        oracle = Oracle(w, AnswerCache(w.sha256, cache_dir()))
         stages = select(load_stages(), stage or [])
         rows = run_verify(solutions or default_solutions_dir(), stages, w, oracle, quick, bug or [])
     except StageError as exc:
@@ -293,6 +311,7 @@ app.add_typer(class_report.workflow_app, name="workflow")
 
 def _usage_error(exc: Exception) -> tuple[str, int]:
     from theinference.course import CourseError
+    from theinference.sandbox import SandboxError
     from theinference.stages import StageError
     from theinference.weights import WeightsError
 
@@ -300,6 +319,7 @@ def _usage_error(exc: Exception) -> tuple[str, int]:
         (CourseError, exits.COURSE),
         (WeightsError, exits.WEIGHTS),
         (StageError, exits.USAGE),
+        (SandboxError, exits.USAGE),
     ):
         if isinstance(exc, kind):
             return str(exc), code

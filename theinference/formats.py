@@ -18,6 +18,7 @@ def to_json(run: RunResult) -> dict:
         "schema": SCHEMA,
         "passed": run.passed,
         "cancelled": run.cancelled,
+        "sandbox": run.sandbox,
         "weights": {"label": run.weights_label, "sha256": run.weights_sha256},
         "environment": run.environment,
         "timings": timings(run),

@@ -3,7 +3,7 @@
 The oracle runs after the student's call, not beside it: both use every core through BLAS, and
 overlapping them on a small machine made each several times slower. It also runs only when
 there is something to compare (a todo or an error costs no oracle time), and its answers are
-cached per weights file (oracle_cache.py).
+cached per weights file (answer_cache.py).
 """
 
 import threading
@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from theinference.answer_cache import AnswerCache
 from theinference.checks import CHECKS, Recompute, Verdict
 from theinference.events import (
     CaseFinished,
@@ -25,9 +26,9 @@ from theinference.events import (
     ignore,
 )
 from theinference.fingerprints import BY_ID, identify
-from theinference.oracle_cache import OracleCache
 from theinference.results import CaseResult, RunResult, StageResult, Status, stage_status
-from theinference.runner import Limits, Outcome, Worker
+from theinference.runner import Limits, Outcome, StudentProcess
+from theinference.sandbox import Sandbox
 from theinference.stages import Case, Stage
 from theinference.weights import Weights
 
@@ -41,9 +42,9 @@ BLOCKING = {Status.FAILED, Status.ERROR, Status.TIMEOUT, Status.SKIPPED}
 class Oracle:
     """The oracle's answers for one weights file: from the cache, else computed."""
 
-    def __init__(self, weights: Weights, cache: OracleCache | None = None):
+    def __init__(self, weights: Weights, cache: AnswerCache | None = None):
         self.runs = Recompute(weights.tensors, weights.config)
-        self.cache = cache or OracleCache(weights.sha256, None)
+        self.cache = cache or AnswerCache(weights.sha256, None)
 
     def expected(self, check_name: str, args: list):
         def compute():
@@ -73,6 +74,7 @@ def grade(
     oracle: Oracle | None = None,
     cancel: threading.Event | None = None,
     listener: Listener = ignore,
+    sandbox: Sandbox | None = None,
 ) -> RunResult:
     """Grade the stages in order, telling `listener` as stages and cases start and finish.
     `cancel`, set from another thread, stops the run early; its result is then marked
@@ -82,7 +84,7 @@ def grade(
     cancel = cancel or threading.Event()
     results: dict[str, StageResult] = {}
     listener(RunStarted(tuple(s.slug for s in stages)))
-    with Worker(course_dir, weights.path, limits, cancel) as worker:
+    with StudentProcess(course_dir, weights.path, limits, cancel, sandbox) as worker:
         for stage in stages:
             if cancel.is_set():
                 break
@@ -101,6 +103,7 @@ def grade(
             results[stage.slug] = grade_stage(stage, worker, oracle, cancel, limits, listener)
             listener(StageFinished(results[stage.slug]))
         startups, startup_seconds = worker.startups, worker.startup_seconds
+        kind, notes = worker.sandbox, worker.notes
     result = RunResult(
         stages=list(results.values()),
         weights_label=weights.label,
@@ -109,6 +112,8 @@ def grade(
         worker_startups=startups,
         worker_startup_seconds=startup_seconds,
         cancelled=cancel.is_set(),
+        sandbox=kind,
+        notes=notes,
     )
     listener(RunFinished(result))
     return result
@@ -127,7 +132,7 @@ def first_blocker(stage: Stage, results: dict[str, StageResult]) -> str:
 
 def grade_stage(
     stage: Stage,
-    worker: Worker,
+    worker: StudentProcess,
     oracle: Oracle,
     cancel: threading.Event,
     run_limits: Limits,
@@ -191,7 +196,7 @@ def fingerprint_smallest_failure(stage: Stage, graded: list, oracle: Oracle) -> 
 
 
 def grade_case(
-    stage: Stage, case: Case, worker: Worker, oracle: Oracle
+    stage: Stage, case: Case, worker: StudentProcess, oracle: Oracle
 ) -> tuple[CaseResult, list, Verdict]:
     check = CHECKS[case.check]
     config = oracle.runs.config

@@ -8,13 +8,14 @@ import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from theinference import exits
+from theinference import exits, languages
+from theinference.answer_cache import AnswerCache
 from theinference.course import Course, open_course
 from theinference.events import Listener, ignore
 from theinference.grader import Oracle, grade
-from theinference.oracle_cache import OracleCache
 from theinference.results import RunResult
 from theinference.runner import Limits
+from theinference.sandbox import Sandbox, choose
 from theinference.stages import Stage, load_stages, select, with_hidden_cases
 from theinference.weights import Weights, cache_dir, load_weights
 
@@ -34,6 +35,7 @@ class Session:
     limits: Limits = field(default_factory=Limits)
     outputs: list[Output] = field(default_factory=lambda: [Output("terminal", None)])
     oracle: Oracle | None = None  # kept across watch reruns: answers stay in memory
+    sandbox: Sandbox | None = None  # how the student's process runs (sandbox.choose)
 
 
 def prepare(
@@ -44,6 +46,7 @@ def prepare(
     seed: int | None,
     outputs: list[Output],
     case_filter: list[str] = (),
+    sandbox_mode: str = "auto",
 ) -> Session:
     """Everything a run needs, checked up front: course, stages, weights."""
     course = open_course(course_dir)
@@ -52,11 +55,24 @@ def prepare(
         every = [only_cases(s, case_filter) for s in every]
     if timeout is not None:
         every = [replace(s, timeout=timeout) for s in every]
+    else:  # a stage's own timeout, scaled for a language slower than NumPy
+        factor = languages.TIMEOUT_FACTOR[course.language]
+        every = [replace(s, timeout=s.timeout * factor) for s in every]
     if seed is not None:
         every = [with_hidden_cases(s, seed) for s in every]
+    sandbox = choose(sandbox_mode, course.root)
     weights = load_weights(weights_spec or course.weights, course.root)
-    oracle = Oracle(weights, OracleCache(weights.sha256, cache_dir()))
-    return Session(course, select(every, slugs), every, weights, outputs=outputs, oracle=oracle)
+    sandbox.notes.extend(weights.notes)
+    oracle = Oracle(weights, AnswerCache(weights.sha256, cache_dir()))
+    return Session(
+        course,
+        select(every, slugs),
+        every,
+        weights,
+        outputs=outputs,
+        oracle=oracle,
+        sandbox=sandbox,
+    )
 
 
 def override_limits(session: Session, memory_gb: float | None, output_kb: int | None) -> None:
@@ -106,10 +122,12 @@ def run(
         session.limits,
         session.oracle,
         cancel,
-        listener,
+        languages.localizing(listener, session.course.language),
+        session.sandbox,
     )
+    result = languages.localize_result(result, session.course.language)  # decodeStep in TS
     result.environment = fingerprint()
-    result.notes = list(session.oracle.cache.notes)
+    result.notes = [*result.notes, *session.oracle.cache.notes]
     if result.cancelled:
         return result
     if terminal:

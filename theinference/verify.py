@@ -7,11 +7,13 @@ students): a folder holding reference_kvcache.py and bugs.toml, by default the s
 checkout's tests/solutions.
 """
 
+import os
 import tempfile
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from theinference import languages
 from theinference.config import ModelConfig
 from theinference.course import init_course
 from theinference.grader import Oracle, grade
@@ -97,19 +99,45 @@ def quick(stage: Stage, config: ModelConfig) -> Stage:
     return replace(stage, cases=tuple(keep))
 
 
-def grade_text(kvcache: str, stages: list[Stage], weights: Weights, oracle: Oracle) -> RunResult:
-    """Grade a kvcache.py text in a fresh course directory made from the template."""
+def grade_text(
+    kvcache: str, stages: list[Stage], weights: Weights, oracle: Oracle, solutions: Path = Path()
+) -> RunResult:
+    """Grade a kvcache text in a fresh course directory made from its language's template."""
+    language = solutions_language(solutions)
     with tempfile.TemporaryDirectory(prefix="theinference-verify-") as tmp:
         course = Path(tmp) / "course"
-        init_course(course)
-        (course / "src" / "kvcache.py").write_text(kvcache)
+        init_course(course, language)
+        (course / languages.KVCACHE[language]).write_text(kvcache)
+        if language == languages.TYPESCRIPT:
+            (course / "node_modules").symlink_to(ts_node_modules(solutions))
+            factor = languages.TIMEOUT_FACTOR[language]
+            stages = [replace(s, timeout=s.timeout * factor) for s in stages]
         return grade(course, stages, weights, Limits(), oracle)
 
 
+def solutions_language(solutions: Path) -> str:
+    """A solutions folder with reference_kvcache.ts is the TypeScript course's."""
+    ts = (solutions / "reference_kvcache.ts").is_file()
+    return languages.TYPESCRIPT if ts else languages.PYTHON
+
+
+def ts_node_modules(solutions: Path) -> Path:
+    """The TypeScript runner verify links into each course: $THEINFERENCE_NODE_MODULES, else
+    the one `npm ci` prepares in tests/fixtures/ts_runner beside the solutions."""
+    fixture = solutions.resolve().parent / "fixtures" / "ts_runner"
+    found = Path(os.environ.get("THEINFERENCE_NODE_MODULES") or fixture / "node_modules")
+    if not (found / "tsx" / "package.json").is_file():
+        raise VerifyError(
+            f"no TypeScript runner at {found}: run `npm ci --prefix {fixture}` once "
+            "(or point THEINFERENCE_NODE_MODULES at a node_modules holding tsx)"
+        )
+    return found
+
+
 def verify_reference(
-    reference: str, stages: list[Stage], weights: Weights, oracle: Oracle
+    reference: str, stages: list[Stage], weights: Weights, oracle: Oracle, solutions: Path = Path()
 ) -> list[Row]:
-    run = grade_text(reference, stages, weights, oracle)
+    run = grade_text(reference, stages, weights, oracle, solutions)
     rows = []
     for s in run.stages:
         worst = max((c.worst for case in s.cases for c in case.comparisons), default=None)
@@ -123,9 +151,14 @@ def verify_reference(
 
 
 def verify_bug(
-    bug: PlantedBug, reference: str, stage: Stage, weights: Weights, oracle: Oracle
+    bug: PlantedBug,
+    reference: str,
+    stage: Stage,
+    weights: Weights,
+    oracle: Oracle,
+    solutions: Path = Path(),
 ) -> Row:
-    run = grade_text(bug.planted(reference), [stage], weights, oracle)
+    run = grade_text(bug.planted(reference), [stage], weights, oracle, solutions)
     (result,) = run.stages
     failing = [c for c in result.cases if c.status != Status.PASSED]
     errors = [c.worst for case in failing for c in case.comparisons if not c.passed]
@@ -151,12 +184,15 @@ def verify(
     quick_run: bool,
     only: list[str],
 ) -> list[Row]:
-    reference_path = solutions / "reference_kvcache.py"
+    suffix = languages.KVCACHE[solutions_language(solutions)].suffix
+    reference_path = solutions / f"reference_kvcache{suffix}"
     if not reference_path.is_file():
         raise VerifyError(
             f"no reference solution at {reference_path} (pass --solutions DIR: "
-            "a folder with reference_kvcache.py and bugs.toml)"
+            "a folder with reference_kvcache.py or .ts and bugs.toml)"
         )
+    if suffix == ".ts":
+        ts_node_modules(solutions)  # refused up front, not once per bug
     reference = reference_path.read_text()
     bugs = load_bugs(solutions / "bugs.toml")
     unknown = set(only) - {b.id for b in bugs}
@@ -165,8 +201,8 @@ def verify(
     if quick_run:
         stages = [quick(s, weights.config) for s in stages]
     by_slug = {s.slug: s for s in stages}
-    rows = verify_reference(reference, stages, weights, oracle)
+    rows = verify_reference(reference, stages, weights, oracle, solutions)
     for bug in bugs:
         if (not only or bug.id in only) and bug.stage in by_slug:
-            rows.append(verify_bug(bug, reference, by_slug[bug.stage], weights, oracle))
+            rows.append(verify_bug(bug, reference, by_slug[bug.stage], weights, oracle, solutions))
     return rows

@@ -20,7 +20,7 @@ from theinference import exits
 from theinference.session import Session, exit_code, run
 from theinference.stages import Stage
 
-WATCHED_SUFFIXES = (".py", ".toml")
+WATCHED_SUFFIXES = (".py", ".toml", ".ts", ".mts")
 IGNORED_DIRS = {"__pycache__", "node_modules", "venv", "env", "build", "dist"}
 POLL_SECONDS = 0.3
 TEMP_SUFFIXES = ("~", ".swp", ".swo", ".swx", ".tmp", ".bak", ".orig")
