@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from theinference.checks import CHECKS, OracleRuns, Verdict
-from theinference.fingerprints import BY_ID, identify
+from theinference.fingerprints import BY_ID, Diagnosis, diagnose
 from theinference.oracle_cache import OracleCache
 from theinference.results import CaseResult, RunResult, StageResult, Status, stage_status
 from theinference.runner import Limits, Outcome, Worker
@@ -118,8 +118,9 @@ def grade_stage(
             break
         graded.append(grade_case(stage, case, worker, oracle))
     cases = [result for result, _, _ in graded]
+    diagnosis = Diagnosis()
     if any(c.status == Status.FAILED for c in cases) and not cancel.is_set():
-        fingerprint_smallest_failure(stage, graded, oracle)
+        diagnosis = fingerprint_smallest_failure(stage, graded, oracle)
     return StageResult(
         stage.slug,
         stage.title,
@@ -127,6 +128,9 @@ def grade_stage(
         cases,
         seconds=time.monotonic() - started,
         score_weight=stage.score,
+        suspected_bug=diagnosis.bug.id if diagnosis.bug else None,
+        candidates=[b.id for b in diagnosis.candidates],
+        hint=diagnosis.hint,
     )
 
 
@@ -140,7 +144,7 @@ def stage_limits(stage: Stage, run: Limits) -> Limits:
     )
 
 
-def fingerprint_smallest_failure(stage: Stage, graded: list, oracle: Oracle) -> None:
+def fingerprint_smallest_failure(stage: Stage, graded: list, oracle: Oracle) -> Diagnosis:
     """Try the bug catalogue on the failing cases, smallest first: one diagnosis per stage,
     at the cost of a few small forwards, and only when something failed."""
     failing = sorted(
@@ -148,21 +152,20 @@ def fingerprint_smallest_failure(stage: Stage, graded: list, oracle: Oracle) -> 
         key=lambda item: len(str(item[1])),
     )
     if not failing:
-        return
+        return Diagnosis()
     checks = {c.name: c.check for c in stage.cases}
-    config = oracle.runs.config
-    bug = identify(
+    diagnosis = diagnose(
         [(checks[result.name], args, verdict.actual) for result, args, verdict in failing],
         stage.tolerance,
         oracle.runs.w,
-        config.n_layer,
-        config.n_head,
+        oracle.runs.config,
     )
     smallest = failing[0][0]
     smallest.fingerprinted = True
-    if bug is not None:
-        smallest.suspected_bug = bug.id
-        smallest.hint = f"suspected bug: {bug.name}. {bug.hint}"
+    if diagnosis.hint:
+        smallest.suspected_bug = diagnosis.bug.id if diagnosis.bug else None
+        smallest.hint = diagnosis.hint
+    return diagnosis
 
 
 def grade_case(
