@@ -26,7 +26,7 @@ class Bug:
     name: str
     hint: str
     checks: tuple[str, ...]  # the checks whose answers it can explain
-    variant: Variant
+    variant: Variant = field(repr=False)
 
 
 # --- the steps a classic mistake replaces ----------------------------------------------------
@@ -274,18 +274,19 @@ def diagnose(failures: list[tuple[str, list, np.ndarray]], tol: Tolerance, w: di
 def several_bugs(singles: list[tuple], cases: list[_Case], tried: int) -> Diagnosis:
     """No one bug explains the answers: a pair around the bug that removes the most error, else
     that bug alone as the largest of several when it removes nearly all of it everywhere."""
-    first = cases[0]
-    halves = [s for s in singles if first.error(s) <= first.oracle_error / 2]
-    helping = sorted(halves, key=first.error)  # each removes at least half the error
+    confirm = cases[:MIN_CASES]
+    helping, tried = list(singles), max(tried, len(confirm))
+    for case in confirm:  # each removes at least half the error everywhere
+        helping = [s for s in helping if case.error(s) <= case.oracle_error / 2]
+    helping.sort(key=lambda s: max(c.error(s) / c.oracle_error for c in confirm))
     for base in helping[:BASES]:
         pairs = [base + s for s in singles if s != base and combined(base + s) is not None]
         found, n = explaining(pairs, cases)
         tried = max(tried, n)
         if found:
             return Diagnosis(base[0], [base[0]] + [h[1] for h in found], True, tried)
-    confirm = cases[:MIN_CASES]
     if helping and all(c.error(helping[0]) <= MARGIN * c.oracle_error for c in confirm):
-        return Diagnosis(helping[0][0], [helping[0][0]], True, max(tried, len(confirm)))
+        return Diagnosis(helping[0][0], [helping[0][0]], True, tried)
     return Diagnosis(cases_tried=tried)
 
 
