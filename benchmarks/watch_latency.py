@@ -1,17 +1,19 @@
-"""Save -> verdict latency of `theinference test --watch`, and how much of it is the grader.
+"""Save -> first verdict line of `theinference test --watch`, for a failing and a passing stage.
 
-Starts the watcher on a course holding the reference solution, then edits src/kvcache.py
-(a real content change) several times, timing each save until the verdict line appears. The
-student's own compute time comes from the run's JSON timings; the rest is the grader's
-(file-event debounce, worker start-up, oracle from cache, report).
+Starts the watcher on a course holding the reference solution (stdout a pipe, so the log form),
+then alternates saves of src/kvcache.py between the reference with a classic bug planted (its
+first case fails) and the reference itself, timing each save until the first line that names the
+stage's verdict (`<stage> ... FAILED` or `... PASSED`). The oracle's answers are warm after the
+first run, as they are while a student works.
 
-    python benchmarks/watch_latency.py [--stage build-prefill] [--saves 8]
+    python benchmarks/watch_latency.py [--stage single-step-attention] [--bug attend-old-length]
+                                       [--saves 4]
 """
 
 import argparse
-import json
 import os
 import queue
+import re
 import statistics
 import subprocess
 import sys
@@ -23,83 +25,78 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.bugs import planted  # noqa: E402
 from tests.helpers import make_course, reference_text  # noqa: E402
 
-VERDICT = "PASSED ·"
+
+def verdict_pattern(stage: str) -> re.Pattern:
+    return re.compile(rf"{re.escape(stage)}\b.*\b(PASSED|FAILED|ERROR|TIMEOUT)\b")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--stage", default="build-prefill")
-    parser.add_argument("--saves", type=int, default=8)
+    parser.add_argument("--stage", default="single-step-attention")
+    parser.add_argument("--bug", default="attend-old-length")
+    parser.add_argument("--saves", type=int, default=4, help="saves of each kind")
     args = parser.parse_args()
+    pattern = verdict_pattern(args.stage)
+    texts = {"failing": planted(args.bug), "passing": reference_text()}
     with tempfile.TemporaryDirectory() as tmp:
         course = make_course(Path(tmp) / "course", reference_text())
-        report = Path(tmp) / "run.json"
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "theinference",
-                "test",
-                "--watch",
-                "-C",
-                str(course),
-                "-s",
-                args.stage,
-                "--json",
-                str(report),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
+        proc = start_watcher(course, args.stage)
         lines: queue.Queue = queue.Queue()
         threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
         try:
-            cold = wait_for(lines, VERDICT, 600)
+            cold, _ = wait_for(lines, pattern, 900)
             print(f"first run (oracle cache as found): {cold:.2f} s after start")
-            rows = [one_save(course, lines, report, i) for i in range(args.saves)]
+            times = {kind: [] for kind in texts}
+            for i in range(args.saves):
+                for kind, text in texts.items():
+                    times[kind].append(one_save(course, lines, pattern, text + f"\n# {i}\n"))
         finally:
             proc.kill()
-    total = [r[0] for r in rows]
-    student = [r[1] for r in rows]
-    grader = [t - s for t, s in rows]
-    print(f"\nstage {args.stage}, {args.saves} saves, warm oracle cache")
-    print(f"{'':<22}{'median':>9}{'min':>9}{'max':>9}")
-    for name, xs in (
-        ("save -> verdict", total),
-        ("student's code", student),
-        ("grader's share", grader),
-    ):
-        print(f"{name:<22}{statistics.median(xs):>8.3f}s{min(xs):>8.3f}s{max(xs):>8.3f}s")
+    print(f"\nstage {args.stage}, failing = bug {args.bug}; save -> first verdict line")
+    print(f"{'':<10}{'median':>9}{'min':>9}{'max':>9}")
+    for kind, xs in times.items():
+        print(f"{kind:<10}{statistics.median(xs):>8.2f}s{min(xs):>8.2f}s{max(xs):>8.2f}s")
 
 
-def one_save(course: Path, lines: queue.Queue, report: Path, i: int) -> tuple[float, float]:
-    kvcache = course / "src" / "kvcache.py"
-    time.sleep(0.5)
-    before = report.stat().st_mtime_ns
+def start_watcher(course: Path, stage: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "theinference", "test", "--watch", "-C", str(course), "-s", stage],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def one_save(course: Path, lines: queue.Queue, pattern: re.Pattern, text: str) -> float:
+    time.sleep(1.0)  # let the previous run settle, as a student between saves
+    drain(lines)
     saved = time.monotonic()
-    kvcache.write_text(reference_text() + f"\n# edit {i}\n")
-    elapsed = wait_for(lines, VERDICT, 600, since=saved)
-    while report.stat().st_mtime_ns == before:  # written just after the verdict is printed
-        time.sleep(0.01)
-    student = json.loads(report.read_text())["timings"]["student_seconds"]
-    return elapsed, student
+    (course / "src" / "kvcache.py").write_text(text)
+    elapsed, line = wait_for(lines, pattern, 900, since=saved)
+    wait_for(lines, re.compile("watching for changes"), 900)  # the run is over
+    return elapsed
 
 
-def wait_for(lines: queue.Queue, text: str, timeout: float, since: float | None = None) -> float:
+def drain(lines: queue.Queue) -> None:
+    while not lines.empty():
+        lines.get_nowait()
+
+
+def wait_for(lines: queue.Queue, pattern: re.Pattern, timeout: float, since: float | None = None):
     start = since or time.monotonic()
     while time.monotonic() - start < timeout:
         try:
-            line = lines.get(timeout=0.05)
+            line = lines.get(timeout=0.02)
         except queue.Empty:
             continue
-        if text in line:
-            return time.monotonic() - start
-    raise SystemExit(f"no verdict within {timeout} s")
+        if pattern.search(line):
+            return time.monotonic() - start, line
+    raise SystemExit(f"no line matching {pattern.pattern!r} within {timeout} s")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,12 @@ def reference_text() -> str:
 
 
 def grade_course(
-    course: Path, weights, slugs: list[str] | None = None, timeout: float = 60, oracle=None
+    course: Path,
+    weights,
+    slugs: list[str] | None = None,
+    timeout: float = 60,
+    oracle=None,
+    listener=None,
 ):
     """Grade through the same path as the CLI, returning the RunResult."""
     from theinference.grader import grade
@@ -28,7 +33,11 @@ def grade_course(
     from theinference.stages import load_stages, select
 
     stages = [replace(s, timeout=timeout) for s in select(load_stages(), slugs or [])]
-    return grade(course, stages, weights, Limits(timeout=timeout), oracle)
+    from theinference.events import ignore
+
+    return grade(
+        course, stages, weights, Limits(timeout=timeout), oracle, listener=listener or ignore
+    )
 
 
 def statuses(run) -> dict[str, str]:

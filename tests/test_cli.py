@@ -204,3 +204,23 @@ def test_reports_carry_the_float32_noise_floor(reference_course, tmp_path):
     logits = [c["comparisons"][0] for c in cases if c["name"] == "short prompt"][0]
     assert 0 < logits["noise_floor"] < 1e-3  # drift far inside the tolerance
     assert logits["noise_multiple"] < 50  # a correct answer sits near the noise, not above it
+
+
+def test_verify_without_solutions_names_the_option(tmp_path, weights):
+    """Would catch: `verify` from an installed package (no tests/solutions beside it) failing
+    with a traceback or an unexplained path instead of naming --solutions."""
+    result = invoke("verify", "--solutions", str(tmp_path / "absent"), "-s", "build-prefill")
+    assert result.exit_code == exits.USAGE
+    assert "--solutions" in result.output and "does not ship" in result.output
+
+
+def test_a_run_prints_nothing_itself(template_course, weights, capsys):
+    """Would catch: session.run printing (the terminal must be a listener, so watch mode and
+    machine formats decide what is drawn)."""
+    from theinference.policy import RunPolicy
+    from theinference.session import prepare, run
+
+    session = prepare(template_course, ["single-step-attention"], None, 30, None, [], RunPolicy())
+    result = run(session)
+    assert capsys.readouterr().out == "" and result.stages[0].status.value == "todo"
+    assert result.environment["numpy"] and result.notes == []  # complete when returned

@@ -35,9 +35,9 @@ def test_untouched_template_is_todo_everywhere(template_course, weights):
 
 @pytest.fixture(scope="module")
 def shared_oracle(weights):
-    from theinference.grader import Oracle
+    from theinference.answers import Answers
 
-    return Oracle(weights)
+    return Answers(weights)
 
 
 @pytest.mark.parametrize("bug", BUGS, ids=[b.id for b in BUGS])
@@ -47,9 +47,7 @@ def test_planted_bug_fails_its_stage_and_is_named(bug, weights, shared_oracle):
     from theinference.verify import quick, verify_bug
 
     (stage,) = [s for s in load_stages() if s.slug == bug.stage]
-    row = verify_bug(
-        bug, REFERENCE.read_text(), quick(stage, weights.config), weights, shared_oracle
-    )
+    row = verify_bug(bug, REFERENCE.read_text(), quick(stage), weights, shared_oracle)
     assert row.status.value in ("failed", "error"), row
     assert row.named == bug.fingerprint, row  # named exactly, or (no fingerprint) not guessed
     assert row.ok

@@ -11,10 +11,10 @@ from typer.testing import CliRunner
 from tests.bugs import planted
 from tests.helpers import STAGES, grade_course, make_course
 from theinference import exits
+from theinference.answer_cache import AnswerCache
 from theinference.cli import app
 from theinference.formats import SCHEMA_FILE
 from theinference.oracle import LayerKV
-from theinference.oracle_cache import OracleCache
 
 runner = CliRunner()
 
@@ -64,8 +64,11 @@ def test_json_validates_against_the_published_schema(mixed_course):
     assert data["weights"]["sha256"] and data["environment"]["numpy"] == np.__version__
     t = data["timings"]
     assert t["student_seconds"] + t["oracle_seconds"] <= t["total_seconds"] + 1e-3
-    names = [c["name"] for c in data["stages"][0]["cases"]]
-    assert sum("hidden case" in n and "seed 5" in n for n in names) == 2
+    cases = data["stages"][0]["cases"]
+    # the seed's two hidden cases, marked hidden; their names no longer carry the seed
+    hidden = [c for c in cases if c["hidden"]]
+    assert len(hidden) == 2 and all("hidden case" in c["name"] for c in hidden)
+    assert not any("seed 5" in c["name"] for c in cases)
 
 
 def test_junit_parses_with_a_suite_per_stage(mixed_course):
@@ -122,7 +125,7 @@ def test_hidden_cases_depend_on_the_seed_only():
 
 
 def test_oracle_cache_hits_and_survives_damage(tmp_path):
-    cache = OracleCache("ab" * 32, tmp_path)
+    cache = AnswerCache("ab" * 32, tmp_path)
     calls = []
 
     def compute():
@@ -130,32 +133,47 @@ def test_oracle_cache_hits_and_survives_damage(tmp_path):
         return np.arange(4, dtype=np.float32)
 
     assert cache.get_or_compute("c", [[1, 2]], compute).tolist() == [0, 1, 2, 3]
-    fresh = OracleCache("ab" * 32, tmp_path)  # another process: the disk answers
+    fresh = AnswerCache("ab" * 32, tmp_path)  # another process: the disk answers
     assert fresh.get_or_compute("c", [[1, 2]], compute).tolist() == [0, 1, 2, 3]
     assert len(calls) == 1
-    (file,) = (tmp_path / "oracle").rglob("*.npz")
+    (file,) = (tmp_path / "answers").rglob("*.answer")
     file.write_bytes(b"garbage")
-    damaged = OracleCache("ab" * 32, tmp_path)
+    damaged = AnswerCache("ab" * 32, tmp_path)
     assert damaged.get_or_compute("c", [[1, 2]], compute).tolist() == [0, 1, 2, 3]
-    assert len(calls) == 2 and np.load(file)["array"].tolist() == [0, 1, 2, 3]  # rewritten
-    other = OracleCache("cd" * 32, tmp_path)  # other weights: never the same answer
+    assert len(calls) == 2 and file.read_bytes() != b"garbage"  # rewritten
+    other = AnswerCache("cd" * 32, tmp_path)  # other weights: never the same answer
     other.get_or_compute("c", [[1, 2]], compute)
     assert len(calls) == 3
 
 
 def test_oracle_cache_round_trips_layer_kv(tmp_path):
     kv = [LayerKV(k=np.ones((2, 3, 4), np.float32), v=np.zeros((2, 3, 4), np.float32))] * 2
-    OracleCache("ef" * 32, tmp_path).get_or_compute("kv", [[1]], lambda: kv)
-    back = OracleCache("ef" * 32, tmp_path).get_or_compute("kv", [[1]], lambda: None)
+    AnswerCache("ef" * 32, tmp_path).get_or_compute("kv", [[1]], lambda: kv)
+    back = AnswerCache("ef" * 32, tmp_path).get_or_compute("kv", [[1]], lambda: None)
     assert len(back) == 2 and back[1].k.shape == (2, 3, 4) and back[0].v.sum() == 0
 
 
 def test_an_unwritable_cache_degrades_with_a_note(tmp_path, reference_course, weights):
-    from theinference.grader import Oracle
+    from theinference.answers import Answers
 
     blocked = tmp_path / "blocked"
     blocked.write_text("a file where the cache directory should be")
-    oracle = Oracle(weights, OracleCache(weights.sha256, blocked))
+    oracle = Answers(weights, AnswerCache(weights.sha256, blocked))
     run = grade_course(reference_course, weights, ["single-step-attention"], oracle=oracle)
     assert run.passed
     assert oracle.cache.notes and "oracle cache off" in oracle.cache.notes[0]
+
+
+def test_the_stage_diagnosis_reaches_json_and_junit(mixed_course):
+    """Would catch: the suspected bug named on one case only (null on the others, nothing at
+    stage level), or missing from JUnit where CI systems show it."""
+    _, out, _ = mixed_course
+    prefill = json.loads((out / "r.json").read_text())["stages"][1]
+    assert prefill["suspected_bug"] == "missing-ln-f" and prefill["diagnosed"]
+    assert prefill["candidates"] == ["missing-ln-f"] and prefill["hint"]
+    assert prefill["partial"] is False and prefill["not_run"] == []
+    root = ET.parse(out / "r.xml").getroot()
+    suite = next(s for s in root.iter("testsuite") if s.get("name") == "build-prefill")
+    props = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert props["suspected_bug"] == "missing-ln-f"
+    assert "suspected bug" in suite.find("testcase/failure").text

@@ -1,5 +1,9 @@
 """The student's process: whatever the adapter does comes back as data, and limits hold."""
 
+import json
+import shutil
+import socket
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -8,11 +12,14 @@ import numpy as np
 import pytest
 
 from tests.helpers import alive
-from theinference.runner import Foreign, Limits, Worker
+from tests.test_hostile import ESCAPEE, escapees
+from theinference import sandbox
+from theinference.runner import Foreign, Limits, StudentProcess
+from theinference.sandbox import Sandbox
 
 
 def course_with(tmp_path: Path, adapters: str, kvcache: str = "") -> Path:
-    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests").mkdir(parents=True)
     (tmp_path / "src").mkdir()
     (tmp_path / "tests" / "__init__.py").write_text("")
     (tmp_path / "src" / "__init__.py").write_text("")
@@ -22,7 +29,7 @@ def course_with(tmp_path: Path, adapters: str, kvcache: str = "") -> Path:
 
 
 def call(course: Path, adapter: str, args: list, **limits):
-    with Worker(course, Path("/nonexistent.safetensors"), Limits(**limits)) as worker:
+    with StudentProcess(course, Path("/nonexistent.safetensors"), Limits(**limits)) as worker:
         return worker.call(adapter, args)
 
 
@@ -40,7 +47,7 @@ def test_values_come_back_as_arrays_lists_and_foreign_types(tmp_path):
         def obj(ids): return np.array([object()])
     """,
     )
-    with Worker(course, Path("/x"), Limits()) as w:
+    with StudentProcess(course, Path("/x"), Limits()) as w:
         a = w.call("arr", [[1, 2, 3]])
         assert a.kind == "returned" and a.value.dtype == np.float32
         np.testing.assert_array_equal(a.value, [0, 1, 2])
@@ -153,7 +160,7 @@ def test_os_exit_and_signals_are_crashes(tmp_path):
         def fine(ids): return [1.0]
     """,
     )
-    with Worker(course, Path("/x"), Limits()) as w:
+    with StudentProcess(course, Path("/x"), Limits()) as w:
         first = w.call("exit0", [[1]])
         assert first.kind == "crashed" and "exited with code 0" in first.message
         second = w.call("segv", [[1]])
@@ -273,3 +280,175 @@ def test_the_grader_cache_location_is_not_passed_to_the_student(tmp_path, monkey
     """,
     )
     assert call(course, "peek", [[1]]).value.tolist() == [0.0]
+
+
+# --- bubblewrap ------------------------------------------------------------------------------
+
+needs_bwrap = pytest.mark.skipif(
+    bool(sandbox.bwrap_problem()), reason=f"bubblewrap unusable here: {sandbox.bwrap_problem()}"
+)
+
+
+def bwrapped(course: Path, weights: Path) -> StudentProcess:
+    return StudentProcess(course, weights, Limits(timeout=20), sandbox=Sandbox("bwrap"))
+
+
+@needs_bwrap
+def test_in_bwrap_the_process_sees_only_its_own_world(tmp_path, weights_cache):
+    """Would catch a bind too many (the grader's cache, the host's /tmp, the test's files), a
+    writable course or weights, a shared PID or network namespace, or grader variables leaking
+    into the environment."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    (tmp_path / "secret.txt").write_text("not yours")
+    weights = tmp_path / "w.safetensors"
+    weights.write_bytes(b"weights")
+    course = course_with(
+        tmp_path / "c",
+        f"""
+        import json, os, socket
+        def look(ids):
+            seen = {{}}
+            def attempt(name, fn):
+                try:
+                    fn(); seen[name] = "ok"
+                except OSError as exc:
+                    seen[name] = type(exc).__name__
+            attempt("net", lambda: socket.create_connection(("127.0.0.1", {port}), timeout=2))
+            attempt("secret", lambda: open({str(tmp_path / "secret.txt")!r}).read())
+            attempt("cache", lambda: os.listdir({str(weights_cache)!r}))
+            attempt("write_course", lambda: open("mine.txt", "w").write("x"))
+            attempt("write_weights", lambda: open(os.environ["THEINFERENCE_WEIGHTS"], "r+b"))
+            attempt("read_weights", lambda: open(os.environ["THEINFERENCE_WEIGHTS"], "rb").read())
+            attempt("write_tmp", lambda: open("/tmp/mine.txt", "w").write("x"))
+            attempt("write_home", lambda: open(os.path.expanduser("~/mine.txt"), "w").write("x"))
+            pids = [p for p in os.listdir("/proc") if p.isdigit()]
+            print(json.dumps([seen, sorted(os.environ), len(pids), os.getuid()]))
+            return [1.0]
+        """,
+    )
+    with bwrapped(course, weights) as process:
+        out = process.call("look", [[1]])
+        assert process.sandbox == "bwrap"
+    assert out.kind == "returned", (out.message, out.stderr)
+    listener.setblocking(False)
+    with pytest.raises(BlockingIOError):
+        listener.accept()  # nothing ever connected
+    seen, env, pids, uid = json.loads(out.stdout)
+    assert seen.pop("net") in ("ConnectionRefusedError", "OSError")  # its own empty loopback
+    assert seen == {
+        "secret": "FileNotFoundError",
+        "cache": "FileNotFoundError",
+        "write_course": "OSError",  # EROFS
+        "write_weights": "OSError",
+        "read_weights": "ok",
+        "write_tmp": "ok",
+        "write_home": "ok",
+    }
+    assert not (course / "mine.txt").exists()
+    assert "THEINFERENCE_CACHE_DIR" not in env and "PYTHONPATH" not in env
+    assert pids <= 3 and uid != 0  # bwrap's init, the worker, perhaps its own child
+
+
+@needs_bwrap
+def test_in_bwrap_crashes_are_named_and_escaped_children_die(tmp_path):
+    """Would catch bwrap's 128+N exit code shown as a plain exit, or a daemon that left the
+    process group and survives the kill because it sits in another PID namespace."""
+    course = course_with(
+        tmp_path,
+        f"""
+        import ctypes, os, signal, time
+        def segv(ids): os.kill(os.getpid(), signal.SIGSEGV)
+        def escape(ids):
+            if os.fork() == 0:
+                os.setsid()
+                if os.fork() == 0:
+                    ctypes.CDLL(None).prctl(15, b"{ESCAPEE}", 0, 0, 0)
+                    time.sleep(600)
+                os._exit(0)
+            time.sleep(0.5)
+            return [1.0]
+        """,
+    )
+    with bwrapped(course, Path("/nonexistent")) as process:
+        crash = process.call("segv", [[1]])
+        assert crash.kind == "crashed" and "SIGSEGV" in crash.message, crash.message
+        assert process.call("escape", [[1]]).kind == "returned"
+        assert escapees(), "the daemon should be running until the process is stopped"
+    time.sleep(0.2)
+    assert not escapees()
+
+
+def test_a_process_that_cannot_start_is_a_crash_not_a_traceback(tmp_path, monkeypatch):
+    """Would catch an OSError from Popen (e.g. an interpreter the dropped user cannot run)
+    escaping into the grader as a traceback."""
+    course = course_with(tmp_path, "def run(ids): return [1.0]\n")
+    process = StudentProcess(course, Path("/x"), Limits())
+    real = process._command
+    monkeypatch.setattr(
+        process, "_command", lambda r, w: (["/nonexistent/python"], *real(r, w)[1:])
+    )
+    with process:
+        out = process.call("run", [[1]])
+    assert out.kind == "crashed" and "could not start" in out.message
+
+
+def test_choosing_a_sandbox(tmp_path, monkeypatch):
+    """Would catch `--sandbox bwrap` grading without bubblewrap, or `auto` falling back
+    silently instead of saying how to install it."""
+    monkeypatch.setattr(sandbox, "bwrap_problem", lambda: "bubblewrap (bwrap) is not installed")
+    with pytest.raises(sandbox.SandboxError, match="apt-get install bubblewrap"):
+        sandbox.choose("bwrap", tmp_path)
+    with pytest.raises(sandbox.SandboxError, match="auto, bwrap, none"):
+        sandbox.choose("docker", tmp_path)
+    fallback = sandbox.choose("auto", tmp_path)
+    assert fallback.kind in ("none", "unprivileged-user")
+    assert "install bubblewrap" in fallback.notes[0]
+    assert not [n for n in sandbox.choose("none", tmp_path).notes if "install" in n]
+
+
+@needs_bwrap
+def test_in_bwrap_a_cache_inside_the_course_is_hidden(tmp_path, monkeypatch):
+    """Would catch a grader cache set below the course directory (or the Python prefix)
+    showing through the course's read-only bind, secret and stored answers included."""
+    course = course_with(
+        tmp_path,
+        """
+        import os
+        def look(ids):
+            return [float(len(os.listdir(".cache"))), float(os.path.isdir("src"))]
+        """,
+    )
+    (course / ".cache").mkdir()
+    (course / ".cache" / "answer-key").write_bytes(b"k" * 32)
+    monkeypatch.setenv("THEINFERENCE_CACHE_DIR", str(course / ".cache"))
+    with bwrapped(course, Path("/nonexistent")) as process:
+        out = process.call("look", [[1]])
+    assert out.kind == "returned", out.message
+    assert out.value.tolist() == [0.0, 1.0]
+
+
+def test_unprivileged_user_when_a_root_grader_has_no_bubblewrap(tmp_path):
+    """Would catch a root grader without bubblewrap running the student's code as root: it
+    must run as nobody, unable to read a root-only file beside the course."""
+    root = Path(tempfile.mkdtemp(prefix="ti-nobody-"))  # world-searchable, unlike tmp_path
+    try:
+        root.chmod(0o755)
+        course = course_with(
+            root / "course",
+            "import os\ndef who(ids):\n    return [float(os.getuid()), float("
+            f"os.access({str(tmp_path / 'secret')!r}, os.R_OK))]\n",
+        )
+        for path in [course, *course.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        chosen = sandbox.choose("none", course)
+        if chosen.kind != "unprivileged-user":
+            pytest.skip(f"cannot apply here: {'; '.join(chosen.notes) or 'not root'}")
+        (tmp_path / "secret").write_text("root only")
+        (tmp_path / "secret").chmod(0o600)
+        with StudentProcess(course, Path("/nonexistent"), Limits(), sandbox=chosen) as process:
+            out = process.call("who", [[1]])
+        assert out.kind == "returned", out.message
+        assert out.value.tolist() == [float(sandbox.nobody_ids()[0]), 0.0]
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

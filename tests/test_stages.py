@@ -67,3 +67,32 @@ def test_random_sequences_are_fixed():
 
 
 RANDOM_5_SEED_1 = [3486, 22978, 4282, 29665, 26443]  # PCG64 raw words mod vocab
+
+
+def test_hidden_cases_stay_hidden():
+    """Catches a hidden case that shows the seed in its name, is not marked hidden, or draws
+    any of its inputs (continuations included) independently of the seed."""
+    from theinference.stages import with_hidden_cases
+
+    for stage in load_stages():
+        public = len(stage.cases)
+        one = with_hidden_cases(stage, 11).cases[public:]
+        two = with_hidden_cases(stage, 12).cases[public:]
+        assert one and all(c.hidden for c in one), stage.slug
+        assert all("11" not in c.name and "seed" not in c.name for c in one), stage.slug
+        assert not any(c.hidden for c in stage.cases)
+        for a, b in zip(one, two, strict=True):
+            for key in a.inputs:
+                assert a.inputs[key] != b.inputs[key], (stage.slug, key)
+
+
+def test_hidden_prefix_caching_prompts_share_a_prefix():
+    """Catches hidden prefix-caching cases that never reuse anything (they would test little)."""
+    from theinference.checks.prefix_caching import expected_reuse
+    from theinference.stages import with_hidden_cases
+
+    (stage,) = [s for s in load_stages() if s.slug == "prefix-caching"]
+    for case in with_hidden_cases(stage, 5).cases[len(stage.cases) :]:
+        prompts = CHECKS[case.check].arguments(case, GPT2_124M)[0]
+        assert max(expected_reuse(prompts)) >= 8, case.inputs
+        assert all(len(p) + 1 <= GPT2_124M.n_ctx for p in prompts)

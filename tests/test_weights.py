@@ -2,6 +2,8 @@
 foreign layouts are made canonical, and the real-GPT-2 path works without the network."""
 
 import hashlib
+import os
+import shutil
 import zlib
 from pathlib import Path
 
@@ -9,6 +11,7 @@ import numpy as np
 import pytest
 
 from theinference import synthetic, weights
+from theinference import weights as weights_module
 from theinference.config import ModelConfig, expected_shapes
 from theinference.safetensors_io import write_file
 
@@ -174,12 +177,56 @@ def test_our_writer_is_byte_stable(tmp_path):
     assert (tmp_path / "a.safetensors").read_bytes() == (tmp_path / "b.safetensors").read_bytes()
 
 
-def test_a_rewritten_synthetic_file_is_noticed_and_made_again(tmp_path, monkeypatch):
-    monkeypatch.setenv("THEINFERENCE_CACHE_DIR", str(tmp_path))
-    path = weights.synthetic_checkpoint()
+def tamper(path: Path, offset: int, data: bytes) -> None:
+    """What a hostile submission running as the file's owner can do: write in place, then put
+    the times back."""
+    st = path.stat()
     path.chmod(0o644)
-    with path.open("r+b") as f:  # what a hostile submission might do
-        f.seek(4096)
-        f.write(b"\x00" * 64)
-    again = weights.synthetic_checkpoint()
-    assert hashlib.sha256(again.read_bytes()).hexdigest() == synthetic.SYNTHETIC_SHA256
+    with path.open("r+b") as f:
+        f.seek(offset)
+        f.write(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_a_tampered_synthetic_file_moves_nothing_and_is_made_again(tmp_path, monkeypatch, weights):
+    """Would catch the oracle reading the file the student's process can write (weights
+    memory-mapped and shared), or a check fooled by times put back (a size/mtime memo)."""
+    monkeypatch.setenv("THEINFERENCE_CACHE_DIR", str(tmp_path))
+    path = tmp_path / weights.path.name
+    shutil.copyfile(weights.path, path)
+    loaded = weights_module.load_weights("synthetic", tmp_path)
+    ln_f = np.array(loaded.tensors["ln_f.weight"])
+    tamper(path, path.stat().st_size - 4096, b"\x00" * 4096)  # inside wte.weight, the last
+    tamper(path, 4096, b"\x00" * 64)
+    assert np.array_equal(loaded.tensors["ln_f.weight"], ln_f)  # the grader's own copy
+    assert np.asarray(loaded.tensors["wte.weight"])[-1].any()
+    again = weights_module.load_weights("synthetic", tmp_path)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == synthetic.SYNTHETIC_SHA256
+    assert again.notes and "altered" in again.notes[0]
+
+
+def test_the_in_process_hash_memo_sees_a_write_with_times_put_back(tmp_path):
+    """Would catch a memo keyed on size and mtime only: the second read must see new bytes."""
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"a" * 1000)
+    _, first = weights_module.read_private(path)
+    tamper(path, 10, b"b")
+    buffer, second = weights_module.read_private(path)
+    assert first != second and bytes(buffer[10:11]) == b"b"
+    assert not list(tmp_path.glob("*.json"))  # no memo on disk for anyone to forge
+
+
+def test_a_tampered_canonical_copy_is_made_again(tmp_path, monkeypatch):
+    """Would catch the student's canonical copy of a user's file going unchecked after it was
+    made: tampered, it would give the student other weights than the oracle's."""
+    monkeypatch.setenv("THEINFERENCE_CACHE_DIR", str(tmp_path / "cache"))
+    source = save(tmp_path, small_tensors(prefix="transformer."))
+    first = weights_module.load_weights(str(source), tmp_path)
+    assert first.path.parent == tmp_path / "cache" and not first.notes
+    tamper(first.path, first.path.stat().st_size - 64, b"\x00" * 64)
+    second = weights_module.load_weights(str(source), tmp_path)
+    assert second.notes and "altered" in second.notes[0]
+    from theinference.safetensors_io import map_tensors
+
+    mapped = map_tensors(second.path)
+    assert all(np.array_equal(mapped[k], second.tensors[k]) for k in second.tensors)

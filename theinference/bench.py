@@ -10,11 +10,12 @@ Each figure is the median of several timed runs after a warm-up, with its spread
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from theinference import oracle
-from theinference.runner import Limits, Worker
+from theinference.runner import Limits, StudentProcess
 from theinference.stages import token_ids
 from theinference.weights import Weights
 
@@ -68,10 +69,12 @@ def bench(
     new_tokens: int,
     repeats: int,
     timeout: float,
+    progress: Callable[[str, str, int, int], None] = lambda *shown: None,
 ) -> BenchResult:
     result = BenchResult(new_tokens=new_tokens, repeats=repeats, weights_label=weights.label)
-    with Worker(course_dir, weights.path, Limits(timeout=timeout)) as worker:
-        for length in lengths:
+    with StudentProcess(course_dir, weights.path, Limits(timeout=timeout)) as worker:
+        for done, length in enumerate(lengths):
+            progress("bench", f"{length}-token prompt", done, len(lengths))
             prompt = token_ids({"random": length, "seed": 99}, weights.config)
             recompute = timed(worker, "run_prefill", [prompt], repeats)
             one = timed(worker, "run_generate", [prompt, 1], repeats)
@@ -88,13 +91,16 @@ def bench(
     return result
 
 
-def timed(worker: Worker, adapter: str, args: list, repeats: int) -> list[float]:
+def timed(worker: StudentProcess, adapter: str, args: list, repeats: int) -> list[float]:
     """Seconds per call, after one untimed warm-up call."""
     samples = []
     for i in range(repeats + 1):
         outcome = worker.call(adapter, args)
         if outcome.kind != "returned":
-            raise BenchError(f"{adapter} did not return ({outcome.kind}): {outcome.message}")
+            raise BenchError(
+                f"{adapter} did not return ({outcome.kind}): {outcome.message}\n(bench needs "
+                "run_prefill and run_generate working: theinference test -s generate-loop)"
+            )
         if i:
             samples.append(outcome.seconds)
     return samples

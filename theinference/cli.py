@@ -1,15 +1,17 @@
-"""The command line: each command gathers plain data and hands it to the output layer.
+"""The command line: one module per command (theinference/commands/), registered here, and
+one way out for errors.
 
 Heavy imports (NumPy, the oracle, rich) happen inside command bodies so `--help` is instant.
-Errors the user can fix become one message on stderr and a distinct exit code (exits.py).
+An error the user can fix becomes one message on stderr and its exit code (exits.py), never a
+traceback: EXIT_CODES below is the only place that decides which code.
 """
 
-from pathlib import Path
-from typing import Annotated
+import functools
 
 import typer
 
 from theinference import __version__, exits
+from theinference.commands import bench, init, stages, test, verify
 
 app = typer.Typer(
     add_completion=False,
@@ -17,272 +19,78 @@ app = typer.Typer(
     help="Grade a KV cache for GPT-2, stage by stage, against a NumPy recompute oracle.",
 )
 
-CourseDir = Annotated[
-    Path, typer.Option("--course-dir", "-C", help="The course directory (default: here).")
-]
-WeightsOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--weights",
-        help="synthetic | gpt2 | path/to/model.safetensors "
-        "(default: theinference.toml's weights, else synthetic).",
-    ),
-]
-StageOpt = Annotated[
-    list[str] | None,
-    typer.Option("--stage", "-s", help="A stage slug; repeat for several (default: all)."),
-]
+
+def exit_codes() -> dict[type, int]:
+    """Each user error's exit code (imported late: these modules load NumPy)."""
+    from theinference.bench import BenchError
+    from theinference.course import CourseError
+    from theinference.languages import LanguageError
+    from theinference.sandbox import SandboxError
+    from theinference.stages import StageError
+    from theinference.verify import VerifyError
+    from theinference.weights import WeightsError
+
+    return {
+        CourseError: exits.COURSE,
+        WeightsError: exits.WEIGHTS,
+        StageError: exits.USAGE,
+        LanguageError: exits.USAGE,
+        SandboxError: exits.USAGE,
+        VerifyError: exits.USAGE,
+        BenchError: exits.NOT_PASSED,
+        OSError: exits.USAGE,  # e.g. a results file that cannot be written
+    }
 
 
-def fail(message: str, code: int) -> typer.Exit:
-    from theinference.report import print_error
-
-    print_error(message)
-    return typer.Exit(code)
-
-
-@app.command()
-def init(directory: Annotated[Path, typer.Argument(help="Where to create the course.")]) -> None:
-    """Create a course directory: provided src/gpt2.py, stubs in src/kvcache.py, the adapters."""
-    from theinference.course import CourseError, init_course
-
-    try:
-        files = init_course(directory)
-    except CourseError as exc:
-        raise fail(str(exc), exits.COURSE) from None
-    except OSError as exc:
-        raise fail(f"cannot create {directory}: {exc.strerror}", exits.COURSE) from None
-    typer.echo(
-        f"Created {directory} ({len(files)} files). Next:\n"
-        f"  cd {directory}\n  theinference test --stage single-step-attention --watch"
-    )
+def user_error(exc: Exception) -> tuple[str, int] | None:
+    """The message and exit code of an error the user can fix; None for a grader bug."""
+    if isinstance(exc, exits.Abort):
+        return str(exc), exc.code
+    for kind, code in exit_codes().items():
+        if isinstance(exc, kind):
+            if isinstance(exc, OSError) and exc.strerror:
+                return f"{exc.strerror}: {exc.filename or ''}", code
+            return str(exc), code
+    return None
 
 
-FORMATS = ("terminal", "json", "junit", "gradescope")
+def handled(command):
+    """The command, with user errors turned into a message and an exit code."""
+
+    @functools.wraps(command)
+    def run(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except KeyboardInterrupt:
+            raise typer.Exit(exits.INTERRUPTED) from None
+        except Exception as exc:
+            found = user_error(exc)
+            if found is None:
+                raise
+            from theinference.report import print_error
+
+            print_error(found[0])
+            raise typer.Exit(found[1]) from None
+
+    return run
 
 
-@app.command()
-def test(
-    stage: StageOpt = None,
-    course_dir: CourseDir = Path("."),
-    weights: WeightsOpt = None,
-    watch: Annotated[bool, typer.Option("--watch", "-w", help="Regrade on every save.")] = False,
-    poll: Annotated[
-        bool, typer.Option("--poll", help="Watch by polling (WSL, NFS, network drives).")
-    ] = False,
-    fmt: Annotated[
-        str, typer.Option("--format", help="terminal | json | junit | gradescope, to --output.")
-    ] = "terminal",
-    output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="File for --format (default: stdout).")
-    ] = None,
-    json_file: Annotated[Path | None, typer.Option("--json", help="Also write JSON here.")] = None,
-    junit_file: Annotated[
-        Path | None, typer.Option("--junit", help="Also write JUnit XML here.")
-    ] = None,
-    gradescope_file: Annotated[
-        Path | None, typer.Option("--gradescope", help="Also write Gradescope results.json here.")
-    ] = None,
-    case: Annotated[
-        list[str] | None,
-        typer.Option("--case", help="Only cases whose name contains this; repeat for several."),
-    ] = None,
-    seed: Annotated[
-        int | None,
-        typer.Option(
-            envvar="THEINFERENCE_SEED",
-            help="Add hidden random cases drawn with this seed (graders).",
-        ),
-    ] = None,
-    timeout: Annotated[
-        float | None, typer.Option(help="Seconds per adapter call (default: each stage's).")
-    ] = None,
-    memory_gb: Annotated[
-        float | None,
-        typer.Option(help="Heap limit of the student's process, GiB (default: each stage's, 8)."),
-    ] = None,
-    output_kb: Annotated[
-        int | None,
-        typer.Option(help="Output kept per call and stream, KiB (default: each stage's, 64)."),
-    ] = None,
-) -> None:
-    """Grade the course directory's stages against the recompute oracle."""
-    from theinference.session import Output, override_limits, prepare, run_once
-
-    if fmt not in FORMATS:
-        raise fail(f"unknown format '{fmt}': choose one of {', '.join(FORMATS)}", exits.USAGE)
-    outputs = [Output(fmt, output)]
-    for extra_fmt, path in (
-        ("json", json_file),
-        ("junit", junit_file),
-        ("gradescope", gradescope_file),
-    ):
-        if path is not None:
-            outputs.append(Output(extra_fmt, path))
-    try:
-        session = prepare(course_dir, stage or [], weights, timeout, seed, outputs, case or [])
-        override_limits(session, memory_gb, output_kb)
-    except Exception as exc:
-        raise fail(*_usage_error(exc)) from None
-    try:
-        if watch:
-            from theinference.watch import watch_loop
-
-            code = watch_loop(session, poll)
-        else:
-            code = run_once(session)
-    except KeyboardInterrupt:
-        code = exits.INTERRUPTED
-    except OSError as exc:  # e.g. a results file that cannot be written
-        raise fail(f"{exc.strerror or exc}: {exc.filename or ''}", exits.USAGE) from None
-    raise typer.Exit(code)
+def register(command, name: str | None = None) -> None:
+    app.command(name=name)(handled(command))
 
 
-@app.command()
-def stages(course_dir: CourseDir = Path(".")) -> None:
-    """List the stages in course order, with your last result for each (in a course)."""
-    from theinference.progress import read_progress
-    from theinference.report import console, print_stages
-    from theinference.stages import load_stages
-
-    progress = read_progress(course_dir.expanduser().resolve())
-    rows = [
-        (
-            s.slug,
-            s.title,
-            ", ".join(s.requires) or "-",
-            progress.get(s.slug, {}).get("status", "not run"),
-        )
-        for s in load_stages()
-    ]
-    print_stages(console(), rows)
-
-
-@app.command()
-def hint(slug: Annotated[str, typer.Argument(help="A stage slug.")]) -> None:
-    """Show a stage's guidance from the course text."""
-    from theinference.stages import StageError, load_stages, select
-
-    try:
-        (found,) = select(load_stages(), [slug])
-    except StageError as exc:
-        raise fail(str(exc), exits.USAGE) from None
-    typer.echo(f"{found.slug}: {found.title}\n\n{found.guidance}")
-
-
-@app.command()
-def verify(
-    solutions: Annotated[
-        Path | None,
-        typer.Option(
-            help="Folder with reference_kvcache.py and bugs.toml "
-            "(default: the source checkout's tests/solutions)."
-        ),
-    ] = None,
-    quick: Annotated[
-        bool, typer.Option("--quick", help="Cases of at most 300 tokens only.")
-    ] = False,
-    bug: Annotated[
-        list[str] | None, typer.Option("--bug", help="Only this bug id; repeat for several.")
-    ] = None,
-    stage: StageOpt = None,
-    weights: WeightsOpt = None,
-) -> None:
-    """For course authors: the reference must pass, every planted bug must fail and be named."""
-    from theinference.grader import Oracle
-    from theinference.oracle_cache import OracleCache
-    from theinference.report import console, print_verify
-    from theinference.stages import StageError, load_stages, select
-    from theinference.verify import VerifyError, default_solutions_dir
-    from theinference.verify import verify as run_verify
-    from theinference.weights import WeightsError, cache_dir, load_weights
-
-    try:
-        w = load_weights(weights or "synthetic", Path.cwd())
-        oracle = Oracle(w, OracleCache(w.sha256, cache_dir()))
-        stages = select(load_stages(), stage or [])
-        rows = run_verify(solutions or default_solutions_dir(), stages, w, oracle, quick, bug or [])
-    except StageError as exc:
-        raise fail(str(exc), exits.USAGE) from None
-    except WeightsError as exc:
-        raise fail(str(exc), exits.WEIGHTS) from None
-    except VerifyError as exc:
-        raise fail(str(exc), exits.USAGE) from None
-    print_verify(console(), rows, w.label)
-    raise typer.Exit(exits.OK if all(r.ok for r in rows) else exits.NOT_PASSED)
-
-
-@app.command()
-def bench(
-    course_dir: CourseDir = Path("."),
-    weights: WeightsOpt = None,
-    lengths: Annotated[
-        str, typer.Option(help="Prompt lengths, comma-separated.")
-    ] = "16,64,128,256,512",
-    new_tokens: Annotated[int, typer.Option(help="Tokens generated per timing.")] = 16,
-    repeats: Annotated[int, typer.Option(help="Timed runs per figure (after a warm-up).")] = 3,
-    json_file: Annotated[Path | None, typer.Option("--json", help="Also write JSON here.")] = None,
-) -> None:
-    """Time your cached generation against recomputing, over growing prompt lengths."""
-    import json
-
-    from theinference.bench import BenchError, to_json
-    from theinference.bench import bench as run_bench
-    from theinference.course import CourseError, open_course
-    from theinference.formats import write_atomically
-    from theinference.report import console, print_bench
-    from theinference.weights import WeightsError, load_weights
-
-    try:
-        sizes = [int(x) for x in lengths.split(",") if x.strip()]
-    except ValueError:
-        raise fail(f"--lengths must be whole numbers, got '{lengths}'", exits.USAGE) from None
-    if new_tokens < 2 or repeats < 1 or not sizes:
-        raise fail("need --new-tokens >= 2, --repeats >= 1 and a length", exits.USAGE)
-    try:
-        course = open_course(course_dir)
-        w = load_weights(weights or course.weights, course.root)
-        if max(sizes) + new_tokens > w.config.n_ctx:
-            raise fail(
-                f"a {max(sizes)}-token prompt plus {new_tokens} new tokens exceeds the "
-                f"{w.config.n_ctx}-token context",
-                exits.USAGE,
-            )
-        result = run_bench(course.root, w, sizes, new_tokens, repeats, timeout=300)
-    except CourseError as exc:
-        raise fail(str(exc), exits.COURSE) from None
-    except WeightsError as exc:
-        raise fail(str(exc), exits.WEIGHTS) from None
-    except BenchError as exc:
-        raise fail(
-            f"{exc}\n(bench needs run_prefill and run_generate working: "
-            "theinference test -s generate-loop)",
-            exits.NOT_PASSED,
-        ) from None
-    print_bench(console(), result)
-    if json_file is not None:
-        write_atomically(json_file, json.dumps(to_json(result), indent=2) + "\n")
+register(init.init)
+register(test.test)
+register(stages.stages)
+register(stages.hint)
+register(verify.verify)
+register(bench.bench)
 
 
 @app.command()
 def version() -> None:
     """Print the version."""
     typer.echo(__version__)
-
-
-def _usage_error(exc: Exception) -> tuple[str, int]:
-    from theinference.course import CourseError
-    from theinference.stages import StageError
-    from theinference.weights import WeightsError
-
-    for kind, code in (
-        (CourseError, exits.COURSE),
-        (WeightsError, exits.WEIGHTS),
-        (StageError, exits.USAGE),
-    ):
-        if isinstance(exc, kind):
-            return str(exc), code
-    raise exc
 
 
 def main() -> None:

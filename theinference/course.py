@@ -5,6 +5,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from theinference import languages
+
 TEMPLATE_DIR = Path(__file__).with_name("student_template")
 SETTINGS_FILE = "theinference.toml"
 ADAPTERS_FILE = Path("tests/adapters.py")
@@ -18,22 +20,29 @@ class CourseError(Exception):
 class Course:
     root: Path
     weights: str  # as written in theinference.toml (default "synthetic")
+    language: str = languages.PYTHON  # python | ts (languages.py)
 
 
 def open_course(root: Path) -> Course:
     root = root.expanduser().resolve()
     if not root.is_dir():
         raise CourseError(f"course directory {root} does not exist")
-    if not (root / ADAPTERS_FILE).is_file():
-        raise CourseError(
-            f"{root} is not a course directory (no {ADAPTERS_FILE}). "
-            "Create one with: theinference init DIR"
-        )
     settings = read_settings(root / SETTINGS_FILE)
+    try:
+        language = languages.course_language(root)
+        adapters = languages.ADAPTERS[language]
+        if not (root / adapters).is_file():
+            raise CourseError(
+                f"{root} is not a course directory (no {adapters}). "
+                "Create one with: theinference init DIR"
+            )
+        languages.check_runtime(root, language)
+    except languages.LanguageError as exc:
+        raise CourseError(str(exc)) from None
     weights = settings.get("weights", "synthetic")
     if not isinstance(weights, str) or not weights:
         raise CourseError(f"{root / SETTINGS_FILE}: 'weights' must be a non-empty string")
-    return Course(root=root, weights=weights)
+    return Course(root=root, weights=weights, language=language)
 
 
 def read_settings(path: Path) -> dict:
@@ -47,19 +56,20 @@ def read_settings(path: Path) -> dict:
         raise CourseError(f"cannot read {path}: {exc}") from None
 
 
-def template_files() -> list[Path]:
-    """Template files relative to the template root (caches and bytecode left out)."""
+def template_files(template: Path = TEMPLATE_DIR) -> list[Path]:
+    """Template files relative to the template root (caches, bytecode, node_modules left out)."""
     return sorted(
-        p.relative_to(TEMPLATE_DIR)
-        for p in TEMPLATE_DIR.rglob("*")
-        if p.is_file() and "__pycache__" not in p.parts
+        p.relative_to(template)
+        for p in template.rglob("*")
+        if p.is_file() and not {"__pycache__", "node_modules"} & set(p.parts)
     )
 
 
-def init_course(root: Path) -> list[Path]:
-    """Copy the template into root; refuse if any file it would write already exists."""
+def init_course(root: Path, language: str = languages.PYTHON) -> list[Path]:
+    """Copy the language's template into root; refuse if any file it would write exists."""
     root = root.expanduser().resolve()
-    files = template_files()
+    template = languages.TEMPLATES[language]
+    files = template_files(template)
     clashes = [f for f in files if (root / f).exists()]
     if clashes:
         raise CourseError(
@@ -68,5 +78,5 @@ def init_course(root: Path) -> list[Path]:
         )
     for rel in files:
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(TEMPLATE_DIR / rel, root / rel)
+        shutil.copyfile(template / rel, root / rel)
     return files

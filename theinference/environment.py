@@ -6,7 +6,8 @@ import sys
 from theinference import __version__
 
 
-def fingerprint() -> dict:
+def describe() -> dict:
+    """Versions and platform, for the results (not a bug fingerprint: see fingerprints.py)."""
     import numpy as np
 
     return {

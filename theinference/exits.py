@@ -6,3 +6,11 @@ USAGE = 2  # bad command line (also Typer's own code for a bad option)
 COURSE = 3  # not a course directory, or bad theinference.toml
 WEIGHTS = 4  # weights missing, unreadable or malformed
 INTERRUPTED = 130  # Ctrl-C
+
+
+class Abort(Exception):
+    """A user error found by a command itself: its message, and the exit code it means."""
+
+    def __init__(self, message: str, code: int = USAGE):
+        super().__init__(message)
+        self.code = code

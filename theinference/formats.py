@@ -1,23 +1,36 @@
-"""Results for machines: JSON (versioned, schema in schema/results-v1.json), JUnit XML and
-Gradescope's results.json. Pure functions of a RunResult; the terminal report is report.py."""
+"""Results for machines: JSON (versioned, schema in schema/results-v2.json), JUnit XML and
+Gradescope's results.json. Pure functions of a RunResult; the terminal report is report.py.
+
+FORMATS is the one list of them: the command line derives its --format choices and its
+--json/--junit/--gradescope file options from it, and `write` sends any of them anywhere."""
+
+from __future__ import annotations
 
 import json
-import os
+import sys
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from theinference.compare import Comparison
+from theinference.atomic import atomic_write
 from theinference.results import CaseResult, RunResult, StageResult, Status
 
-SCHEMA = "theinference.results/1"
-SCHEMA_FILE = Path(__file__).with_name("schema") / "results-v1.json"
+if TYPE_CHECKING:  # NumPy stays out of the command line's start-up
+    from theinference.compare import Comparison
+
+SCHEMA = "theinference.results/2"
+SCHEMA_FILE = Path(__file__).with_name("schema") / "results-v2.json"
 
 
 def to_json(run: RunResult) -> dict:
     return {
         "schema": SCHEMA,
         "passed": run.passed,
+        "partial": run.partial,
         "cancelled": run.cancelled,
+        "sandbox": run.sandbox,
         "weights": {"label": run.weights_label, "sha256": run.weights_sha256},
         "environment": run.environment,
         "timings": timings(run),
@@ -45,6 +58,12 @@ def stage_json(stage: StageResult) -> dict:
         "status": stage.status.value,
         "reason": stage.reason,
         "seconds": round(stage.seconds, 4),
+        "suspected_bug": stage.suspected_bug,
+        "candidates": list(stage.candidates),
+        "hint": stage.hint,
+        "diagnosed": stage.diagnosed,
+        "partial": stage.partial,
+        "not_run": list(stage.not_run),
         "cases": [case_json(c) for c in stage.cases],
     }
 
@@ -52,6 +71,7 @@ def stage_json(stage: StageResult) -> dict:
 def case_json(case: CaseResult) -> dict:
     return {
         "name": case.name,
+        "hidden": case.hidden,
         "status": case.status.value,
         "message": case.message,
         "hint": case.hint,
@@ -106,9 +126,23 @@ def to_junit(run: RunResult) -> str:
             skipped=str(sum(c.status == Status.SKIPPED for c in cases)),
             time=f"{stage.seconds:.3f}",
         )
+        suite.append(junit_properties(stage))
         for case in cases:
             suite.append(junit_case(stage, case))
     return ET.tostring(suites, encoding="unicode", xml_declaration=True)
+
+
+def junit_properties(stage: StageResult) -> ET.Element:
+    """The stage's diagnosis and whether its verdict rests on some of its cases only."""
+    props = ET.Element("properties")
+    for name, value in (
+        ("suspected_bug", stage.suspected_bug or ""),
+        ("candidates", ",".join(stage.candidates)),
+        ("partial", str(stage.partial).lower()),
+        ("not_run", str(len(stage.not_run))),
+    ):
+        ET.SubElement(props, "property", name=name, value=value)
+    return props
 
 
 def junit_case(stage: StageResult, case: CaseResult) -> ET.Element:
@@ -118,7 +152,8 @@ def junit_case(stage: StageResult, case: CaseResult) -> ET.Element:
         name=case.name,
         time=f"{case.student_seconds + case.oracle_seconds:.3f}",
     )
-    detail = "\n".join(x for x in (case.message, case.traceback, case.hint) if x)
+    diagnosis = stage.hint if case.status in (Status.FAILED, Status.ERROR) else ""
+    detail = "\n".join(x for x in (case.message, case.traceback, case.hint, diagnosis) if x)
     tag = {
         Status.FAILED: "failure",
         Status.TODO: "failure",
@@ -138,11 +173,15 @@ def junit_case(stage: StageResult, case: CaseResult) -> ET.Element:
 
 def to_gradescope(run: RunResult) -> dict:
     """Gradescope's results.json: a test per stage, scored by the stage spec's weight, all
-    or nothing (a stage passes only when every case passes)."""
+    or nothing (a stage passes only when every case passes: a partial stage scores nothing)."""
     tests = []
     for stage in run.stages:
-        passed = stage.status == Status.PASSED
+        passed = stage.status == Status.PASSED and not stage.partial and not run.cancelled
         lines = [f"{stage.status.value}: {stage.reason}" if stage.reason else stage.status.value]
+        if stage.partial:
+            lines.append(f"partial run: {len(stage.not_run)} case(s) not run, no score")
+        if stage.hint:
+            lines.append(stage.hint)
         lines += [f"{c.status.value:>8}  {c.name}  {c.message}".rstrip() for c in stage.cases]
         tests.append(
             {
@@ -164,19 +203,38 @@ def to_gradescope(run: RunResult) -> dict:
     }
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """A reader never sees half a results file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+@dataclass(frozen=True)
+class Format:
+    name: str  # --format NAME; also --NAME FILE (junit: --junit FILE)
+    render: Callable[[RunResult], str]
+    suffix: str  # the usual file name ending
+    help: str
+
+
+FORMATS: dict[str, Format] = {
+    f.name: f
+    for f in (
+        Format("json", lambda run: json.dumps(to_json(run), indent=2), ".json", "JSON results"),
+        Format("junit", to_junit, ".xml", "JUnit XML"),
+        Format(
+            "gradescope",
+            lambda run: json.dumps(to_gradescope(run), indent=2),
+            ".json",
+            "Gradescope results.json",
+        ),
+    )
+}
 
 
 def render(run: RunResult, fmt: str) -> str:
-    if fmt == "json":
-        return json.dumps(to_json(run), indent=2)
-    if fmt == "junit":
-        return to_junit(run)
-    if fmt == "gradescope":
-        return json.dumps(to_gradescope(run), indent=2)
-    raise ValueError(f"unknown format {fmt}")
+    return FORMATS[fmt].render(run)
+
+
+def write(run: RunResult, fmt: str, path: Path | None) -> None:
+    """One format to a file (replaced atomically) or, with no path, to stdout."""
+    text = render(run, fmt) + "\n"
+    if path is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        atomic_write(path, text)

@@ -3,11 +3,11 @@
 loses nothing but this summary."""
 
 import json
-import os
 from datetime import UTC, datetime
 from pathlib import Path
 
-from theinference.results import RunResult
+from theinference.atomic import atomic_write
+from theinference.results import RunResult, StageResult, Status
 
 PROGRESS_FILE = Path(".theinference") / "progress.json"
 
@@ -20,18 +20,26 @@ def read_progress(course_root: Path) -> dict[str, dict]:
         return {}
 
 
+def worth_recording(stage: StageResult) -> bool:
+    """A pass on some cases only (--case, --quick, stopped early) is not a pass of the stage;
+    what it found wrong still is news."""
+    return not (stage.partial and stage.status in (Status.PASSED, Status.SKIPPED))
+
+
 def record_progress(course_root: Path, run: RunResult) -> None:
     if run.cancelled:
         return
     stages = read_progress(course_root)
     now = datetime.now(UTC).isoformat(timespec="seconds")
     for s in run.stages:
-        stages[s.slug] = {"status": s.status.value, "updated": now, "weights": run.weights_label}
-    path = course_root / PROGRESS_FILE
+        if worth_recording(s):
+            stages[s.slug] = {
+                "status": s.status.value,
+                "updated": now,
+                "weights": run.weights_label,
+            }
+    data = json.dumps({"version": 1, "stages": stages}, indent=2)
     try:
-        path.parent.mkdir(exist_ok=True)
-        tmp = path.with_name(f".progress.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"version": 1, "stages": stages}, indent=2))
-        os.replace(tmp, path)
+        atomic_write(course_root / PROGRESS_FILE, data)
     except OSError:
         pass  # a read-only course directory still grades; only the summary is lost

@@ -1,6 +1,7 @@
 """The terminal report: the only module that imports rich. It reads results, never computes."""
 
 import math
+import os
 
 from rich.console import Console, Group
 from rich.markup import escape
@@ -10,6 +11,7 @@ from rich.text import Text
 
 from theinference.compare import Comparison
 from theinference.results import CaseResult, RunResult, StageResult, Status
+from theinference.teaching import diagnose, fitting_hint, shared_error
 
 STYLE = {
     Status.PASSED: ("✓", "green"),
@@ -21,25 +23,43 @@ STYLE = {
 }
 
 
+UNLIMITED = 10_000  # columns when stdout is not a terminal: a log is never hard-wrapped
+
+
 def console(stderr: bool = False) -> Console:
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    """A terminal wraps at its width, by words. Not a terminal: lines stay whole (soft wrap)
+    and there is no width unless COLUMNS says one, so a piped log is never cut at 80."""
+    out = Console(stderr=stderr, highlight=False)
+    if not out.is_terminal:
+        width = None if os.environ.get("COLUMNS") else UNLIMITED
+        out = Console(stderr=stderr, highlight=False, soft_wrap=True, width=width)
+    return out
 
 
 def print_header(
     out: Console, course: str, weights: str, stages: list[str], trigger: str = ""
 ) -> None:
-    if trigger:
+    if trigger and out.is_terminal:
         out.rule(escape(trigger), style="dim")
+    elif trigger:
+        out.print(Text(f"── {trigger} ──", style="dim"))
     out.print(f"[bold]theinference[/] · course {escape(course)} · weights {escape(weights)}")
     out.print(f"[dim]stages: {', '.join(stages)}[/]")
 
 
-def print_run(out: Console, run: RunResult) -> None:
+def print_run(out: Console, run: RunResult, next_step: str = "") -> None:
+    seen: dict[str, str] = {}
     for stage in run.stages:
-        out.print(stage_block(stage))
+        out.print(stage_block(stage, seen))
+    print_run_end(out, run, next_step)
+
+
+def print_run_end(out: Console, run: RunResult, next_step: str = "") -> None:
     for note in run.notes:
         out.print(Text("note: " + note, style="yellow"))
     out.print(summary_line(run))
+    if next_step:
+        out.print(Text(next_step, style="bold"))
 
 
 def print_cancelled(out: Console, reason: str) -> None:
@@ -47,11 +67,11 @@ def print_cancelled(out: Console, reason: str) -> None:
 
 
 def print_watching(out: Console, keys: bool) -> None:
-    how = "r or Enter: rerun · a: all stages · q: quit" if keys else "Enter: rerun"
-    out.print(Text(f"watching for changes · {how} · Ctrl-C: quit", style="dim"))
+    how = "r or Enter: rerun · a: all stages · n: next stage · h: hint · q: quit"
+    out.print(Text(f"watching for changes · {how if keys else how + ' (then Enter)'}", style="dim"))
 
 
-def stage_block(stage: StageResult) -> Group:
+def stage_head(stage: StageResult) -> Text:
     mark, colour = STYLE[stage.status]
     passed = sum(c.status == Status.PASSED for c in stage.cases)
     head = Text.assemble(
@@ -59,26 +79,71 @@ def stage_block(stage: StageResult) -> Group:
         f"  {stage.title}  ",
         (stage.status.value.upper(), colour),
     )
+    if stage.status != Status.SKIPPED:
+        partial = " (stopped early)" if stage.partial else ""
+        head.append(
+            f"  {passed}/{len(stage.cases)} cases{partial} · {stage.seconds:.1f} s", style="dim"
+        )
+    return head
+
+
+def stage_block(stage: StageResult, seen: dict[str, str] | None = None) -> Group:
+    """A stage in the log form. `seen` (traceback -> where it was first shown) spans the run,
+    so an error every case shares is shown once per stage, and an import failure once per run."""
+    seen = {} if seen is None else seen
+    head = stage_head(stage)
     if stage.status == Status.SKIPPED:
         return Group(Text(""), head, Text(f"    {stage.reason}", style="dim"))
-    head.append(f"  {passed}/{len(stage.cases)} cases · {stage.seconds:.1f} s", style="dim")
     if stage.status == Status.TODO and all(c.status == Status.TODO for c in stage.cases):
         return Group(
             Text(""), head, Text(f"    not started: {stage.cases[0].message}", style="yellow")
         )
-    blocks, seen = [], {}
+    if (shared := shared_error(stage)) is not None:
+        return Group(Text(""), head, *shared_error_block(stage, shared, seen))
+    blocks, hints = [], set()
     for case in stage.cases:
-        blocks.append(case_block(case, repeat_of=seen.get(case.traceback)))
+        blocks.append(case_block(case, seen.get(case.traceback), show_hint=case.hint not in hints))
+        hints.add(case.hint)
         if case.traceback:
-            seen.setdefault(case.traceback, case.name)
-    return Group(Text(""), head, *blocks)
+            seen.setdefault(case.traceback, f"'{case.name}'")
+    return Group(Text(""), head, *blocks, *diagnosis_lines(stage))
+
+
+def shared_error_block(stage: StageResult, shared: str, seen: dict[str, str]) -> list:
+    errors = [c for c in stage.cases if c.status == Status.ERROR]
+    names = ", ".join(c.name for c in errors)
+    said = Text(f"    every case that ran ({len(errors)}: {names}) raised the same error", "red")
+    if shared in seen:
+        return [said, indented(Text(f"{errors[0].message} (shown above, {seen[shared]})"))]
+    seen[shared] = f"stage {stage.slug}"
+    return [said, *case_details(errors[0], show_hint=False), *diagnosis_lines(stage)]
+
+
+def diagnosis_lines(stage: StageResult) -> list:
+    """The stage's diagnosis: the suspected bug and its hint, and the worst case."""
+    if stage.status in (Status.PASSED, Status.TODO, Status.SKIPPED):
+        return []
+    found = diagnose(stage)
+    lines = []
+    if found.worst is not None:
+        worst = max(c.worst for c in found.worst.comparisons)
+        lines.append(Text(f"    worst case: {found.worst.name}, {worst:.3g}x the tolerance"))
+    if found.bug:
+        lines.append(Text(f"    suspected bug: {found.bug}", style="bold magenta"))
+    elif stage.diagnosed:
+        lines.append(Text("    no known bug matches these answers", style="dim"))
+    if found.hint:
+        lines.append(indented(Text("hint: " + found.hint, style="cyan")))
+    if stage.not_run:
+        lines.append(Text(f"    {len(stage.not_run)} case(s) not run", style="dim"))
+    return lines
 
 
 def indented(renderable) -> Padding:
     return Padding(renderable, (0, 0, 0, 6), expand=False)
 
 
-def case_block(case: CaseResult, repeat_of: str | None = None) -> Group | Text:
+def case_block(case: CaseResult, repeat_of: str | None = None, show_hint: bool = True):
     mark, colour = STYLE[case.status]
     line = Text.assemble(("  " + mark + " ", colour), case.name)
     if case.status == Status.PASSED:
@@ -87,9 +152,20 @@ def case_block(case: CaseResult, repeat_of: str | None = None) -> Group | Text:
     line.append(f"  {case.status.value}", style=colour)
     parts: list = [line]
     if repeat_of is not None:
-        parts.append(indented(Text(f"{case.message} (the same traceback as '{repeat_of}')")))
-    elif case.traceback:  # its last line is the message
+        parts.append(indented(Text(f"{case.message} (the same traceback as {repeat_of})")))
+    else:
+        parts += case_details(case, show_hint)
+    return Group(*parts)
+
+
+def case_details(case: CaseResult, show_hint: bool = True) -> list:
+    """What a case that did not pass shows: its error or message, strips, tables, output."""
+    parts: list = []
+    if case.traceback:  # its last line is Python's message; ours when it says more
         parts.append(indented(Text(case.traceback.rstrip(), style="red")))
+        last = case.traceback.rstrip().splitlines()[-1].strip()
+        if case.message and last not in case.message:
+            parts.append(indented(Text(case.message)))
     elif case.message:
         parts.append(indented(Text(case.message)))
     if case.steps:
@@ -100,12 +176,12 @@ def case_block(case: CaseResult, repeat_of: str | None = None) -> Group | Text:
         parts.append(indented(comparison_table(comparison)))
     if case.fingerprinted and case.suspected_bug is None:
         parts.append(indented(Text("no known bug matches this answer", style="dim")))
-    if case.hint:
-        parts.append(indented(Text("hint: " + case.hint, style="cyan")))
+    if case.hint and show_hint:
+        parts.append(indented(Text("hint: " + fitting_hint(case), style="cyan")))
     for name, text in (("stdout", case.stdout), ("stderr", case.stderr)):
         if text.strip():
             parts.append(indented(Text(f"your {name}:\n{text.rstrip()}", style="dim")))
-    return Group(*parts)
+    return parts
 
 
 def passed_summary(case: CaseResult) -> str:
@@ -196,63 +272,19 @@ def print_error(message: str) -> None:
     console(stderr=True).print(Text("error: ", style="bold red") + Text(message), soft_wrap=True)
 
 
-def print_stages(out: Console, rows: list[tuple[str, str, str, str]]) -> None:
-    t = Table(box=None)
-    t.add_column("stage", style="bold", no_wrap=True)
-    t.add_column("title")
-    t.add_column("requires", style="dim", no_wrap=True)
-    t.add_column("your last result", no_wrap=True)
-    for slug, title, requires, last in rows:
-        colour = STYLE[Status(last)][1] if last in Status._value2member_map_ else "dim"
-        t.add_row(slug, title, requires, Text(last, style=colour))
-    out.print(t)
+def next_stage(run: RunResult, order: list[str]) -> str | None:
+    """The stage after the last one this run graded, when every stage it graded passed."""
+    if not run.stages or not run.passed:
+        return None
+    last = order.index(run.stages[-1].slug) if run.stages[-1].slug in order else -1
+    return order[last + 1] if last + 1 < len(order) else None
 
 
-def print_verify(out: Console, rows: list, weights: str) -> None:
-    """The verify table: margins as multiples of the tolerance (reference: below 1; a bug:
-    far above 1, or not numeric when it raised or returned the wrong shape)."""
-    t = Table(title=f"theinference verify · weights {weights}", box=None)
-    for name in ("stage", "solution", "status", "error / tolerance", "named as", "verdict"):
-        t.add_column(name, no_wrap=name != "named as")
-    for r in rows:
-        margin = "-" if r.worst is None else f"{r.worst:.3g}x"
-        label = "largest " + margin if r.subject == "reference" else "smallest " + margin
-        named = r.named or ("-" if r.expected_name is None else "nothing")
-        verdict = Text("ok", style="green") if r.ok else Text("WRONG", style="bold red")
-        t.add_row(r.stage, r.subject, r.status.value, label, named, verdict)
-    out.print(t)
-    bad = sum(not r.ok for r in rows)
-    out.print(
-        Text(f"{len(rows) - bad}/{len(rows)} as expected", style="green" if not bad else "red")
-    )
-
-
-def print_bench(out: Console, result) -> None:
-    """ms per token, recompute against cached, as a table and a bar chart of the speedup."""
-    t = Table(
-        title=f"ms per token (median, low-high of {result.repeats}) · {result.new_tokens} new "
-        f"tokens · weights {result.weights_label}",
-        box=None,
-    )
-    for name in ("prompt", "recompute", "cached", "speedup", "oracle", "yours/oracle"):
-        t.add_column(name, justify="right", no_wrap=True)
-    for r in result.rows:
-        t.add_row(
-            str(r.length),
-            f"{r.recompute_ms.median:.1f} ({r.recompute_ms.low:.1f}-{r.recompute_ms.high:.1f})",
-            f"{r.cached_ms.median:.1f} ({r.cached_ms.low:.1f}-{r.cached_ms.high:.1f})",
-            f"{r.speedup:.1f}x" if r.cached_ms.median > 0 else "n/a (noise)",
-            f"{r.oracle_cached_ms:.1f}",
-            f"{r.versus_oracle:.2f}x",
-        )
-    out.print(t)
-    top = max((r.speedup for r in result.rows), default=1.0)
-    for r in result.rows:
-        bar = "█" * max(1, round(40 * r.speedup / top))
-        out.print(
-            Text.assemble(
-                (f"{r.length:>6} ", "dim"),
-                (bar, "green"),
-                f" {r.speedup:.1f}x faster with the cache",
-            )
-        )
+def next_step_line(run: RunResult, order: list[str]) -> str:
+    """What to do once everything graded passed ("" while something fails)."""
+    if not run.stages or not run.passed:
+        return ""
+    following = next_stage(run, order)
+    if following is None:
+        return "every stage passes: the KV cache is complete"
+    return f"next stage: {following} · theinference test --stage {following} --watch"

@@ -1,9 +1,13 @@
 """Results are plain values: every output format (terminal, JSON, JUnit) reads these."""
 
-from dataclasses import dataclass, field
-from enum import StrEnum
+from __future__ import annotations
 
-from theinference.compare import Comparison
+from dataclasses import dataclass, field, fields
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # NumPy stays out of the command line's start-up
+    from theinference.compare import Comparison
 
 
 class Status(StrEnum):
@@ -20,16 +24,29 @@ SEVERITY = [Status.ERROR, Status.TIMEOUT, Status.FAILED, Status.TODO, Status.SKI
 
 
 @dataclass
-class CaseResult:
-    name: str
+class Finding:
+    """What judging one case found: a check's verdict and the case's result share these."""
+
     status: Status
     message: str = ""
     hint: str = ""
     comparisons: list[Comparison] = field(default_factory=list)
     steps: list[float] | None = None  # worst error per step, in tolerances
     tokens: dict | None = None  # generate-loop: yours, expected, first_divergence
-    suspected_bug: str | None = None  # a catalogued bug id the answer matches
-    fingerprinted: bool = False  # the catalogue was tried on this case (matched or not)
+    suspected_bug: str | None = None  # a catalogued bug id the judge recognised by itself
+
+
+def finding_of(found: Finding) -> dict:
+    """The Finding fields of a verdict (or anything built on Finding), by name."""
+    return {f.name: getattr(found, f.name) for f in fields(Finding)}
+
+
+@dataclass(kw_only=True)
+class CaseResult(Finding):
+    """One case, judged: the finding plus what the student's call left behind."""
+
+    name: str
+    fingerprinted: bool = False  # the judge recognised a catalogued bug by itself
     traceback: str = ""
     stdout: str = ""
     stderr: str = ""
@@ -50,7 +67,9 @@ class StageResult:
     suspected_bug: str | None = None  # the stage's diagnosis: a catalogued bug id
     candidates: list[str] = field(default_factory=list)  # every bug id that explains it
     hint: str = ""  # the diagnosis's hint, or the stage's hint for its worst failure
+    diagnosed: bool = False  # the bug catalogue was tried on its failing answers
     partial: bool = False  # only some of its cases ran (--case, --quick, stopped early)
+    not_run: list[str] = field(default_factory=list)  # cases left out or stopped before
 
 
 @dataclass
@@ -73,6 +92,11 @@ class RunResult:
     @property
     def oracle_seconds(self) -> float:
         return sum(c.oracle_seconds for s in self.stages for c in s.cases)
+
+    @property
+    def partial(self) -> bool:
+        """Some stage ran only some of its cases: a pass here is not a full pass."""
+        return self.cancelled or any(s.partial for s in self.stages)
 
     @property
     def passed(self) -> bool:

@@ -4,16 +4,17 @@ One worker process serves a whole run (start-up is paid once); a crash or a time
 the call it happened in, and the next call starts a fresh worker. Limits are enforced from
 outside: the timeout kills the worker's whole process group with SIGKILL, which no student
 code can catch, and its output is read through pipes and capped, never buffered whole.
+Where the process runs (inside bubblewrap, as nobody, or as the grader's user) is sandbox.py's.
 """
 
 import json
 import os
 import secrets
 import selectors
+import shutil
 import signal
 import struct
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -21,14 +22,15 @@ from pathlib import Path
 
 import numpy as np
 
+from theinference import languages, sandbox
+from theinference.sandbox import Sandbox, hide_grader_environ
+from theinference.weights import cache_dir
+
 WORKER_SCRIPT = Path(__file__).with_name("worker.py")
 MAX_REPLY_BYTES = 1 << 30
-STARTUP_TIMEOUT = 60.0
+STARTUP_TIMEOUT = 60.0  # a cold interpreter and NumPy import on a loaded machine
 RUN_TOKEN_VAR = "THEINFERENCE_RUN_TOKEN"
-GRADER_ONLY_ENV = {
-    "THEINFERENCE_CACHE_DIR",
-    "THEINFERENCE_SEED",
-}  # not the student's business  # a cold interpreter and NumPy import on a loaded machine
+GRADER_ONLY_ENV = {"THEINFERENCE_CACHE_DIR", "THEINFERENCE_SEED"}  # not the student's business
 ALLOWED_DTYPES = {"b", "i", "u", "f", "c"}
 
 
@@ -82,7 +84,7 @@ class _Process:
     replies: int  # fd the grader reads replies from
 
 
-class Worker:
+class StudentProcess:
     """A lazily (re)started student process. Use as a context manager."""
 
     def __init__(
@@ -91,6 +93,7 @@ class Worker:
         weights_path: Path,
         limits: Limits,
         cancel: threading.Event | None = None,
+        sandbox: Sandbox | None = None,
     ):
         self.course_dir = course_dir.resolve()
         self.weights_path = weights_path
@@ -101,12 +104,16 @@ class Worker:
         self.startups = 0
         self.startup_seconds = 0.0
         self.token = secrets.token_hex(8)
+        chosen = sandbox or Sandbox("none")
+        self.sandbox = chosen.kind  # what this run had: bwrap | unprivileged-user | none
+        self.notes = list(chosen.notes)
+        self._run_dir: Path | None = None  # unprivileged-user: HOME and the weights' link
 
-    def __enter__(self) -> "Worker":
+    def __enter__(self) -> "StudentProcess":
         return self
 
     def __exit__(self, *exc) -> None:
-        self.stop()
+        self.close()
 
     def use_limits(self, limits: Limits) -> None:
         """Limits for the calls that follow (a stage's own); a different memory limit needs a
@@ -116,15 +123,17 @@ class Worker:
         self.limits = limits
 
     def call(
-        self, adapter: str, args: list, timeout: float | None = None, probe: str = ""
+        self, adapter: str, args: list, timeout: float | None = None, probe: dict | None = None
     ) -> Outcome:
         """Ask the student's process for one adapter call and wait for its reply."""
         started = self._send(adapter, args, probe)
         return self._receive(started, timeout)
 
-    def _send(self, adapter: str, args: list, probe: str) -> float:
+    def _send(self, adapter: str, args: list, probe: dict | None) -> float:
         if self._proc is None or self._proc.popen.poll() is not None:
             self._start()
+        if self._proc is None:  # it could not even start: _receive() says why
+            return time.monotonic()
         payload = json.dumps({"adapter": adapter, "args": args, "probe": probe}).encode()
         message = memoryview(struct.pack("<Q", len(payload)) + payload)
         try:
@@ -168,6 +177,13 @@ class Worker:
         proc.popen.wait()
         kill_tagged(self.token)
 
+    def close(self) -> None:
+        """Stop the process and remove what its runs needed (unprivileged-user's directory)."""
+        self.stop()
+        if self._run_dir is not None:
+            shutil.rmtree(self._run_dir, ignore_errors=True)
+            self._run_dir = None
+
     # --- internals ---------------------------------------------------------------------------
 
     def _start(self) -> None:
@@ -175,35 +191,63 @@ class Worker:
         started = time.monotonic()
         req_read, req_write = os.pipe()
         resp_read, resp_write = os.pipe()
+        try:
+            argv, env, as_user = self._command(req_read, resp_write)
+            popen = subprocess.Popen(
+                argv,
+                cwd=self.course_dir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=(req_read, resp_write),  # bwrap hands inherited descriptors on as is
+                start_new_session=True,  # its own process group, killed whole
+                **as_user,
+            )
+        except OSError as exc:
+            for fd in (req_read, req_write, resp_read, resp_write):
+                os.close(fd)
+            message = f"the student's process could not start: {exc.strerror or exc}"
+            self._early_death = Outcome("crashed", message=message)
+            return
+        os.close(req_read)
+        os.close(resp_write)
+        self._proc = _Process(popen=popen, requests=req_write, replies=resp_read)
+        self.startups += 1
+        self._await_ready(started)
+
+    def _command(self, req_read: int, resp_write: int):
+        """argv, environment and the user to run as (Popen's arguments), per sandbox."""
+        fds = [str(req_read), str(resp_write)]
+        memory = str(self.limits.memory_bytes)
+        language = languages.course_language(self.course_dir)  # python | ts: which worker
+        if self.sandbox == "bwrap":
+            mounts = Path(sandbox.WORKER_MOUNT).parent
+            inner = languages.worker_argv(
+                Path(sandbox.COURSE_MOUNT), *fds, memory, language, worker_dir=mounts
+            )
+            hidden = [cache_dir().resolve(), Path(__file__).parent]
+            command = sandbox.bwrap_command(inner, self.course_dir, self.weights_path, hidden)
+            command = languages.bind_worker(command, language, mounts)
+            return command, sandbox.bwrap_env(RUN_TOKEN_VAR, self.token), {}
+        hide_grader_environ()
         env = {
             **{k: v for k, v in os.environ.items() if k not in GRADER_ONLY_ENV},
             "THEINFERENCE_WEIGHTS": str(self.weights_path),
             "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ writes in the course directory
             RUN_TOKEN_VAR: self.token,  # inherited by every descendant: see kill_tagged
         }
-        popen = subprocess.Popen(
-            [
-                sys.executable,
-                "-P",
-                str(WORKER_SCRIPT),
-                str(req_read),
-                str(resp_write),
-                str(self.course_dir),
-                str(self.limits.memory_bytes),
-            ],
-            cwd=self.course_dir,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            pass_fds=(req_read, resp_write),
-            start_new_session=True,  # its own process group, killed whole
-        )
-        os.close(req_read)
-        os.close(resp_write)
-        self._proc = _Process(popen=popen, requests=req_write, replies=resp_read)
-        self.startups += 1
-        self._await_ready(started)
+        as_user = {}
+        if self.sandbox == "unprivileged-user":
+            if self._run_dir is None:
+                self._run_dir = sandbox.private_run_dir(self.weights_path)
+            home = str(self._run_dir / "home")
+            weights = str(self._run_dir / "model.safetensors")
+            env.update(HOME=home, TMPDIR=home, THEINFERENCE_WEIGHTS=weights)
+            uid, gid = sandbox.nobody_ids()
+            as_user = {"user": uid, "group": gid, "extra_groups": []}  # root is given up
+        argv = languages.worker_argv(self.course_dir, *fds, memory, language)
+        return argv, env, as_user
 
     def _await_ready(self, started: float) -> None:
         """Wait for the worker's hello (interpreter and NumPy loaded), so start-up is counted
@@ -270,6 +314,8 @@ class Worker:
             code = self._proc.popen.wait(timeout=5)
         except subprocess.TimeoutExpired:
             return Outcome("crashed", message="the process closed its reply channel and hung")
+        if self.sandbox == "bwrap" and sandbox.signal_from_exit(code):
+            code = -sandbox.signal_from_exit(code)  # bwrap passes a child's signal as 128 + N
         if code < 0:
             name = signal.Signals(-code).name
             return Outcome("crashed", message=f"the process was killed by {name}")
@@ -317,6 +363,7 @@ def decode_reply(payload: bytes) -> Outcome:
         traceback=str(header.get("traceback", "")),
         exception=str(header.get("exception", "")),
         probe=header.get("probe") if isinstance(header.get("probe"), dict) else None,
+        cpu_seconds=cpu if isinstance(cpu := header.get("cpu_seconds"), float) else None,
     )
 
 

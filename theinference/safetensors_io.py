@@ -31,6 +31,12 @@ def read_header(path: Path) -> tuple[dict, int]:
         if header_len > min(MAX_HEADER_BYTES, size - 8):
             raise SafetensorsError(f"{path} is not a safetensors file (bad header length)")
         raw = f.read(header_len)
+    return parse_header(path, raw, size)
+
+
+def parse_header(path: Path, raw: bytes, size: int) -> tuple[dict, int]:
+    """The JSON header `raw` of a `size`-byte file, every entry checked against that size."""
+    header_len = len(raw)
     try:
         header = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError):
@@ -68,6 +74,23 @@ def map_tensors(path: Path) -> dict[str, np.ndarray]:
         begin, end = entry["data_offsets"]
         raw = mapped[data_start + begin : data_start + end]
         tensors[name] = _decode(raw, entry["dtype"]).reshape(entry["shape"])
+    return tensors
+
+
+def tensors_in(buffer: np.ndarray, path: Path) -> dict[str, np.ndarray]:
+    """Every tensor of a whole safetensors file held in `buffer` ([size] uint8), as views."""
+    if buffer.size < 8:
+        raise SafetensorsError(f"{path} is {buffer.size} bytes: too short to be a safetensors file")
+    (header_len,) = struct.unpack("<Q", buffer[:8].tobytes())
+    if header_len > min(MAX_HEADER_BYTES, buffer.size - 8):
+        raise SafetensorsError(f"{path} is not a safetensors file (bad header length)")
+    raw = buffer[8 : 8 + header_len].tobytes()
+    header, data_start = parse_header(path, raw, buffer.size)
+    tensors = {}
+    for name, entry in header.items():
+        begin, end = entry["data_offsets"]
+        raw_tensor = buffer[data_start + begin : data_start + end]
+        tensors[name] = _decode(raw_tensor, entry["dtype"]).reshape(entry["shape"])
     return tensors
 
 

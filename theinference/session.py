@@ -1,26 +1,33 @@
-"""What `theinference test` does once: prepare, grade, report, write results.
+"""What `theinference test` does once: prepare, grade, write results.
 
-Watch mode (watch.py) calls the same `run` for every rerun, so a watched run and a single run
-can never disagree.
+The run itself never prints: whoever draws (the terminal, watch mode) listens to its events
+and reads its result. Watch mode (watch.py) calls the same `run` for every rerun, so a watched
+run and a single run can never disagree.
 """
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from theinference import exits
+from theinference import exits, languages
+from theinference.answers import Answers
 from theinference.course import Course, open_course
-from theinference.grader import Oracle, grade
-from theinference.oracle_cache import OracleCache
+from theinference.events import Event, Listener, ignore
+from theinference.grader import grade
+from theinference.policy import EVERY_CASE, RunPolicy, selected
 from theinference.results import RunResult
 from theinference.runner import Limits
-from theinference.stages import Stage, load_stages, select, with_hidden_cases
-from theinference.weights import Weights, cache_dir, load_weights
+from theinference.sandbox import Sandbox, choose
+from theinference.stages import Stage, StageError, load_stages, select, with_hidden_cases
+from theinference.weights import Weights, load_weights
+
+Renderer = Callable[[str, threading.Event | None], Listener]  # (trigger, cancel) -> drawing
 
 
 @dataclass(frozen=True)
 class Output:
-    format: str  # terminal | json | junit | gradescope
+    format: str  # a name in formats.FORMATS
     path: Path | None  # None: stdout
 
 
@@ -31,8 +38,11 @@ class Session:
     all_stages: list[Stage]  # for "run all" in watch mode
     weights: Weights
     limits: Limits = field(default_factory=Limits)
-    outputs: list[Output] = field(default_factory=lambda: [Output("terminal", None)])
-    oracle: Oracle | None = None  # kept across watch reruns: answers stay in memory
+    outputs: list[Output] = field(default_factory=list)
+    answers: Answers | None = None  # kept across watch reruns: answers stay in memory
+    policy: RunPolicy = EVERY_CASE
+    renderer: Renderer | None = None  # draws each run (the terminal); None: nothing drawn
+    sandbox: Sandbox | None = None  # how the student's process runs (sandbox.choose)
 
 
 def prepare(
@@ -42,20 +52,59 @@ def prepare(
     timeout: float | None,
     seed: int | None,
     outputs: list[Output],
-    case_filter: list[str] = (),
+    policy: RunPolicy = EVERY_CASE,
+    sandbox_mode: str = "auto",
 ) -> Session:
-    """Everything a run needs, checked up front: course, stages, weights."""
+    """Everything a run needs, checked up front: course, stages, case filter, sandbox,
+    weights."""
     course = open_course(course_dir)
     every = load_stages()
-    if case_filter:
-        every = [only_cases(s, case_filter) for s in every]
     if timeout is not None:
         every = [replace(s, timeout=timeout) for s in every]
+    else:  # a stage's own timeout, scaled for a language slower than NumPy
+        factor = languages.TIMEOUT_FACTOR[course.language]
+        every = [replace(s, timeout=s.timeout * factor) for s in every]
     if seed is not None:
         every = [with_hidden_cases(s, seed) for s in every]
+    chosen = select(every, slugs)
+    if policy.cases:
+        chosen = filtered(chosen, policy.cases, named=bool(slugs))
+    sandbox = choose(sandbox_mode, course.root)
     weights = load_weights(weights_spec or course.weights, course.root)
-    oracle = Oracle(weights, OracleCache(weights.sha256, cache_dir()))
-    return Session(course, select(every, slugs), every, weights, outputs=outputs, oracle=oracle)
+    sandbox.notes.extend(weights.notes)
+    answers = Answers.cached(weights)
+    return Session(
+        course,
+        chosen,
+        every,
+        weights,
+        outputs=outputs,
+        answers=answers,
+        policy=policy,
+        sandbox=sandbox,
+    )
+
+
+def filtered(stages: list[Stage], wanted: tuple[str, ...], named: bool) -> list[Stage]:
+    """The stages `--case` selects cases in. A stage named with --stage where it selects none
+    is a usage error (a run of nothing must never pass); with no --stage, stages it selects
+    nothing in are left out, and selecting nothing anywhere is the same error."""
+    kept = [s for s in stages if any(selected(c, wanted) for c in s.cases)]
+    empty = [s for s in stages if s not in kept]
+    if (named and empty) or not kept:
+        where = empty[0] if named else stages[0]
+        names = "; ".join(f"'{c.name}'" for c in where.cases)
+        scope = f"in {where.slug}" if named or len(stages) == 1 else "in any stage"
+        raise StageError(
+            f"--case {' '.join(repr(w) for w in wanted)} selects no case {scope}. "
+            f"The cases of {where.slug} are: {names}"
+        )
+    return kept
+
+
+def only_cases(stage: Stage, wanted: list[str]) -> Stage:
+    """The stage with only the cases whose names contain one of `wanted`."""
+    return replace(stage, cases=tuple(c for c in stage.cases if selected(c, tuple(wanted))))
 
 
 def override_limits(session: Session, memory_gb: float | None, output_kb: int | None) -> None:
@@ -70,62 +119,45 @@ def override_limits(session: Session, memory_gb: float | None, output_kb: int | 
         session.all_stages = [replace(s, **changes) for s in session.all_stages]
 
 
-def only_cases(stage: Stage, wanted: list[str]) -> Stage:
-    """The stage with only the cases whose names contain one of `wanted`."""
-    keep = tuple(c for c in stage.cases if any(w.lower() in c.name.lower() for w in wanted))
-    return replace(stage, cases=keep)
-
-
 def run(
     session: Session,
     stages: list[Stage] | None = None,
     cancel: threading.Event | None = None,
     trigger: str = "",
+    listener: Listener = ignore,
 ) -> RunResult:
-    """Grade, then hand the result to every requested output."""
-    from theinference import report
-    from theinference.environment import fingerprint
+    """Grade (the session's renderer and `listener` both hear every event), then write every
+    requested output and record progress. A cancelled run writes nothing."""
+    from theinference.formats import write
     from theinference.progress import record_progress
 
-    stages = stages or session.stages
-    terminal = report.console() if _wants_terminal(session) else None
-    if terminal:
-        report.print_header(
-            terminal,
-            str(session.course.root),
-            session.weights.label,
-            [s.slug for s in stages],
-            trigger,
+    draw = session.renderer(trigger, cancel) if session.renderer else ignore
+
+    def tell(event: Event) -> None:
+        draw(event)
+        listener(event)
+
+    try:
+        result = grade(
+            session.course.root,
+            stages or session.stages,
+            session.weights,
+            session.limits,
+            session.answers,
+            cancel,
+            languages.localizing(tell, session.course.language),  # decodeStep in TypeScript
+            session.policy,
+            session.sandbox,
         )
-    result = grade(
-        session.course.root, stages, session.weights, session.limits, session.oracle, cancel
-    )
-    result.environment = fingerprint()
-    result.notes = list(session.oracle.cache.notes)
+    finally:
+        getattr(draw, "close", lambda: None)()  # a live status line must not outlive its run
+    result = languages.localize_result(result, session.course.language)
     if result.cancelled:
         return result
-    if terminal:
-        report.print_run(terminal, result)
-    write_outputs(session.outputs, result)
+    for out in session.outputs:
+        write(result, out.format, out.path)
     record_progress(session.course.root, result)
     return result
-
-
-def _wants_terminal(session: Session) -> bool:
-    return any(o.format == "terminal" for o in session.outputs)
-
-
-def write_outputs(outputs: list[Output], result: RunResult) -> None:
-    from theinference.formats import render, write_atomically
-
-    for out in outputs:
-        if out.format == "terminal":
-            continue
-        text = render(result, out.format)
-        if out.path is None:
-            print(text)
-        else:
-            write_atomically(out.path, text + "\n")
 
 
 def exit_code(result: RunResult) -> int:

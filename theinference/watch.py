@@ -14,13 +14,14 @@ import queue
 import select
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 from theinference import exits
 from theinference.session import Session, exit_code, run
 from theinference.stages import Stage
 
-WATCHED_SUFFIXES = (".py", ".toml")
+WATCHED_SUFFIXES = (".py", ".toml", ".ts", ".mts")
 IGNORED_DIRS = {"__pycache__", "node_modules", "venv", "env", "build", "dist"}
 POLL_SECONDS = 0.3
 TEMP_SUFFIXES = ("~", ".swp", ".swo", ".swx", ".tmp", ".bak", ".orig")
@@ -58,13 +59,16 @@ def changed_files(before: dict[str, str], after: dict[str, str]) -> list[str]:
 
 
 class Watch:
-    def __init__(self, session: Session, poll: bool):
+    def __init__(self, session: Session, poll: bool, clear: bool = True):
         from theinference.report import console
 
         self.session = session
         self.poll = poll
         self.root = session.course.root
         self.out = console()
+        # the redrawn screen needs a terminal; --no-clear or a pipe keep the log form
+        self.screen = clear and self.out.is_terminal
+        self.last_result = None
         self.events: queue.Queue = queue.Queue()
         self.stop = threading.Event()
         self.current: tuple[threading.Thread, threading.Event] | None = None
@@ -92,13 +96,16 @@ class Watch:
                         self._start(self.session.stages, f"{', '.join(changed)} changed")
                 elif kind == "key" and payload == "q":
                     return self.last_code
+                elif kind == "key" and payload in ("n", "h"):
+                    self._next_stage() if payload == "n" else self._show_hint()
                 elif kind == "key":
                     every = payload == "a"
                     stages = self.session.all_stages if every else self.session.stages
                     self._start(stages, "all stages" if every else "rerun")
                 elif kind == "done":
-                    self.last_code = payload
-                    self._print_watching()
+                    self.last_code, drawn = payload
+                    if not drawn:
+                        self._print_watching()
         except KeyboardInterrupt:
             return exits.INTERRUPTED
         finally:
@@ -152,16 +159,64 @@ class Watch:
         thread.start()
 
     def _grade(self, stages: list[Stage], cancel: threading.Event, trigger: str) -> None:
+        from theinference.screen import WatchScreen
+
+        screen = WatchScreen(self.out, self.session, self.keys.single_keys) if self.screen else None
         try:
-            result = run(self.session, stages, cancel, trigger)
+            if screen is None:
+                result = run(self.session, stages, cancel, trigger)
+            else:
+                listener = screen.listener(trigger, cancel)
+                result = run(self._quiet_session(), stages, cancel, trigger, listener)
+                screen.close()
+                if not result.cancelled:
+                    screen.draw(result)
         except Exception as exc:  # the watcher outlives anything, its own surprises included
             from theinference.report import print_error
 
             print_error(f"the run failed inside the grader: {type(exc).__name__}: {exc}")
-            self.events.put(("done", exits.NOT_PASSED))
+            self.events.put(("done", (exits.NOT_PASSED, False)))
             return
+        finally:
+            if screen is not None:
+                screen.close()
         if not result.cancelled:
-            self.events.put(("done", exit_code(result)))
+            self.last_result = result
+            self.events.put(("done", (exit_code(result), screen is not None)))
+
+    def _quiet_session(self) -> Session:
+        """The session without its terminal report: the screen draws instead (result files
+        are still written)."""
+        return replace(self.session, renderer=None)
+
+    def _next_stage(self) -> None:
+        """Key n: watch the stage after the last one watched, in course order."""
+        from theinference.report import print_cancelled
+
+        order = [s.slug for s in self.session.all_stages]
+        last = self.session.stages[-1].slug if self.session.stages else order[0]
+        position = order.index(last) if last in order else -1
+        if position + 1 >= len(order):
+            print_cancelled(self.out, f"{last} is the last stage")
+            return
+        following = self.session.all_stages[position + 1]
+        self.session.stages = [following]
+        self._start(self.session.stages, f"next stage: {following.slug}")
+
+    def _show_hint(self) -> None:
+        """Key h: the guidance of the stage in focus, and its last diagnosis, below the screen."""
+        from theinference.screen import hint_block
+
+        graded = {s.slug: s for s in self.last_result.stages} if self.last_result else {}
+        focus = next(
+            (
+                s
+                for s in self.session.stages
+                if graded.get(s.slug) is None or graded[s.slug].status.value != "passed"
+            ),
+            self.session.stages[-1],
+        )
+        self.out.print(hint_block(focus.slug, focus.title, focus.guidance, graded.get(focus.slug)))
 
     def _stop_current(self, reason: str) -> None:
         if self.current is None:
@@ -233,9 +288,9 @@ class KeyReader:
         key = key.lower()
         if key in ("r", "\n", "\r"):
             self.events.put(("key", "r"))
-        elif key in ("a", "q"):
+        elif key in ("a", "q", "n", "h"):
             self.events.put(("key", key))
 
 
-def watch_loop(session: Session, poll: bool = False) -> int:
-    return Watch(session, poll).loop()
+def watch_loop(session: Session, poll: bool = False, clear: bool = True) -> int:
+    return Watch(session, poll, clear).loop()

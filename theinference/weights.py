@@ -5,11 +5,16 @@ openai-community/gpt2 through huggingface_hub) and a path to any GPT-2-family .s
 Whatever the source, the student's process is handed a *canonical* file (exactly the GPT-2
 tensors, float32, no `transformer.` prefix, no attention-mask buffers), so the template's
 small loader never meets a layout it cannot read.
+
+The oracle never reads that file while grading: every load reads the whole checkpoint into the
+grader's own memory and hashes exactly those bytes (about 1 s for 500 MB), so nothing written to
+the file later, in place and with its times put back or not, can move the oracle's answers, and
+a synthetic file altered since it was made is noticed on the next load and made again. No
+memo of hashes is kept on disk: a memo the student's process can write is a memo it can forge.
 """
 
 import fcntl
 import hashlib
-import json
 import os
 import re
 from collections.abc import Iterator
@@ -21,7 +26,7 @@ import numpy as np
 
 from theinference import synthetic
 from theinference.config import ModelConfig, expected_shapes
-from theinference.safetensors_io import SafetensorsError, map_tensors, write_file
+from theinference.safetensors_io import SafetensorsError, map_tensors, tensors_in, write_file
 
 HF_REPO = "openai-community/gpt2"
 # pinned: a re-upload of the repository cannot move the oracle under a course
@@ -40,7 +45,8 @@ class Weights:
     path: Path  # the canonical float32 file the student's process reads
     sha256: str
     config: ModelConfig
-    tensors: dict[str, np.ndarray]  # memory-mapped, read-only
+    tensors: dict[str, np.ndarray]  # the grader's private read-only copy, hashed as read
+    notes: tuple[str, ...] = ()  # e.g. an altered cached file that was made again
 
     @property
     def short_hash(self) -> str:
@@ -63,8 +69,8 @@ def cache_dir() -> Path:
 def load_weights(spec: str, base_dir: Path) -> Weights:
     """Resolve a `--weights` value (synthetic | gpt2 | path) to mapped, checked weights."""
     if spec == "synthetic":
-        path = synthetic_checkpoint()
-        return _open(spec, path, synthetic.SYNTHETIC_SHA256)
+        path, buffer, notes = _verified_synthetic()
+        return _open(spec, path, buffer, synthetic.SYNTHETIC_SHA256, notes)
     if spec == "gpt2":
         return _open_user_file("gpt2", download_gpt2())
     path = (base_dir / spec).expanduser()
@@ -80,23 +86,36 @@ def load_weights(spec: str, base_dir: Path) -> Weights:
 
 def synthetic_checkpoint() -> Path:
     """The synthetic checkpoint's path, generating it once (under a lock, atomically)."""
+    return _verified_synthetic()[0]
+
+
+def _verified_synthetic() -> tuple[Path, np.ndarray, tuple[str, ...]]:
+    """The synthetic file, its bytes as read and hashed, and a note if it had to be remade
+    (absent is normal; present with other bytes means something altered it)."""
     path = cache_dir() / f"synthetic-gpt2-124m-v{synthetic.SYNTHETIC_VERSION}.safetensors"
-    if _intact(path):
-        return path
+    buffer = _read_if_intact(path)
+    if buffer is not None:
+        return path, buffer, ()
     with _locked(path):
-        if not _intact(path):  # another grader may have made it while we waited
-            path.unlink(missing_ok=True)  # damaged or rewritten: make it again
-            _write_atomically(path, synthetic.synthetic_tensors(), synthetic.SYNTHETIC_SHA256)
-    return path
+        buffer = _read_if_intact(path)  # another grader may have made it while we waited
+        if buffer is not None:
+            return path, buffer, ()
+        altered = path.exists()
+        path.unlink(missing_ok=True)
+        _write_atomically(path, synthetic.synthetic_tensors(), synthetic.SYNTHETIC_SHA256)
+        buffer = _read_if_intact(path)
+    if buffer is None:
+        raise WeightsError(f"{path} changed while it was being made: is another program writing?")
+    note = f"the synthetic weights in {path.parent} had been altered: they were made again"
+    return path, buffer, (note,) if altered else ()
 
 
-def _intact(path: Path) -> bool:
-    """Present with its recorded bytes. Hashed once per (size, mtime), so a file rewritten
-    after it was made (by anything, a student's code included) is noticed and replaced."""
+def _read_if_intact(path: Path) -> np.ndarray | None:
     try:
-        return path.exists() and file_sha256(path) == synthetic.SYNTHETIC_SHA256
+        buffer, digest = read_private(path)
     except OSError:
-        return False
+        return None
+    return buffer if digest == synthetic.SYNTHETIC_SHA256 else None
 
 
 # --- real GPT-2 through the Hub --------------------------------------------------------------
@@ -124,7 +143,8 @@ def download_gpt2() -> Path:
 def _open_user_file(name: str, path: Path) -> Weights:
     """Check a user's checkpoint; hand over a canonical copy if its layout is not canonical."""
     try:
-        tensors = map_tensors(path)
+        buffer, digest = read_private(path)
+        tensors = tensors_in(buffer, path)
     except SafetensorsError as exc:
         raise WeightsError(str(exc)) from None
     except OSError as exc:
@@ -133,14 +153,27 @@ def _open_user_file(name: str, path: Path) -> Weights:
     config = infer_config(canonical, path)
     check_shapes(canonical, config, path)
     if _is_canonical(tensors, canonical):
-        return _open(name, path, file_sha256(path))
-    digest = file_sha256(path)
+        return Weights(name, path.resolve(), digest, config, tensors)
     copy = cache_dir() / f"canonical-{digest[:16]}.safetensors"
-    if not copy.exists():
+    notes = ()
+    if not _holds(copy, canonical):
         with _locked(copy):
-            if not copy.exists():
-                _write_atomically(copy, {k: np.asarray(v) for k, v in canonical.items()})
-    return _open(name, copy, digest)
+            if not _holds(copy, canonical):
+                notes = (f"{copy} had been altered: it was made again",) if copy.exists() else ()
+                copy.unlink(missing_ok=True)
+                _write_atomically(copy, canonical)
+    return Weights(name, copy.resolve(), digest, config, canonical, notes)
+
+
+def _holds(copy: Path, canonical: dict[str, np.ndarray]) -> bool:
+    """The student's canonical copy holds exactly the tensors the oracle uses."""
+    try:
+        mapped = map_tensors(copy)
+    except (SafetensorsError, OSError):
+        return False
+    return mapped.keys() == canonical.keys() and all(
+        np.array_equal(mapped[k], canonical[k]) for k in canonical
+    )
 
 
 def canonicalise(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -201,36 +234,47 @@ def check_shapes(tensors: dict[str, np.ndarray], config: ModelConfig, path: Path
 # --- shared plumbing -------------------------------------------------------------------------
 
 
-def _open(name: str, path: Path, sha256: str) -> Weights:
+def _open(name: str, path: Path, buffer: np.ndarray, sha256: str, notes=()) -> Weights:
     try:
-        tensors = map_tensors(path)
-    except (SafetensorsError, OSError) as exc:
-        raise WeightsError(f"cannot map weights {path}: {exc}") from None
+        tensors = tensors_in(buffer, path)
+    except SafetensorsError as exc:
+        raise WeightsError(f"cannot read weights {path}: {exc}") from None
     config = infer_config(tensors, path)
     check_shapes(tensors, config, path)
-    return Weights(name=name, path=path.resolve(), sha256=sha256, config=config, tensors=tensors)
+    return Weights(name, path.resolve(), sha256, config, tensors, tuple(notes))
 
 
-def file_sha256(path: Path) -> str:
-    """sha256 of a file, memoised by (path, size, mtime) so a large file is hashed once."""
-    known = _read_json(_hash_memo())
-    return known.get(_memo_key(path)) or _remember_sha256(path, _sha256_of(path))
+def read_private(path: Path) -> tuple[np.ndarray, str]:
+    """The whole file read into this process's own memory ([size] uint8, read-only), and the
+    sha256 of exactly those bytes: what the oracle computes on is what was checked. The last
+    file read is kept in memory while its inode, size, mtime and ctime stay the same (a write
+    moves ctime, and os.utime cannot put ctime back), so a process loading it again (tests,
+    verify) does not pay twice; the memo lives in this process only, where nothing can forge it."""
+    key = _stat_key(path)
+    if key in _LAST_READ:
+        return _LAST_READ[key]
+    buffer = np.empty(key[3], dtype=np.uint8)
+    view, h, done = memoryview(buffer), hashlib.sha256(), 0
+    with path.open("rb", buffering=0) as f:
+        while done < buffer.size:
+            got = f.readinto(view[done : done + (1 << 24)])
+            if not got:
+                raise OSError(f"{path} shrank while it was read")
+            h.update(view[done : done + got])
+            done += got
+    buffer.flags.writeable = False
+    if _stat_key(path) == key:  # nothing wrote to it while it was read
+        _LAST_READ.clear()
+        _LAST_READ[key] = (buffer, h.hexdigest())
+    return buffer, h.hexdigest()
 
 
-def _remember_sha256(path: Path, digest: str) -> str:
-    known = _read_json(_hash_memo())
-    known[_memo_key(path)] = digest
-    _try_write_json(_hash_memo(), known)
-    return digest
+_LAST_READ: dict[tuple, tuple[np.ndarray, str]] = {}
 
 
-def _hash_memo() -> Path:
-    return cache_dir() / "hashes.json"
-
-
-def _memo_key(path: Path) -> str:
+def _stat_key(path: Path) -> tuple:
     st = path.stat()
-    return f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}"
+    return (str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _sha256_of(path: Path) -> str:
@@ -239,25 +283,6 @@ def _sha256_of(path: Path) -> str:
         while chunk := f.read(1 << 24):
             h.update(chunk)
     return h.hexdigest()
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def _try_write_json(path: Path, data: dict) -> None:
-    # a memo only: a full disk or read-only cache costs a re-hash next time, nothing more
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data))
-        os.replace(tmp, path)
-    except OSError:
-        pass
 
 
 @contextmanager
@@ -286,7 +311,6 @@ def _write_atomically(path: Path, tensors: dict[str, np.ndarray], sha256: str | 
             )
         tmp.chmod(0o444)
         os.replace(tmp, path)
-        _remember_sha256(path, digest)  # a rename keeps size and mtime: no second hashing
     except OSError as exc:
         raise WeightsError(f"cannot write {path}: {exc.strerror} (is the disk full?)") from None
     finally:

@@ -12,6 +12,7 @@ import os
 import resource
 import struct
 import sys
+import time
 import traceback
 
 MAX_ITEMS = 4096  # items described per list when a return value is not one numeric array
@@ -75,7 +76,8 @@ def call_adapter(adapters, request: dict, course_dir: str) -> dict:
         }
     except ValueError:
         pass  # builtins without a signature: just call them
-    probe = install_probe(adapters, request.get("probe"))
+    probe = install_probe(adapters, request.get("probe"), course_dir)
+    started = time.process_time()
     try:
         value = fn(*args)
     except NotImplementedError as exc:
@@ -88,54 +90,148 @@ def call_adapter(adapters, request: dict, course_dir: str) -> dict:
             "traceback": student_traceback(exc, course_dir),
         }
     finally:
+        cpu_seconds = time.process_time() - started
         probe.remove()
-    return {"outcome": "returned", "value": value, "probe": probe.report()}
+    report = probe.report(cpu_seconds)
+    return {"outcome": "returned", "value": value, "probe": report, "cpu_seconds": cpu_seconds}
+
+
+# --- the cache-use probes ------------------------------------------------------------------
 
 
 class Probe:
-    """The cache-use probe: after the adapter's call to prefill(prompt_ids, w, mc) returns,
-    zero every K and V row it left in mc.layers, in place, and read them back to confirm. A
-    decode that still gives the right logits cannot have read the cache."""
-
-    def __init__(self, adapters, wanted: bool):
-        self.adapters = adapters
-        self.original = getattr(adapters, "prefill", None) if wanted else None
-        self.state = {"applied": False, "reason": "prefill was never called"}
-        if wanted and not callable(self.original):
-            self.state["reason"] = "tests/adapters.py does not call prefill by that name"
-        elif wanted:
-            adapters.prefill = self._wrapped
-
-    def _wrapped(self, prompt_ids, w, mc, *rest, **named):
-        out = self.original(prompt_ids, w, mc, *rest, **named)
-        self.state = zero_cache(mc)
-        return out
+    """No probe: nothing altered, nothing measured beyond the call's own CPU time."""
 
     def remove(self) -> None:
-        if callable(self.original):
-            self.adapters.prefill = self.original
+        pass
 
-    def report(self):
-        return self.state if self.original is not None else None
-
-
-def install_probe(adapters, probe):
-    return Probe(adapters, probe == "zero_cache_after_prefill")
+    def report(self, cpu_seconds: float):
+        return None
 
 
-def zero_cache(mc) -> dict:
+class ZeroCacheAfterPrefill(Probe):
+    """After each call of the student's prefill (any function named `prefill` in a module of
+    the course, whatever name the adapter imports it under), zero in place every float array
+    reachable from its cache argument, whatever the layout (mc.layers[l].k, a preallocated
+    buffer, K/V kept per head, a private array behind a `.k` property). A decode that still
+    gives the right logits cannot have read the cache."""
+
+    def __init__(self, course_dir: str):
+        self.patched: list[tuple[object, str, object]] = []
+        self.state = {"applied": False, "reason": "prefill was never called", "zeroed": 0}
+        for module, attr, fn in functions_named("prefill", course_dir):
+            self.patched.append((module, attr, fn))
+            setattr(module, attr, self._wrap(fn))
+        if not self.patched:
+            self.state["reason"] = "src/kvcache.py has no function named prefill"
+
+    def _wrap(self, original):
+        def prefill(prompt_ids, w, *rest, **named):
+            out = original(prompt_ids, w, *rest, **named)
+            zeroed = zero_arrays([*rest, *named.values()], skip=array_ids(w))
+            total = self.state["zeroed"] + zeroed
+            why = "" if total else "prefill left no K/V values in mc: nothing a decode could read"
+            self.state = {"applied": total > 0, "reason": why, "zeroed": total}
+            return out
+
+        return prefill
+
+    def remove(self) -> None:
+        for module, attr, fn in self.patched:
+            setattr(module, attr, fn)
+
+    def report(self, cpu_seconds: float):
+        return self.state
+
+
+class CpuAgainst(Probe):
+    """Time a baseline call (the student's own recompute of the same length) before the case's
+    call: process CPU time, every thread of the student's process, not wall time."""
+
+    def __init__(self, adapters, baseline: dict):
+        self.state: dict = {"kind": "cpu_against", "baseline_error": None}
+        fn = getattr(adapters, str(baseline.get("adapter")), None)
+        if not callable(fn):
+            self.state["baseline_error"] = f"tests/adapters.py has no {baseline.get('adapter')}()"
+            return
+        started = time.process_time()
+        try:
+            fn(*baseline.get("args", []))
+        except BaseException as exc:  # noqa: BLE001 (reported, and the check then fails)
+            self.state["baseline_error"] = describe_exception(exc)
+            return
+        self.state["baseline_cpu_seconds"] = time.process_time() - started
+
+    def report(self, cpu_seconds: float):
+        return {**self.state, "cpu_seconds": cpu_seconds}
+
+
+def install_probe(adapters, probe, course_dir: str) -> Probe:
+    kind = probe.get("kind") if isinstance(probe, dict) else None
+    if kind == "zero_cache_after_prefill":
+        return ZeroCacheAfterPrefill(course_dir)
+    if kind == "cpu_against":
+        return CpuAgainst(adapters, probe.get("baseline") or {})
+    return Probe()
+
+
+def functions_named(name: str, course_dir: str) -> list[tuple[object, str, object]]:
+    """(module, attribute, function) for every function called `name` (by its own name, so
+    aliases count) held by a module loaded from the course directory."""
+    root = os.path.realpath(course_dir) + os.sep
+    found = []
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None) or ""
+        if not os.path.realpath(path).startswith(root):
+            continue
+        for attr, value in list(vars(module).items()):
+            if inspect.isfunction(value) and value.__name__ == name:
+                found.append((module, attr, value))
+    return found
+
+
+def array_ids(root) -> set[int]:
+    """ids of the arrays reachable from the weights, which the probe must never touch."""
+    seen: set[int] = set()
+    arrays: list = []
+    walk(root, arrays, seen, depth=0)
+    return {id(a) for a in arrays}
+
+
+def zero_arrays(roots: list, skip: set[int]) -> int:
+    """Zero, in place, every writeable float array reachable from roots; how many values."""
+    arrays: list = []
+    seen: set[int] = set()
+    for root in roots:
+        walk(root, arrays, seen, depth=0)
+    zeroed = 0
+    for array in arrays:
+        if id(array) not in skip and array.dtype.kind == "f" and array.flags.writeable:
+            array[...] = 0
+            zeroed += array.size
+    return zeroed
+
+
+def walk(obj, arrays: list, seen: set[int], depth: int) -> None:
     import numpy as np
 
-    try:
-        for layer in mc.layers:
-            for name in ("k", "v"):
-                rows = np.asarray(getattr(layer, name))
-                rows[...] = 0
-                if np.any(np.asarray(getattr(layer, name))):  # a copy, not the cache itself
-                    return {"applied": False, "reason": f"mc.layers[i].{name} is a copy"}
-    except Exception as exc:  # noqa: BLE001 (any layout we cannot reach into)
-        return {"applied": False, "reason": f"could not reach mc.layers: {exc}"}
-    return {"applied": True, "reason": ""}
+    if id(obj) in seen or depth > 6:
+        return
+    seen.add(id(obj))
+    if isinstance(obj, np.ndarray):
+        arrays.append(obj.base if isinstance(obj.base, np.ndarray) else obj)
+        return
+    if isinstance(obj, (str, bytes, int, float, type)) or callable(obj):
+        return
+    if isinstance(obj, dict):
+        children = list(obj.values())
+    elif isinstance(obj, (list, tuple)):
+        children = list(obj)
+    else:
+        slots = [n for n in getattr(type(obj), "__slots__", ()) if hasattr(obj, n)]
+        children = [*getattr(obj, "__dict__", {}).values(), *(getattr(obj, n) for n in slots)]
+    for child in children:
+        walk(child, arrays, seen, depth + 1)
 
 
 def signature_of(fn) -> str:
@@ -154,11 +250,14 @@ def describe_exception(exc: BaseException) -> str:
         limit = f"{MEMORY_LIMIT / 2**30:g} GiB" if MEMORY_LIMIT else "none"
         return f"MemoryError: the code ran out of memory (the grader's limit: {limit})"
     text = str(exc)
+    if (hint := suggestion(exc)) and "Did you mean" not in text:
+        text += f". Did you mean: '{hint}'?"
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def student_traceback(exc: BaseException, course_dir: str) -> str:
-    """The traceback trimmed to frames in the course directory, paths made relative to it."""
+    """The traceback trimmed to frames in the course directory, paths made relative to it, each
+    frame once, ending with Python's own message and its "Did you mean" suggestion."""
     root = os.path.realpath(course_dir) + os.sep
     frames = [
         f
@@ -169,11 +268,36 @@ def student_traceback(exc: BaseException, course_dir: str) -> str:
     for frame in frames:
         frame.filename = os.path.relpath(os.path.realpath(frame.filename), root)
     lines += traceback.format_list(frames)
-    if isinstance(exc, SyntaxError) and exc.filename:
-        rel = os.path.relpath(os.path.realpath(exc.filename), root)
-        lines.append(f'  File "{rel}", line {exc.lineno}\n    {(exc.text or "").strip()}\n')
-    lines += traceback.format_exception_only(type(exc), exc)
-    return "".join(lines)
+    shown = traceback.TracebackException.from_exception(exc)
+    if isinstance(exc, SyntaxError) and shown.filename:  # its own "File ..." line, shown once
+        shown.filename = os.path.relpath(os.path.realpath(shown.filename), root)
+    last = list(shown.format_exception_only())
+    if last and (hint := suggestion(exc)) and "Did you mean" not in last[-1]:
+        last[-1] = last[-1].rstrip("\n") + f". Did you mean: '{hint}'?\n"
+    return "".join(lines + last)
+
+
+def suggestion(exc: BaseException) -> str | None:
+    """Python 3.12 puts "Did you mean" into the traceback module's text; 3.11 prints it only
+    from the interpreter's own hook. The same idea: the closest name that exists."""
+    import difflib
+
+    missing = getattr(exc, "name", None)
+    if not isinstance(missing, str) or not isinstance(exc, (NameError, AttributeError)):
+        return None
+    if isinstance(exc, AttributeError):
+        try:
+            known = dir(exc.obj)
+        except Exception:  # noqa: BLE001 (an object whose __dir__ raises)
+            return None
+    else:
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        frame = tb.tb_frame if tb is not None else None
+        known = [*frame.f_locals, *frame.f_globals, *dir(__builtins__)] if frame else []
+    close = difflib.get_close_matches(missing, [k for k in known if k != missing], n=1)
+    return close[0] if close else None
 
 
 def flush_student_output() -> None:

@@ -1,8 +1,16 @@
-"""Every check a stage spec can name, by name."""
+"""Every check a stage spec can name, by name: each stage's checks live in the module named
+after it (checks/build_prefill.py for build-prefill) and register themselves when imported."""
 
-from theinference.checks import generation, seed_stages
-from theinference.checks.common import Check, OracleRuns, Verdict
+import importlib
+import pkgutil
 
-CHECKS: dict[str, Check] = {**seed_stages.CHECKS, **generation.CHECKS}
+from theinference.checks.common import CHECKS, Check, Verdict
+from theinference.checks.recompute import Recompute
 
-__all__ = ["CHECKS", "Check", "OracleRuns", "Verdict"]
+SHARED = {"common", "recompute", "values", "cost"}  # helpers, not stages
+
+for _module in pkgutil.iter_modules(__path__):
+    if _module.name not in SHARED:
+        importlib.import_module(f"{__name__}.{_module.name}")
+
+__all__ = ["CHECKS", "Check", "Recompute", "Verdict"]

@@ -1,190 +1,106 @@
-"""What every check shares: verdicts, the oracle's runs, and turning a returned value into an
-array or a message that says why it cannot be one."""
+"""What every check shares: the verdict it gives, how it is declared, and its stage's words.
 
+A check is declared where it is defined, in the module named after its stage
+(checks/build_prefill.py for build-prefill), by decorating its judge:
+
+    @check("prefill_logits", adapter="run_prefill", arguments=..., expect=...)
+    def prefill_logits(value, args, ask, tol, config) -> Verdict:
+        '''The last prompt position's logits equal the recompute's.'''
+
+The docstring is what the student reads about the check; the words it says (hints, messages)
+come from the stage's TOML through `say`.
+"""
+
+import inspect
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from theinference import oracle
-from theinference.compare import Comparison, Tolerance, compare
+from theinference.compare import Tolerance
 from theinference.config import ModelConfig
-from theinference.results import Status
-from theinference.runner import Foreign
-from theinference.stages import Case
+from theinference.results import Finding
+from theinference.stages import Case, stage_words
 
 
 @dataclass
-class Verdict:
-    status: Status
-    message: str = ""
-    hint: str = ""
-    comparisons: list[Comparison] = field(default_factory=list)
-    steps: list[float] | None = None  # worst error per step, in tolerances (multi-step stages)
-    tokens: dict | None = None  # generate-loop: yours, expected, first_divergence
-    actual: np.ndarray | None = None  # the student's numbers, when they failed the comparison
-    suspected_bug: str | None = None  # a catalogued bug id the judge recognised by itself
+class Verdict(Finding):
+    """A check's finding, with the student's numbers when they failed the comparison (kept
+    only while the stage is diagnosed: a case's result carries the finding alone)."""
+
+    actual: np.ndarray | None = None
 
 
 class Rejected(Exception):
     """The returned value cannot be compared at all (wrong type, shape, NaN)."""
 
 
-Ask = Callable[[list], object]  # the oracle's answer for some arguments (cached)
+Ask = Callable[[list], object]  # the recompute's answer for some arguments (cached)
+Judge = Callable[[object, list, Ask, Tolerance, ModelConfig], Verdict]
 
 
 @dataclass(frozen=True)
 class Check:
-    """`arguments` turns a case into the adapter's arguments; `expect` is the oracle's answer
-    to a question; `judge` validates the student's value and asks the oracle what it needs
-    (usually the case's own arguments; generate-loop asks about the student's own tokens)."""
+    """`arguments` turns a case into the adapter's arguments; `expect` is the recompute's
+    answer to a question; `judge` validates the student's value and asks what it needs
+    (usually the case's own arguments; generate-loop asks about the student's own tokens).
+    `probe`, given the arguments, asks the student's process to measure or alter something
+    during the call (see worker.py); the judge then gets (value, what the probe saw)."""
 
+    name: str
+    stage: str  # the slug of the stage whose module declares it
+    description: str  # the judge's docstring: what the student reads about this check
     adapter: str
     arguments: Callable[[Case, ModelConfig], list]
-    expect: Callable[["OracleRuns", list], object]
-    judge: Callable[[object, list, Ask, Tolerance, ModelConfig], Verdict]
-    probe: str = ""  # asks the worker to alter the student's cache mid-call (see worker.py)
-    second_path: Callable[["OracleRuns", list], np.ndarray] | None = None  # for the noise floor
+    expect: Callable[..., object]  # (Recompute, args) -> the answer
+    judge: Judge
+    probe: Callable[[list], dict] | None = None
+    second_path: Callable[..., np.ndarray] | None = None  # for the noise floor
 
 
-class OracleRuns:
-    """The oracle over one weights file, remembering the last few forwards (a stage's cases
-    often share a prompt, e.g. prefill logits and prefill cache)."""
-
-    def __init__(self, tensors: dict, config: ModelConfig):
-        self.w = tensors
-        self.config = config
-        self._forwards: dict[tuple[int, ...], oracle.Forward] = {}
-
-    def forward(self, ids: list[int]) -> oracle.Forward:
-        key = tuple(ids)
-        if key not in self._forwards:
-            if len(self._forwards) >= 4:
-                self._forwards.pop(next(iter(self._forwards)))
-            self._forwards[key] = oracle.forward(ids, self.w, self.config.n_layer)
-        return self._forwards[key]
-
-    def last_logits(self, ids: list[int]) -> np.ndarray:
-        # [vocab]: from a full forward if one is at hand, else from a last-row-only one
-        full = self._forwards.get(tuple(ids))
-        if full is not None:
-            return oracle.logits_at(full.hidden, self.w, [len(ids) - 1])[0]
-        f = oracle.forward(ids, self.w, self.config.n_layer, last_only=True)
-        return oracle.logits_at(f.hidden, self.w, [0])[0]
-
-    def layer0_attention_last(self, ids: list[int]) -> np.ndarray:
-        # [d]: layer 0's attention-sublayer output (residual included) at the last position
-        out, _ = oracle.attn_sublayer(oracle.embed(ids, self.w), self.w, 0)
-        return out[-1]
-
-    # --- the same answers along the cached path: their difference is the float32 noise -----
-
-    def last_logits_cached_path(self, ids: list[int]) -> np.ndarray:
-        # [vocab]: the prefix recomputed, then the last token through its cache
-        if len(ids) == 1:  # no prefix: the same row inside a larger batch instead
-            f = oracle.forward(ids + ids, self.w, self.config.n_layer)
-            return oracle.logits_at(f.hidden, self.w, [0])[0]
-        past = oracle.forward(ids[:-1], self.w, self.config.n_layer).kv
-        f = oracle.extend(ids[-1:], self.w, self.config.n_layer, past)
-        return oracle.logits_at(f.hidden, self.w, [0])[0]
-
-    def layer0_attention_cached_path(self, ids: list[int]) -> np.ndarray:
-        # [d]
-        x = oracle.embed(ids, self.w)
-        if len(ids) == 1:
-            out, _ = oracle.attn_sublayer(oracle.embed(ids * 2, self.w), self.w, 0)
-            return out[0]
-        _, past = oracle.attn_sublayer(x[:-1], self.w, 0)
-        out, _ = oracle.attn_sublayer(x[-1:], self.w, 0, past)
-        return out[0]
+CHECKS: dict[str, Check] = {}
 
 
-# --- turning a returned value into an array, or saying why it cannot be --------------------
+def stage_of(module: str) -> str:
+    """theinference.checks.build_prefill -> build-prefill"""
+    return module.rsplit(".", 1)[-1].replace("_", "-")
 
 
-def as_float_array(value, what: str) -> np.ndarray:
-    if value is None:
-        raise Rejected(f"returned None, expected {what}: did a function forget to `return`?")
-    if isinstance(value, Foreign):
-        raise Rejected(f"returned a {value.type}, expected {what}")
-    if isinstance(value, list):
-        try:
-            value = np.stack([as_float_array(v, what) for v in value])
-        except (Rejected, ValueError):
-            raise Rejected(
-                f"returned a list whose items are not numbers of one shape, expected {what}"
-            ) from None
-    kind = value.dtype.kind
-    if kind == "c":
-        raise Rejected(f"returned complex numbers, expected {what} (real floats)")
-    if kind in "biu":
-        raise Rejected(
-            f"returned {value.dtype} values, expected {what} as floats: "
-            "an argmax or token ids instead of the values themselves?"
+def check(name: str, *, adapter: str, arguments, expect, probe=None, second_path=None):
+    """Register the decorated judge as check `name` of its module's stage."""
+
+    def register(judge: Judge) -> Judge:
+        if name in CHECKS:
+            raise ValueError(f"check {name} is declared twice")
+        CHECKS[name] = Check(
+            name=name,
+            stage=stage_of(judge.__module__),
+            description=inspect.getdoc(judge) or "",
+            adapter=adapter,
+            arguments=arguments,
+            expect=expect,
+            judge=judge,
+            probe=probe,
+            second_path=second_path,
         )
-    return value
+        return judge
+
+    return register
 
 
-def check_finite(a: np.ndarray, what: str) -> None:
-    bad = ~np.isfinite(a)
-    if bad.any():
-        first = tuple(int(i) for i in np.argwhere(bad)[0])
-        kind = "NaN" if np.isnan(a[first]) else "Inf"
-        raise Rejected(
-            f"{what} contain {int(bad.sum())} non-finite value(s): {kind} first at "
-            f"index {list(first)}"
-        )
+class Words:
+    """A stage's words from its TOML, read when first spoken: `say("handoff")`, or with the
+    figures a message needs, `say("recomputes", seconds=25.3, ratio=21)`."""
 
+    def __init__(self, module: str):
+        self.stage = stage_of(module)
+        self._words: dict[str, str] | None = None
 
-def shape_hint(got: tuple, want: tuple, config: ModelConfig) -> str:
-    d, vocab = config.n_embd, config.vocab_size
-    if want == (vocab,) and got == (d,):
-        return f"expected {vocab} logits, got {d}: is this the hidden state before the unembed?"
-    if want[-1:] == got[-1:] and len(got) == len(want) + 1:
-        return (
-            f"expected shape {list(want)}, got {list(got)}: one row per position? "
-            "Return only the last position's row."
-        )
-    if want == (d,) and got == (vocab,):
-        return f"expected a [{d}] hidden vector, got {vocab} values: these look like logits"
-    if int(np.prod(got)) == int(np.prod(want)):
-        return f"expected shape {list(want)}, got {list(got)}: right numbers, wrong shape?"
-    return f"expected shape {list(want)}, got {list(got)}"
+    def __call__(self, key: str, **figures) -> str:
+        if self._words is None:
+            self._words = stage_words(self.stage)
+        text = self._words[key]
+        return text.format(**figures) if figures else text
 
-
-def checked_array(value, want: tuple, config: ModelConfig, label: str) -> np.ndarray:
-    """The value as a finite float array of exactly the wanted shape, else Rejected."""
-    actual = as_float_array(value, f"{label} of shape {list(want)}")
-    if actual.shape != want:
-        raise Rejected(shape_hint(actual.shape, want, config))
-    check_finite(actual, label)
-    return actual
-
-
-def vector_verdict(
-    value,
-    want: tuple,
-    expected: Callable[[], np.ndarray],
-    tol: Tolerance,
-    config: ModelConfig,
-    label: str,
-    hint: str,
-) -> Verdict:
-    """Validate first (no oracle time for a wrong type or shape), then compare."""
-    try:
-        actual = checked_array(value, want, config, label)
-    except Rejected as exc:
-        return Verdict(Status.FAILED, message=str(exc))
-    c = compare(label, actual, expected(), tol, logits=label == "logits")
-    if c.passed:
-        return Verdict(Status.PASSED, comparisons=[c])
-    return Verdict(
-        Status.FAILED, message=mismatch_message(c), hint=hint, comparisons=[c], actual=actual
-    )
-
-
-def mismatch_message(c: Comparison) -> str:
-    return (
-        f"{c.label}: {c.mismatched}/{c.total} values outside tolerance "
-        f"({c.mismatched_percent:.1f}%), worst {c.worst:.3g}x the tolerance"
-    )
+    def number(self, key: str) -> float:
+        return float(self(key))

@@ -1,0 +1,220 @@
+// Reference solution for src/kvcache.ts: every stage passes. Never shipped to students.
+//
+// The planted-bug tests edit this text (see bugs.toml), so each line a bug touches is kept
+// unique and plain.
+
+import {
+  HEAD_DIM,
+  type Rows,
+  type Weights,
+  addRows,
+  block,
+  dot,
+  embed,
+  lnRows,
+  matmul,
+  mlp,
+  nCtx,
+  nHead,
+  nLayer,
+  qkv,
+  recomputeLogits,
+  softmax,
+  unembed,
+} from "./gpt2.ts";
+
+export { NotImplementedError, embed, loadWeights } from "./gpt2.ts";
+
+export class LayerCache {
+  k: Float32Array[][];
+  v: Float32Array[][];
+
+  constructor(heads = 12) {
+    this.k = Array.from({ length: heads }, () => []);
+    this.v = Array.from({ length: heads }, () => []);
+  }
+
+  get length(): number {
+    return this.k[0].length;
+  }
+}
+
+export class ModelCache {
+  layers: LayerCache[];
+
+  constructor(layers = 12, heads = 12) {
+    this.layers = Array.from({ length: layers }, () => new LayerCache(heads));
+  }
+}
+
+export function freshCache(w: Weights): ModelCache {
+  return new ModelCache(nLayer(w), nHead(w));
+}
+
+// k, v: [n_new, d] rows appended to every head's history
+function appendKv(cache: LayerCache, k: Rows, v: Rows): void {
+  for (let h = 0; h < cache.k.length; h++) {
+    for (const row of k) cache.k[h].push(row.slice(h * HEAD_DIM, (h + 1) * HEAD_DIM));
+    for (const row of v) cache.v[h].push(row.slice(h * HEAD_DIM, (h + 1) * HEAD_DIM));
+  }
+}
+
+// q [d] of the newest token over `upto` cached rows -> [d] merged heads, before c_proj
+function attendRows(q: Float32Array, cache: LayerCache, upto: number): Float32Array {
+  const out = new Float32Array(q.length);
+  const scores = new Float32Array(upto);
+  for (let h = 0; h < cache.k.length; h++) {
+    const qh = q.subarray(h * HEAD_DIM, (h + 1) * HEAD_DIM);
+    const keys = cache.k[h], values = cache.v[h];
+    for (let j = 0; j < upto; j++) scores[j] = dot(qh, keys[j]) / Math.sqrt(HEAD_DIM);
+    softmax(scores, upto);
+    for (let j = 0; j < upto; j++) {
+      for (let i = 0; i < HEAD_DIM; i++) out[h * HEAD_DIM + i] += scores[j] * values[j][i];
+    }
+  }
+  return out;
+}
+
+function attend(q: Float32Array, cache: LayerCache, w: Weights, layer: number): Float32Array {
+  const upto = cache.length;
+  const a = attendRows(q, cache, upto);
+  const p = `h.${layer}.attn.c_proj.`;
+  return matmul([a], w[p + "weight"], w[p + "bias"])[0];
+}
+
+export function attnStep(lnHidden: Float32Array, w: Weights, layer: number, cache: LayerCache) {
+  const [q, k, v] = qkv([lnHidden], w, layer);
+  appendKv(cache, k, v);
+  return attend(q[0], cache, w, layer);
+}
+
+export function layerAttnIncremental(X: Rows, w: Weights, layer: number): Rows {
+  const p = `h.${layer}.`;
+  const cache = new LayerCache(nHead(w));
+  return X.map((x) => {
+    const h = lnRows([x], w[p + "ln_1.weight"], w[p + "ln_1.bias"])[0];
+    const a = attnStep(h, w, layer, cache);
+    return x.map((value, i) => value + a[i]);
+  });
+}
+
+export function embedToken(tokenId: number, position: number, w: Weights): Float32Array {
+  const d = w["wte.weight"].shape[1];
+  const out = w["wte.weight"].data.slice(tokenId * d, (tokenId + 1) * d);
+  const pos = w["wpe.weight"].data.subarray(position * d, (position + 1) * d);
+  for (let i = 0; i < d; i++) out[i] += pos[i];
+  return out;
+}
+
+// [n, d] -> [n, d]: one block over the whole prompt, writing its K/V rows into cache
+function prefillLayer(X: Rows, w: Weights, layer: number, cache: LayerCache): Rows {
+  const p = `h.${layer}.`;
+  const H = lnRows(X, w[p + "ln_1.weight"], w[p + "ln_1.bias"]);
+  const [q, k, v] = qkv(H, w, layer);
+  const local = new LayerCache(nHead(w)); // the prompt's own K/V, attended over below
+  appendKv(local, k, v);
+  appendKv(cache, k, v); // the prompt's K/V, kept for decoding
+  const a = q.map((qt, t) => attendRows(qt, local, t + 1)); // causal: row t sees 0..t
+  X = addRows(X, matmul(a, w[p + "attn.c_proj.weight"], w[p + "attn.c_proj.bias"]));
+  return addRows(X, mlp(lnRows(X, w[p + "ln_2.weight"], w[p + "ln_2.bias"]), w, layer));
+}
+
+function finalLogits(x: Float32Array, w: Weights): Float32Array {
+  return unembed(lnRows([x], w["ln_f.weight"], w["ln_f.bias"])[0], w);
+}
+
+export function prefill(promptIds: number[], w: Weights, mc: ModelCache): Float32Array {
+  let X = promptIds.map((id, i) => embedToken(id, i, w));
+  for (let layer = 0; layer < nLayer(w); layer++) X = prefillLayer(X, w, layer, mc.layers[layer]);
+  return finalLogits(X[X.length - 1], w);
+}
+
+export function blockStep(x: Float32Array, w: Weights, layer: number, mc: ModelCache) {
+  const p = `h.${layer}.`;
+  const h = lnRows([x], w[p + "ln_1.weight"], w[p + "ln_1.bias"])[0];
+  const cache = mc.layers[layer];
+  x = addRows([x], [attnStep(h, w, layer, cache)])[0];
+  return addRows([x], mlp(lnRows([x], w[p + "ln_2.weight"], w[p + "ln_2.bias"]), w, layer))[0];
+}
+
+export function decodeStep(tokenId: number, position: number, w: Weights, mc: ModelCache) {
+  let x = embedToken(tokenId, position, w);
+  for (let layer = 0; layer < nLayer(w); layer++) x = blockStep(x, w, layer, mc);
+  return finalLogits(x, w);
+}
+
+export function decodeSequence(promptIds: number[], continuationIds: number[], w: Weights, mc: ModelCache): Rows {
+  prefill(promptIds, w, mc);
+  return continuationIds.map((tokenId, step) => decodeStep(tokenId, promptIds.length + step, w, mc));
+}
+
+function argmax(x: Float32Array): number {
+  let best = 0;
+  for (let i = 1; i < x.length; i++) if (x[i] > x[best]) best = i;
+  return best;
+}
+
+export function generate(promptIds: number[], maxNewTokens: number, w: Weights): number[] {
+  if (promptIds.length + maxNewTokens > nCtx(w)) {
+    throw new RangeError("prompt plus new tokens exceed the context");
+  }
+  const mc = freshCache(w);
+  let logits = prefill(promptIds, w, mc);
+  const out: number[] = [];
+  for (let step = 0; step < maxNewTokens; step++) {
+    out.push(argmax(logits));
+    if (step + 1 < maxNewTokens) logits = decodeStep(out[out.length - 1], promptIds.length + step, w, mc);
+  }
+  return out;
+}
+
+function commonPrefix(a: number[], b: number[]): number {
+  let n = 0;
+  while (n < Math.min(a.length, b.length) && a[n] === b[n]) n++;
+  return n;
+}
+
+function copyPrefix(mc: ModelCache, rows: number, heads: number): ModelCache {
+  const out = new ModelCache(mc.layers.length, heads);
+  mc.layers.forEach((src, l) => {
+    out.layers[l].k = src.k.map((head) => head.slice(0, rows));
+    out.layers[l].v = src.v.map((head) => head.slice(0, rows));
+  });
+  return out;
+}
+
+export class PrefixCache {
+  w: Weights;
+  entries: [number[], ModelCache][] = []; // prompt ids, and a cache holding all of its positions
+
+  constructor(w: Weights) {
+    this.w = w;
+  }
+
+  process(promptIds: number[]): [Float32Array, number] {
+    const w = this.w;
+    let best = 0;
+    let source: ModelCache | null = null;
+    for (const [ids, cached] of this.entries) {
+      const n = commonPrefix(ids, promptIds);
+      if (n > best) [best, source] = [n, cached];
+    }
+    const reused = Math.min(best, promptIds.length - 1);
+    let mc: ModelCache;
+    let logits: Float32Array;
+    if (reused === 0) {
+      mc = freshCache(w);
+      logits = prefill(promptIds, w, mc);
+    } else {
+      mc = copyPrefix(source!, reused, nHead(w));
+      logits = new Float32Array(0);
+      for (let position = reused; position < promptIds.length; position++) {
+        logits = decodeStep(promptIds[position], position, w, mc);
+      }
+    }
+    this.entries.push([[...promptIds], mc]);
+    return [logits, reused];
+  }
+}
+
+export const plantable = [block, embed, recomputeLogits]; // used only by planted bugs

@@ -1,0 +1,133 @@
+"""The curriculum checks itself, in the manner of rustlings' `dev check`: every stage is whole
+(spec, checks module, template stubs and adapter, reference solution, a planted bug), every
+catalogued bug is planted, and a stage lives in its own places only."""
+
+import ast
+import io
+import re
+import tokenize
+from pathlib import Path
+
+import theinference
+from tests.bugs import BUGS
+from tests.helpers import SOLUTIONS
+from theinference.checks import CHECKS
+from theinference.course import TEMPLATE_DIR
+from theinference.fingerprints import CATALOGUE
+from theinference.stages import SPEC_DIR, load_stages
+
+PACKAGE = Path(theinference.__file__).parent
+STAGES = load_stages()
+TEMPLATE_KVCACHE = (TEMPLATE_DIR / "src" / "kvcache.py").read_text()
+TEMPLATE_ADAPTERS = (TEMPLATE_DIR / "tests" / "adapters.py").read_text()
+# other code that may name a stage, and why: bench times run_prefill and run_generate
+NAMED_ELSEWHERE = {("bench.py", "generate-loop")}
+
+
+def module_of(slug: str) -> Path:
+    return PACKAGE / "checks" / f"{slug.replace('-', '_')}.py"
+
+
+def test_every_stage_has_its_spec_checks_module_stubs_adapter_solution_and_a_planted_bug():
+    """Catches a stage added (or renamed) in one place and forgotten in another."""
+    adapters = {n.name for n in ast.parse(TEMPLATE_ADAPTERS).body if isinstance(n, ast.FunctionDef)}
+    reference = (SOLUTIONS / "reference_kvcache.py").read_text()
+    planted = {bug.stage for bug in BUGS}
+    for stage in STAGES:
+        assert (SPEC_DIR / f"{stage.slug}.toml").is_file(), stage.slug
+        assert module_of(stage.slug).is_file(), f"no checks module for {stage.slug}"
+        own = [c for c in CHECKS.values() if c.stage == stage.slug]
+        assert own, f"{module_of(stage.slug).name} declares no check"
+        assert all(c.description for c in own), "every check says what it checks (docstring)"
+        for case in stage.cases:
+            assert CHECKS[case.check].stage == stage.slug, (stage.slug, case.name, case.check)
+            assert CHECKS[case.check].adapter in adapters, CHECKS[case.check].adapter
+        stubs = re.findall(rf'NotImplementedError\(\s*"{re.escape(stage.slug)}: ', TEMPLATE_KVCACHE)
+        assert stubs, f"no stub in the template names {stage.slug}"
+        assert stage.slug in planted, f"no planted bug fails {stage.slug}"
+    assert "class PrefixCache" in reference and "def prefill" in reference
+
+
+def test_every_catalogued_bug_is_planted_and_named():
+    """Catches a fingerprint the grader can name that no planted bug proves it names."""
+    named = {bug.fingerprint for bug in BUGS if bug.fingerprint}
+    missing = sorted(b.id for b in CATALOGUE if b.id not in named)
+    assert not missing, f"catalogued bugs with no planted bug in bugs.toml: {missing}"
+
+
+def test_every_stub_in_the_template_names_a_stage():
+    """Catches a stub whose NotImplementedError would not tell the student which stage it is."""
+    slugs = {s.slug for s in STAGES}
+    messages = re.findall(r'NotImplementedError\(\s*"([^"]*)"', TEMPLATE_KVCACHE)
+    assert messages
+    for message in messages:
+        assert message.split(":")[0] in slugs, message
+
+
+def test_a_stage_slug_appears_in_code_only_in_its_own_checks_module():
+    """Catches stage knowledge leaking into shared code (what would make adding a stage touch
+    more than its TOML, checks module, template and solutions). Docstrings and comments may
+    mention a stage as an example; code may not."""
+    for path in PACKAGE.rglob("*.py"):
+        if TEMPLATE_DIR in path.parents:
+            continue
+        literals = code_strings(path.read_text())
+        for stage in STAGES:
+            if path == module_of(stage.slug) or (path.name, stage.slug) in NAMED_ELSEWHERE:
+                continue
+            assert not [s for s in literals if stage.slug in s], (path.name, stage.slug)
+
+
+def code_strings(source: str) -> list[str]:
+    """Every string literal that is not a docstring."""
+    docstrings = set()
+    for node in ast.walk(ast.parse(source)):
+        body = getattr(node, "body", None)
+        first = body[0] if isinstance(body, list) and body else None
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+            docstrings.add(first.value.lineno)
+    return [
+        tok.string
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+        if tok.type == tokenize.STRING and tok.start[0] not in docstrings
+    ]
+
+
+def test_order_and_slug_are_stated_once():
+    """Catches a spec restating its slug or carrying an order that clashes with another's."""
+    for path in SPEC_DIR.glob("*.toml"):
+        assert not re.search(r"^slug\s*=", path.read_text(), re.M), path.name
+    orders = [s.order for s in STAGES]
+    assert len(set(orders)) == len(orders)
+
+
+def test_tolerances_are_quoted_from_the_spec_never_retyped():
+    """Catches a tolerance typed into prose (it would go stale when the spec's changes)."""
+    for path in SPEC_DIR.glob("*.toml"):
+        prose = [line for line in path.read_text().splitlines() if "tolerance =" not in line]
+        assert not re.search(r"\b\d(\.\d+)?e-\d\b", "\n".join(prose)), path.name
+    for path in (PACKAGE / "checks").glob("*.py"):
+        assert not re.search(r"\b\d(\.\d+)?e-\d\b", path.read_text()), path.name
+    (stage,) = [s for s in STAGES if s.slug == "single-step-attention"]
+    assert f"atol {stage.tolerance.atol:.0e}".replace("e-0", "e-") in stage.guidance
+    assert "{atol}" not in stage.guidance and "{" not in stage.words["mismatch"]
+
+
+def test_each_stage_says_its_words_once():
+    """Catches the same hint written in two places (two TOMLs, or a TOML and a module); within
+    a stage, words quote each other by name ({handoff})."""
+    owner: dict[str, str] = {}
+    for stage in STAGES:
+        for text in [stage.guidance, *stage.words.values()]:
+            for sentence in re.split(r"(?<=[.:;])\s+", " ".join(text.split())):
+                if len(sentence) > 60:
+                    assert owner.setdefault(sentence, stage.slug) == stage.slug, sentence
+    for path in (PACKAGE / "checks").glob("*.py"):
+        for literal in code_strings(path.read_text()):
+            assert "classic" not in literal and "handoff" not in literal.lower(), path.name
+
+
+def test_every_stage_draws_hidden_cases():
+    """Catches a stage whose hidden cases were forgotten (prefix-caching had none)."""
+    for stage in STAGES:
+        assert stage.hidden.get("check") in CHECKS, stage.slug

@@ -1,0 +1,167 @@
+"""Which cases a run runs, in what order, when a stage stops early, and how a run of only some
+cases is marked (partial) in results, progress and the machine formats."""
+
+import json
+from dataclasses import replace
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.bugs import planted
+from tests.helpers import make_course
+from theinference import exits
+from theinference.cli import app
+from theinference.results import CaseResult, RunResult, StageResult, Status
+
+runner = CliRunner()
+
+
+def stage_named(slug: str):
+    from theinference.stages import load_stages
+
+    return next(s for s in load_stages() if s.slug == slug)
+
+
+def test_cases_run_smallest_first_and_long_ones_last():
+    """Would catch: cases run in spec order (the 1024-token case before a one-token one), or a
+    size measure that ignores continuations and the new tokens asked for."""
+    from theinference.policy import RunPolicy, case_size, plan
+
+    for slug in ("single-step-attention", "per-step-identity", "generate-loop"):
+        ordered = plan(stage_named(slug), RunPolicy()).cases
+        sizes = [case_size(c) for c in ordered]
+        assert sizes == sorted(sizes) and len(ordered) == len(stage_named(slug).cases)
+    first = plan(stage_named("single-step-attention"), RunPolicy()).cases
+    assert first[0].name == "one token" and "whole context" in first[-1].name
+    gen = {c.name: case_size(c) for c in stage_named("generate-loop").cases}
+    assert gen["64 tokens after a 16-token prompt"] == 16 + 64
+
+
+def test_quick_leaves_out_the_long_cases_only():
+    """Would catch: --quick dropping small cases, keeping the whole-context ones, or dropping a
+    cheap must-raise case."""
+    from theinference.policy import LONG_CASE_TOKENS, RunPolicy, case_size, plan
+
+    stage = stage_named("generate-loop")
+    quick = plan(stage, RunPolicy(quick=True))
+    assert "up to the end of the context (1000 + 24 tokens)" in quick.left_out
+    assert all(case_size(c) > LONG_CASE_TOKENS for c in stage.cases if c.name in quick.left_out)
+    assert any("must raise" in c.name for c in quick.cases)
+    kept = [c for c in quick.cases if "must_raise" not in c.inputs]
+    assert all(case_size(c) <= LONG_CASE_TOKENS for c in kept)
+
+
+def test_a_case_filter_that_selects_nothing_is_a_usage_error_naming_the_cases(template_course):
+    """Would catch issue 10's forged pass: `--case nothing-matches` printing PASSED 0/0, exiting
+    0 and recording the stage as passed."""
+    result = runner.invoke(
+        app, ["test", "-C", str(template_course), "-s", "build-prefill", "--case", "nothing"]
+    )
+    assert result.exit_code == exits.USAGE, result.output
+    assert "Traceback" not in result.output
+    assert "selects no case in build-prefill" in result.output
+    assert "'one-token prompt'" in result.output and "'short prompt'" in result.output
+    assert not (template_course / ".theinference" / "progress.json").exists()
+
+
+def test_a_case_filter_selecting_nothing_anywhere_is_refused_too(template_course):
+    """Would catch: with no --stage, a filter matching no case in any stage grading nothing."""
+    result = runner.invoke(app, ["test", "-C", str(template_course), "--case", "zzz-none"])
+    assert result.exit_code == exits.USAGE and "selects no case in any stage" in result.output
+
+
+def test_quick_is_refused_with_machine_formats(template_course, tmp_path):
+    """Would catch: a CI result (JSON, JUnit, Gradescope) computed on a subset of cases."""
+    for extra in (["--format", "json"], ["--json", str(tmp_path / "r.json")]):
+        result = runner.invoke(app, ["test", "-C", str(template_course), "--quick", *extra])
+        assert result.exit_code == exits.USAGE and "--quick" in result.output
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_a_first_case_todo_stops_its_stage_and_lists_the_rest(template_course, weights):
+    """Would catch: a stage not yet started running every case (43 s of NotImplementedError),
+    or the cases it skipped counted as todo evidence or as a partial verdict."""
+    from tests.helpers import grade_course
+
+    run = grade_course(template_course, weights, ["full-decode-step"])
+    (stage,) = run.stages
+    assert stage.status == Status.TODO and len(stage.cases) == 1
+    assert stage.cases[0].name == "one-token prompt"  # the smallest case ran first
+    assert len(stage.not_run) == len(stage_named("full-decode-step").cases) - 1
+    assert not stage.partial and not run.partial
+
+
+def test_watch_policy_stops_a_stage_at_its_first_failure(tmp_path, weights):
+    """Would catch: the 1024-token case still running after the one-token case failed, a stage
+    stopped early recorded as complete, or the diagnosis lost when only one case failed."""
+    from theinference.grader import grade
+    from theinference.policy import RunPolicy
+    from theinference.runner import Limits
+
+    course = make_course(tmp_path / "c", planted("missing-ln-f"))
+    stage = replace(stage_named("build-prefill"), timeout=60)
+    run = grade(
+        course, [stage], weights, Limits(timeout=60), policy=RunPolicy(stop_at_first_failure=True)
+    )
+    (result,) = run.stages
+    assert result.status == Status.FAILED and result.cases[-1].status == Status.FAILED
+    assert all(c.status == Status.PASSED for c in result.cases[:-1])
+    assert "the whole context (1024 tokens)" in result.not_run
+    assert result.partial and run.partial
+    assert result.suspected_bug == "missing-ln-f" and result.diagnosed
+    assert "missing-ln-f" in result.candidates and result.hint.startswith("suspected bug")
+
+
+def partial_run(status: Status = Status.PASSED) -> RunResult:
+    stage = StageResult(
+        "single-step-attention",
+        "t",
+        status,
+        [CaseResult(name="one token", status=status)],
+        partial=True,
+        not_run=["two tokens"],
+    )
+    from theinference.environment import describe
+
+    return RunResult([stage], "synthetic (x)", "ab" * 32, environment=describe(), sandbox="bwrap")
+
+
+def test_a_partial_pass_is_never_recorded_as_passed(tmp_path):
+    """Would catch: `theinference stages` showing a stage as passed after `--case one`."""
+    from theinference.progress import read_progress, record_progress
+
+    record_progress(tmp_path, partial_run(Status.PASSED))
+    assert read_progress(tmp_path) == {}
+    record_progress(tmp_path, partial_run(Status.FAILED))  # a failure found is still news
+    assert read_progress(tmp_path)["single-step-attention"]["status"] == "failed"
+
+
+def test_machine_formats_mark_a_partial_run_and_never_give_it_marks():
+    """Would catch: a Gradescope file from a filtered run scoring full marks, or JSON/JUnit
+    that do not say the run was partial or which sandbox it had."""
+    import xml.etree.ElementTree as ET
+
+    import jsonschema
+
+    from theinference.formats import FORMATS, SCHEMA_FILE, render
+
+    run = partial_run()
+    data = json.loads(render(run, "json"))
+    jsonschema.validate(data, json.loads(SCHEMA_FILE.read_text()))
+    assert data["partial"] is True and data["sandbox"] == "bwrap"
+    assert data["stages"][0]["partial"] is True and data["stages"][0]["not_run"] == ["two tokens"]
+    grades = json.loads(render(run, "gradescope"))
+    assert grades["score"] == 0 and grades["max_score"] == 1.0
+    assert "partial" in grades["tests"][0]["output"]
+    props = {
+        p.get("name"): p.get("value") for p in ET.fromstring(render(run, "junit")).iter("property")
+    }
+    assert props["partial"] == "true" and props["not_run"] == "1"
+    assert set(FORMATS) == {"json", "junit", "gradescope"}
+
+
+@pytest.mark.parametrize("fmt", ["json", "junit", "gradescope"])
+def test_every_registered_format_has_its_file_option(fmt):
+    """Would catch: a format added to the registry that the command line does not offer."""
+    result = runner.invoke(app, ["test", "--help"], terminal_width=200)
+    assert f"--{fmt}" in result.output and fmt in result.output

@@ -1,0 +1,337 @@
+"""The TypeScript course: its template, the Node worker, the language switch, and the
+TypeScript reference and planted bugs graded through the same stages as Python.
+
+These need Node and the runner `.ci/run` installs once (`npm ci --prefix tests/fixtures/ts_runner`);
+each course directory links that node_modules, so nothing here touches the network.
+"""
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from theinference import languages
+from theinference.course import CourseError, init_course, open_course
+from theinference.runner import Limits, StudentProcess, decode_reply
+from theinference.stages import load_stages, select
+from theinference.verify import load_bugs, quick, verify_bug, verify_reference
+from theinference.watch import is_watched
+
+SOLUTIONS_TS = Path(__file__).parent / "solutions_ts"
+REFERENCE_TS = (SOLUTIONS_TS / "reference_kvcache.ts").read_text()
+BUGS_TS = {b.id: b for b in load_bugs(SOLUTIONS_TS / "bugs.toml")}
+NODE_MODULES = Path(
+    os.environ.get("THEINFERENCE_NODE_MODULES")
+    or Path(__file__).parent / "fixtures" / "ts_runner" / "node_modules"
+)
+CLASSIC = [  # the bugs the issue names, and the fingerprint each must be named by
+    "decode-position-zero",
+    "attend-old-length",
+    "shared-cache",
+    "missing-ln-f",
+    "prefill-cache-short",
+    "decode-recomputes",
+]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def ts_runner():
+    """Fails (does not skip) when the runner is missing: the TypeScript course is untested then."""
+    assert (NODE_MODULES / "tsx" / "package.json").is_file(), (
+        f"no tsx in {NODE_MODULES}: run `npm ci --prefix tests/fixtures/ts_runner` (.ci/run does)"
+    )
+
+
+def ts_course(
+    root: Path, kvcache: str | None = None, adapters: str | None = None, copy: bool = False
+) -> Path:
+    """A TypeScript course with the runner linked in, or copied (a sandbox binds the course
+    directory alone, so a link out of it would dangle)."""
+    init_course(root, languages.TYPESCRIPT)
+    if copy:
+        shutil.copytree(NODE_MODULES, root / "node_modules", symlinks=True)
+    else:
+        (root / "node_modules").symlink_to(NODE_MODULES)
+    if kvcache is not None:
+        (root / "src" / "kvcache.ts").write_text(kvcache)
+    if adapters is not None:
+        (root / "tests" / "adapters.ts").write_text(adapters)
+    return root
+
+
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "theinference", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+
+
+def test_init_lang_ts_writes_a_typescript_course(tmp_path):
+    """Catches a template that is not shipped, a runtime dependency, or a silent npm step."""
+    done = cli("init", str(tmp_path / "c"), "--lang", "ts")
+    assert done.returncode == 0, done.stderr
+    assert "npm install" in done.stdout
+    package = json.loads((tmp_path / "c" / "package.json").read_text())
+    assert package["type"] == "module" and "dependencies" not in package
+    assert package["devDependencies"]["tsx"][0].isdigit()  # pinned, not a range
+    settings = tomllib.loads((tmp_path / "c" / "theinference.toml").read_text())
+    assert settings["language"] == "ts"
+    for rel in ("src/gpt2.ts", "src/kvcache.ts", "tests/adapters.ts", "tsconfig.json"):
+        assert (tmp_path / "c" / rel).is_file(), rel
+
+
+def test_a_course_without_its_runner_is_refused_with_the_fix(tmp_path):
+    """Catches a traceback (or a hang) instead of the `npm install` a student must run."""
+    init_course(tmp_path / "c", languages.TYPESCRIPT)
+    done = cli("test", "-C", str(tmp_path / "c"))
+    assert done.returncode == 3
+    assert "npm install" in done.stderr and "Traceback" not in done.stderr + done.stdout
+
+
+def test_language_found_from_settings_or_adapters(tmp_path):
+    """Catches a course graded by the wrong worker, and a bad language value accepted."""
+    (tmp_path / "a" / "tests").mkdir(parents=True)
+    (tmp_path / "a" / "tests" / "adapters.ts").write_text("")
+    assert languages.course_language(tmp_path / "a") == "ts"
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "theinference.toml").write_text('language = "ts"\n')
+    assert languages.course_language(tmp_path / "b") == "ts"
+    (tmp_path / "b" / "theinference.toml").write_text('language = "rust"\n')
+    with pytest.raises(CourseError, match="choose one of"):
+        open_course(tmp_path / "b")
+    argv = languages.worker_argv(tmp_path / "a", 3, 4, 2**30)
+    assert "--max-old-space-size=1024" in argv and argv[-4:] == [
+        "3",
+        "4",
+        str(tmp_path / "a"),
+        str(2**30),
+    ]
+
+
+def test_stubs_are_todo_naming_their_stage(tmp_path, weights):
+    """Catches the not-implemented error reported as a crash, or todo without the stage."""
+    course = ts_course(tmp_path / "c")
+    stages = [quick(s) for s in load_stages()]
+    from theinference.grader import grade
+
+    run = grade(course, stages, weights, Limits())
+    for stage in run.stages:
+        assert stage.status.value == "todo", (stage.slug, stage.cases[0].message)
+    decode = next(s for s in run.stages if s.slug == "full-decode-step")
+    assert "build-prefill: implement prefill in src/kvcache.ts" in decode.cases[0].message
+
+
+ADAPTERS_PROBE = """
+import { helper } from "../src/kvcache.ts";
+
+interface Unused {
+  a: number;
+  b: string;
+}
+type AlsoUnused = { c: number };
+
+export function runStepAttention(seqIds: number[]) {
+  return helper(seqIds);
+}
+export async function runPrefill(promptIds: number[]) {
+  return [new Float32Array([1.5, 2]), promptIds.length];
+}
+export function runPrefillCache(a: number[], b: number[]) {
+  return 0;
+}
+export function runGenerate(promptIds: number[], n: number) {
+  throw new RangeError("too long");
+}
+"""
+KVCACHE_PROBE = """
+type Pad = {
+  x: number;
+};
+
+export function helper(ids: number[]): number {
+  const rows: Pad[] = [];
+  throw new TypeError(`bad ids ${ids.length}`);
+}
+"""
+
+
+def test_worker_outcomes_values_and_student_stack(tmp_path, weights):
+    """Catches transpiled line numbers in the stack, grader frames left in it, Promises not
+    awaited, pairs not described item by item, a missing adapter or a wrong arity accepted, and
+    a RangeError not counted as the refusal the grader asks for."""
+    course = ts_course(tmp_path / "c", KVCACHE_PROBE, ADAPTERS_PROBE)
+    with StudentProcess(course, weights.path, Limits(timeout=60)) as worker:
+        raised = worker.call("run_step_attention", [[1, 2, 3]])
+        pair = worker.call("run_prefill", [[7, 8]])
+        arity = worker.call("run_prefill_cache", [[1]])
+        missing = worker.call("run_decode_step", [[1], 2])
+        refused = worker.call("run_generate", [[1], 2000])
+    assert raised.kind == "raised" and raised.exception == "TypeError"
+    assert "TypeError: bad ids 3" in raised.message
+    assert "(src/kvcache.ts:8:9)" in raised.traceback  # the .ts line, not the compiled one
+    assert "throw new TypeError" in raised.traceback
+    assert "(tests/adapters.ts:11:" in raised.traceback
+    assert "node_modules" not in raised.traceback and "worker_node" not in raised.traceback
+    assert pair.kind == "returned"
+    logits, count = pair.value
+    assert logits.dtype == "float32" and logits.tolist() == [1.5, 2.0]
+    assert count.dtype.kind == "i" and int(count) == 2
+    assert arity.kind == "signature" and missing.kind == "missing"
+    assert "runDecodeStep" in missing.message
+    assert refused.kind == "raised" and refused.exception == "ValueError"
+    assert "RangeError: too long" in refused.message
+
+
+BUSY_ADAPTERS = """
+export function runPrefill(ids: number[]) {
+  let s = 0;
+  for (let i = 0; i < 3e7; i++) s += i % 7;
+  return [s];
+}
+"""
+
+
+def test_every_reply_carries_the_calls_cpu_time(tmp_path, weights):
+    """Catches a returned call without its CPU time as a float (the cache-use checks read it;
+    JSON would write a whole number as an int) or a broken frame."""
+    course = ts_course(tmp_path / "c", adapters=BUSY_ADAPTERS)
+    req_r, req_w = os.pipe()
+    resp_r, resp_w = os.pipe()
+    argv = languages.worker_argv(course, req_r, resp_w, 2**30)
+    env = {**os.environ, "THEINFERENCE_WEIGHTS": str(weights.path)}
+    proc = subprocess.Popen(argv, cwd=course, env=env, pass_fds=(req_r, resp_w))
+    os.close(req_r)
+    os.close(resp_w)
+    with os.fdopen(resp_r, "rb") as replies, os.fdopen(req_w, "wb") as requests:
+
+        def reply():
+            size = struct.unpack("<Q", replies.read(8))[0]
+            body = replies.read(size)
+            header = json.loads(body[4 : 4 + struct.unpack("<I", body[:4])[0]])
+            return header, decode_reply(body)
+
+        assert reply()[0]["outcome"] == "ready"
+        payload = json.dumps({"adapter": "run_prefill", "args": [[1, 2]], "probe": ""}).encode()
+        requests.write(struct.pack("<Q", len(payload)) + payload)
+        requests.flush()
+        header, outcome = reply()
+    proc.wait(timeout=30)
+    assert outcome.kind == "returned"
+    assert isinstance(outcome.cpu_seconds, float) and outcome.cpu_seconds > 0.001
+
+
+def test_reports_and_hint_use_the_typescript_names(tmp_path):
+    """Catches Python names (decode_step, len(prompt_ids)) shown to a TypeScript student."""
+    course = ts_course(tmp_path / "c")
+    done = cli("hint", "full-decode-step", "-C", str(course))
+    assert done.returncode == 0, done.stderr
+    assert "decodeStep" in done.stdout and "promptIds.length" in done.stdout
+    assert "decode_step" not in done.stdout and "len(prompt_ids)" not in done.stdout
+    python = cli("hint", "full-decode-step", "-C", str(tmp_path))
+    assert "decode_step" in python.stdout
+
+
+def test_watch_reacts_to_typescript_files():
+    """Catches a watcher that ignores .ts saves or rebuilds on node_modules churn."""
+    assert is_watched(Path("src/kvcache.ts")) and is_watched(Path("tests/adapters.ts"))
+    assert not is_watched(Path("node_modules/tsx/dist/index.ts"))
+
+
+def test_typescript_reference_passes_every_stage_on_small_cases(weights):
+    """Catches the Node worker or template mangling correct answers (shapes, dtypes, pairs),
+    and the probe flagging a decode that does read its cache."""
+    from theinference.answers import Answers
+
+    stages = [quick(s) for s in load_stages()]
+    rows = verify_reference(REFERENCE_TS, stages, weights, Answers(weights), SOLUTIONS_TS)
+    assert [r.stage for r in rows] == [s.slug for s in stages]
+    assert all(r.ok for r in rows), [(r.stage, r.status.value, r.named) for r in rows]
+
+
+@pytest.mark.parametrize("bug_id", CLASSIC)
+def test_classic_typescript_bug_fails_and_is_named(bug_id, weights):
+    """Catches a TypeScript bug that passes, or is named differently from Python's, because of
+    the worker's encoding (the fingerprints run on the returned numbers only)."""
+    from theinference.answers import Answers
+
+    bug = BUGS_TS[bug_id]
+    (stage,) = select(load_stages(), [bug.stage])
+    row = verify_bug(bug, REFERENCE_TS, quick(stage), weights, Answers(weights), SOLUTIONS_TS)
+    assert row.ok, (row.status.value, row.named, bug.fingerprint)
+
+
+@pytest.mark.slow
+def test_typescript_reference_passes_every_full_stage(weights):
+    """Catches the full cases (1024 tokens, position 1023) timing out or failing in TS."""
+    from theinference.answers import Answers
+
+    rows = verify_reference(REFERENCE_TS, load_stages(), weights, Answers(weights), SOLUTIONS_TS)
+    assert all(r.ok for r in rows), [(r.stage, r.status.value) for r in rows]
+
+
+def test_watch_regrades_on_a_typescript_save(tmp_path):
+    """Catches a watcher blind to .ts saves, or one that keeps grading the stale stub."""
+    from tests.test_watch import RUN_DONE, Watcher
+
+    course = ts_course(tmp_path / "c", copy=True)
+    w = Watcher(course, "--case", "two tokens", "--timeout", "300")
+    try:
+        assert any("TODO" in line for line in w.until(RUN_DONE, timeout=120))
+        (course / "src" / "kvcache.ts").write_text(REFERENCE_TS)
+        rerun = "".join(w.until(RUN_DONE, timeout=300))
+        assert "src/kvcache.ts changed" in rerun and "PASSED" in rerun, rerun
+    finally:
+        w.close()
+
+
+def test_results_are_localized_for_typescript_only():
+    """Catches a run result (case and stage messages, hints) left in Python names for a
+    TypeScript course, or a Python course's text rewritten."""
+    from theinference.events import StageFinished
+    from theinference.results import CaseResult, RunResult, StageResult, Status
+
+    case = CaseResult("c", Status.FAILED, message="decode_step at len(prompt_ids)", hint="x")
+    stage = StageResult("s", "t", Status.FAILED, [case], hint="wire run_decode_step")
+    run = RunResult([stage], "synthetic", "0" * 64)
+    ts = languages.localize_result(run, "ts")
+    assert ts.stages[0].cases[0].message == "decodeStep at promptIds.length"
+    assert ts.stages[0].hint == "wire runDecodeStep"
+    assert languages.localize_result(run, "python") is run
+    assert run.stages[0].cases[0].message == "decode_step at len(prompt_ids)"  # not mutated
+    heard = []
+    languages.localizing(heard.append, "ts")(StageFinished(stage))
+    assert heard[0].result.hint == "wire runDecodeStep"  # what watch mode draws from events
+
+
+def test_probes_zero_the_cache_and_time_the_baseline(tmp_path, weights):
+    """Catches a cache-use probe that cannot reach a TypeScript cache (so the zeroed-cache check
+    could not apply) or a CPU baseline not measured (so the cost checks could not apply)."""
+    from theinference.checks.cost import baseline_probe
+
+    course = ts_course(tmp_path / "c", REFERENCE_TS)
+    with StudentProcess(course, weights.path, Limits(timeout=300)) as worker:
+        zeroed = worker.call(
+            "run_decode_step", [[1, 2, 3], 4], None, {"kind": "zero_cache_after_prefill"}
+        )
+        plain = worker.call("run_decode_step", [[1, 2, 3], 4])
+        timed = worker.call(
+            "run_decode_sequence",
+            [[1, 2], [3, 4]],
+            None,
+            baseline_probe("run_prefill", [[1, 2, 3, 4]]),
+        )
+    assert zeroed.probe["applied"] and zeroed.probe["zeroed"] == 12 * 2 * 3 * 768
+    assert np.abs(zeroed.value - plain.value).max() > 1e-2  # the decode read the zeroed cache
+    assert timed.probe["baseline_error"] is None
+    assert isinstance(timed.probe["baseline_cpu_seconds"], float)
+    assert isinstance(timed.probe["cpu_seconds"], float)

@@ -1,0 +1,28 @@
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def init(
+    directory: Annotated[Path, typer.Argument(help="Where to create the course.")],
+    lang: Annotated[str, typer.Option("--lang", help="python | ts (TypeScript).")] = "python",
+) -> None:
+    """Create a course directory: provided src/gpt2.py, stubs in src/kvcache.py, the adapters."""
+    from theinference.course import CourseError, init_course
+    from theinference.exits import Abort
+    from theinference.languages import LANGUAGES, TYPESCRIPT
+    from theinference.stages import load_stages
+
+    if lang not in LANGUAGES:
+        raise Abort(f"unknown language '{lang}': choose one of {', '.join(LANGUAGES)}")
+    try:
+        files = init_course(directory, lang)
+    except OSError as exc:
+        raise CourseError(f"cannot create {directory}: {exc.strerror}") from None
+    first = load_stages()[0].slug
+    install = "  npm install   # once: the TypeScript runner (tsx)\n" if lang == TYPESCRIPT else ""
+    typer.echo(
+        f"Created {directory} ({len(files)} files). Next:\n"
+        f"  cd {directory}\n{install}  theinference test --stage {first} --watch"
+    )

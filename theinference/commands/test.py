@@ -1,0 +1,147 @@
+"""`theinference test`: grade the course directory, once or on every save."""
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from theinference.commands.options import CourseDir, StageOpt, WeightsOpt
+from theinference.exits import Abort
+from theinference.formats import FORMATS
+
+TERMINAL = "terminal"
+FormatName = StrEnum("FormatName", {name: name for name in (TERMINAL, *FORMATS)})
+DEFAULT_FORMAT = FormatName(TERMINAL)
+
+
+def test(
+    stage: StageOpt = None,
+    course_dir: CourseDir = Path("."),
+    weights: WeightsOpt = None,
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="Regrade on every save.")] = False,
+    poll: Annotated[
+        bool, typer.Option("--poll", help="Watch by polling (WSL, NFS, network drives).")
+    ] = False,
+    no_clear: Annotated[
+        bool, typer.Option("--no-clear", help="Watch: keep each run in the scrollback.")
+    ] = False,
+    fmt: Annotated[
+        FormatName, typer.Option("--format", help="What to write to --output.")
+    ] = DEFAULT_FORMAT,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="File for --format (default: stdout).")
+    ] = None,
+    case: Annotated[
+        list[str] | None,
+        typer.Option("--case", help="Only cases whose name contains this; repeat for several."),
+    ] = None,
+    quick: Annotated[
+        bool,
+        typer.Option("--quick", help="Leave out the long cases while iterating (not with files)."),
+    ] = False,
+    all_cases: Annotated[
+        bool,
+        typer.Option("--all-cases", help="Watch mode: every case, not up to the first failure."),
+    ] = False,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            envvar="THEINFERENCE_SEED",
+            help="Add hidden random cases drawn with this seed (graders).",
+        ),
+    ] = None,
+    timeout: Annotated[
+        float | None, typer.Option(help="Seconds per adapter call (default: each stage's).")
+    ] = None,
+    memory_gb: Annotated[
+        float | None,
+        typer.Option(help="Heap limit of the student's process, GiB (default: each stage's, 8)."),
+    ] = None,
+    output_kb: Annotated[
+        int | None,
+        typer.Option(help="Output kept per call and stream, KiB (default: each stage's, 64)."),
+    ] = None,
+    sandbox: Annotated[
+        str,
+        typer.Option(
+            help="auto | bwrap | none: isolate the student's process with bubblewrap "
+            "(auto: when it works here; bwrap: refuse to grade without it)."
+        ),
+    ] = "auto",
+    files: dict[str, Path] | None = None,  # --json FILE etc., from formats.FORMATS
+) -> None:
+    """Grade the course directory's stages against the recompute oracle."""
+    from theinference import terminal
+    from theinference.session import override_limits, prepare
+
+    outputs = outputs_for(fmt.value, output, files or {})
+    policy = policy_for(watch, quick, all_cases, case or [], machine=bool(outputs))
+    session = prepare(course_dir, stage or [], weights, timeout, seed, outputs, policy, sandbox)
+    override_limits(session, memory_gb, output_kb)
+    if fmt.value == TERMINAL:
+        order = [s.slug for s in session.all_stages]
+        root, label = str(session.course.root), session.weights.label
+        session.renderer = terminal.renderer(root, label, order)
+    raise typer.Exit(grade_session(session, watch, poll, clear=not no_clear))
+
+
+def outputs_for(fmt: str, output: Path | None, files: dict[str, Path]) -> list:
+    """The machine outputs asked for: --format to --output (or stdout), then each --NAME FILE."""
+    from theinference.session import Output
+
+    if fmt == TERMINAL and output is not None:
+        raise Abort("--output needs a --format other than terminal")
+    outputs = [] if fmt == TERMINAL else [Output(fmt, output)]
+    return outputs + [Output(name, path) for name, path in files.items()]
+
+
+def policy_for(watch: bool, quick: bool, all_cases: bool, cases: list[str], machine: bool):
+    """Watch mode stops each stage at its first failing case; machine formats always run
+    every case (a CI result must not depend on the order), so --quick is refused with them."""
+    from theinference.policy import RunPolicy
+
+    if quick and machine:
+        raise Abort("--quick leaves cases out: it cannot be used with machine-readable results")
+    return RunPolicy(
+        stop_at_first_failure=watch and not all_cases and not machine,
+        quick=quick,
+        cases=tuple(cases),
+    )
+
+
+def grade_session(session, watch: bool, poll: bool, clear: bool = True) -> int:
+    from theinference.session import run_once
+
+    if not watch:
+        return run_once(session)
+    from theinference.watch import watch_loop
+
+    return watch_loop(session, poll, clear)
+
+
+def with_format_files(command):
+    """The command with one `--NAME FILE` option per machine format in formats.FORMATS (e.g.
+    --json r.json), handed to it as `files` ({name: path} of those given)."""
+    import functools
+    import inspect
+
+    def option(name: str) -> inspect.Parameter:
+        help_text = f"Also write {FORMATS[name].help} here."
+        kind = Annotated[Path | None, typer.Option(f"--{name}", help=help_text)]
+        return inspect.Parameter(
+            f"{name}_file", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=kind
+        )
+
+    @functools.wraps(command)
+    def with_files(**kwargs):
+        given = {name: kwargs.pop(f"{name}_file") for name in FORMATS}
+        files = {name: path for name, path in given.items() if path is not None}
+        return command(**kwargs, files=files)
+
+    own = [p for p in inspect.signature(command).parameters.values() if p.name != "files"]
+    with_files.__signature__ = inspect.Signature([*own, *(option(n) for n in FORMATS)])
+    return with_files
+
+
+test = with_format_files(test)
