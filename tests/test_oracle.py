@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from tests.helpers import hf_gpt2
+from tests.helpers import hf_gpt2, oracle_answer
 from theinference import oracle
 from theinference.stages import token_ids
 
@@ -79,23 +79,79 @@ def test_synthetic_greedy_generation_does_not_collapse(weights):
         assert len(set(ids[len(prompt) :])) >= 24, ids
 
 
-@pytest.mark.parametrize(
-    "check,args",
-    [
-        ("step_attention", [[5, 6, 7, 8]]),
-        ("prefill_logits", [[5, 6, 7, 8]]),
-        ("decode_step", [[5, 6, 7], 8]),
-        ("decode_sequence", [[5, 6], [7, 8, 9]]),
-    ],
-)
-def test_the_bug_free_fingerprint_model_is_the_oracle(weights, check, args):
-    # fingerprints name bugs by difference from this model, so without a bug it must agree
-    from theinference.checks import CHECKS, Recompute
-    from theinference.fingerprints import correct_model_check
+CASES = [
+    ("step_attention", [[5, 6, 7, 8]]),
+    ("step_attention", [[5]]),
+    ("prefill_logits", [[5, 6, 7, 8]]),
+    ("decode_step", [[5, 6, 7], 8]),
+    ("decode_step", [[5], 8]),
+    ("decode_sequence", [[5, 6], [7, 8, 9]]),
+]
 
-    runs = Recompute(weights.tensors, weights.config)
-    ours = correct_model_check(check, args, weights.tensors, 12, 12)
-    np.testing.assert_allclose(ours, CHECKS[check].expect(runs, args), atol=2e-4, rtol=1e-3)
+
+def cached_path_by_hand(check: str, args: list, w: dict, n: int) -> np.ndarray:
+    """The oracle's own cached path, written out: prefill, then one extend per token."""
+    if check == "step_attention":
+        x = oracle.embed(args[0], w)
+        if len(args[0]) == 1:
+            return oracle.attn_sublayer(x, w, 0)[0][-1]
+        _, past = oracle.attn_sublayer(x[:-1], w, 0)
+        return oracle.attn_sublayer(x[-1:], w, 0, past)[0][0]
+    f = oracle.forward(args[0], w, n, last_only=True)
+    if check == "prefill_logits":
+        return oracle.logits_at(f.hidden, w, [0])[0]
+    rows = []
+    for token in [args[1]] if check == "decode_step" else args[1]:
+        f = oracle.extend([token], w, n, f.kv)
+        rows.append(oracle.logits_at(f.hidden, w, [0])[0])
+    return rows[0] if check == "decode_step" else np.stack(rows)
+
+
+@pytest.mark.parametrize("check,args", CASES)
+def test_the_correct_variant_is_the_oracle(weights, check, args):
+    """Catches fingerprints measured against a model that is not the oracle: with no bug
+    replaced, the simulated student's path is the oracle's cached path bit for bit, and the
+    full recompute within float32 noise."""
+    from theinference.cached_path import simulate
+
+    w, n = weights.tensors, weights.config.n_layer
+    ours = simulate(check, args, w, n)
+    np.testing.assert_array_equal(ours, cached_path_by_hand(check, args, w, n))
+    full = oracle_answer(check, args, w, n)
+    np.testing.assert_allclose(ours, full, atol=2e-4, rtol=1e-3)
+
+
+def load_template_gpt2():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(oracle.__file__).parent / "student_template" / "src" / "gpt2.py"
+    spec = importlib.util.spec_from_file_location("template_gpt2", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+CONTRACT = ["embed", "ln_rows", "qkv", "attn_sublayer", "mlp", "block", "unembed",
+            "recompute_logits", "gelu", "softmax", "split_heads", "merge_heads"]  # fmt: skip
+
+
+def test_the_template_and_the_oracle_are_one_gpt2(weights):
+    """Catches the student's provided gpt2.py and the oracle drifting apart in names or
+    numbers: the contract's building blocks exist in both, the MLP is without its residual in
+    both, and the two recomputes agree far inside the grading tolerance."""
+    template = load_template_gpt2()
+    assert all(callable(getattr(m, name, None)) for m in (template, oracle) for name in CONTRACT)
+    w, n = weights.tensors, weights.config.n_layer
+    ids = [464, 2068, 7586, 21831, 18045]
+    x = oracle.embed(ids, w)
+    np.testing.assert_allclose(template.embed(ids, w), x)
+    h = oracle.ln_rows(x, w["h.0.ln_2.weight"], w["h.0.ln_2.bias"])
+    np.testing.assert_allclose(template.mlp(h, w, 0), oracle.mlp(h, w, 0), atol=1e-4, rtol=1e-4)
+    ours, _ = oracle.attn_sublayer(x, w, 0)
+    np.testing.assert_allclose(template.attn_sublayer(x, w, 0), ours, atol=1e-5, rtol=1e-4)
+    theirs = template.recompute_logits(ids, w)
+    np.testing.assert_allclose(theirs, oracle.recompute_logits(ids, w, n), atol=2e-4, rtol=1e-3)
 
 
 def test_extend_equals_forward_and_greedy_follows_argmax(weights):

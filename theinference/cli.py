@@ -11,6 +11,9 @@ import functools
 import typer
 
 from theinference import __version__, exits
+from theinference.classroom import commands as classroom
+from theinference.classroom import gradescope_commands as gradescope
+from theinference.classroom import report_commands as class_report
 from theinference.commands import bench, init, stages, test, verify
 
 app = typer.Typer(
@@ -91,6 +94,14 @@ register(bench.bench)
 def version() -> None:
     """Print the version."""
     typer.echo(__version__)
+
+
+register(classroom.grade)
+app.add_typer(classroom.gradebook_app, name="gradebook")
+app.add_typer(gradescope.gradescope_app, name="gradescope")
+register(class_report.report)
+register(class_report.summary)
+app.add_typer(class_report.workflow_app, name="workflow")
 
 
 def main() -> None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from theinference import languages
+from theinference.settings import Grading, Settings, SettingsError, parse_settings
 
 TEMPLATE_DIR = Path(__file__).with_name("student_template")
 SETTINGS_FILE = "theinference.toml"
@@ -21,13 +22,14 @@ class Course:
     root: Path
     weights: str  # as written in theinference.toml (default "synthetic")
     language: str = languages.PYTHON  # python | ts (languages.py)
+    grading: Grading = Grading()
 
 
 def open_course(root: Path) -> Course:
     root = root.expanduser().resolve()
     if not root.is_dir():
         raise CourseError(f"course directory {root} does not exist")
-    settings = read_settings(root / SETTINGS_FILE)
+    settings = course_settings(root / SETTINGS_FILE)
     try:
         language = languages.course_language(root)
         adapters = languages.ADAPTERS[language]
@@ -39,10 +41,15 @@ def open_course(root: Path) -> Course:
         languages.check_runtime(root, language)
     except languages.LanguageError as exc:
         raise CourseError(str(exc)) from None
-    weights = settings.get("weights", "synthetic")
-    if not isinstance(weights, str) or not weights:
-        raise CourseError(f"{root / SETTINGS_FILE}: 'weights' must be a non-empty string")
-    return Course(root=root, weights=weights, language=language)
+    return Course(root, settings.weights, language, settings.grading)
+
+
+def course_settings(path: Path) -> Settings:
+    """theinference.toml checked against the settings schema (settings.py)."""
+    try:
+        return parse_settings(read_settings(path))
+    except SettingsError as exc:
+        raise CourseError(f"{path}: {exc}") from None
 
 
 def read_settings(path: Path) -> dict:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from theinference.answers import Answers
-from theinference.fingerprints import BY_ID, identify
+from theinference.fingerprints import BY_ID, diagnose
 from theinference.results import CaseResult
 from theinference.stages import Stage
 
@@ -38,14 +38,13 @@ def diagnose_stage(
         return with_bug(recognised, diagnosed=False)
     config = answers.runs.config
     ordered = sorted(failures, key=lambda f: len(str(f.args)))
-    bug = identify(
-        [(f.check, f.args, f.actual) for f in ordered],
-        stage.tolerance,
-        answers.runs.w,
-        config.n_layer,
-        config.n_head,
+    found = diagnose(
+        [(f.check, f.args, f.actual) for f in ordered], stage.tolerance, answers.runs.w, config
     )
-    return with_bug(bug.id if bug else recognised, diagnosed=True)
+    if found.hint:  # one bug, candidates with the same numbers, or several bugs at once
+        bug_id = found.bug.id if found.bug else None
+        return StageDiagnosis(bug_id, [b.id for b in found.candidates], found.hint, True)
+    return with_bug(recognised, diagnosed=True)
 
 
 def with_bug(bug_id: str | None, diagnosed: bool) -> StageDiagnosis:

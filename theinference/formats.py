@@ -172,35 +172,11 @@ def junit_case(stage: StageResult, case: CaseResult) -> ET.Element:
 
 
 def to_gradescope(run: RunResult) -> dict:
-    """Gradescope's results.json: a test per stage, scored by the stage spec's weight, all
-    or nothing (a stage passes only when every case passes: a partial stage scores nothing)."""
-    tests = []
-    for stage in run.stages:
-        passed = stage.status == Status.PASSED and not stage.partial and not run.cancelled
-        lines = [f"{stage.status.value}: {stage.reason}" if stage.reason else stage.status.value]
-        if stage.partial:
-            lines.append(f"partial run: {len(stage.not_run)} case(s) not run, no score")
-        if stage.hint:
-            lines.append(stage.hint)
-        lines += [f"{c.status.value:>8}  {c.name}  {c.message}".rstrip() for c in stage.cases]
-        tests.append(
-            {
-                "name": f"{stage.slug}: {stage.title}",
-                "score": stage.score_weight if passed else 0.0,
-                "max_score": stage.score_weight,
-                "status": "passed" if passed else "failed",
-                "output": "\n".join(lines),
-                "visibility": "visible",
-            }
-        )
-    return {
-        "score": sum(t["score"] for t in tests),
-        "max_score": sum(t["max_score"] for t in tests),
-        "execution_time": round(run.seconds, 2),
-        "visibility": "visible",
-        "stdout_visibility": "visible",
-        "tests": tests,
-    }
+    """Gradescope's results.json (built in classroom/gradescope.py), scored by the stage specs."""
+    from theinference.classroom.gradescope import gradescope_results
+    from theinference.settings import Grading
+
+    return gradescope_results(to_json(run), {s.slug: s.score_weight for s in run.stages}, Grading())
 
 
 @dataclass(frozen=True)

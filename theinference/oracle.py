@@ -1,10 +1,23 @@
-"""The recompute GPT-2 the grader trusts: plain NumPy, float32 end to end, no cache.
+"""The recompute GPT-2 the grader trusts: plain NumPy, float32 end to end.
 
 Every answer the grader expects from a student comes from here, computed in the grader's own
-process. The math is GPT-2's exactly (LayerNorm eps 1e-5, tanh GELU, 1/sqrt(head_dim) scale,
-Conv1D weights [in, out]); `tests/test_oracle.py` holds it against Hugging Face transformers.
+process. The math and the names are the template's src/gpt2.py (ln_rows, qkv, attn_sublayer
+with its residual, mlp without it, block, unembed): GPT-2 exactly (LayerNorm eps 1e-5, tanh
+GELU, 1/sqrt(head_dim) scale, Conv1D weights [in, out]); `tests/test_oracle.py` holds it against
+Hugging Face transformers. What the template has not: kernels that work in place on their own
+temporaries, a last layer that can compute the last row alone, and `extend`, which places new
+rows after a K/V cache of its own (the noise floor's second path, `bench`'s greedy decode).
+
+Masks are boolean and say who is VISIBLE: `visible[i, j]` is True where query i may look at
+key j, as the template's `np.where(np.tri(n, dtype=bool), scores, -np.inf)` that students read.
+Queries are always the LAST n of m positions, so the right mask is `np.tri(n, m, m - n)`, and
+the classic mistakes are one-line masks (a triangle aligned top-left, a row that hides itself).
+
+A `Variant` replaces one step of this forward with a classic mistake (fingerprints.py names
+bugs that way); `GPT2`, the default everywhere, is the forward itself.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,6 +27,7 @@ from theinference.config import HEAD_DIM
 F32 = np.float32
 LN_EPS = F32(1e-5)
 GELU_C = F32(np.sqrt(2.0 / np.pi))
+HIDDEN = F32(-np.inf)  # a masked score: exp() makes it a zero weight
 
 
 @dataclass(frozen=True)
@@ -22,19 +36,12 @@ class LayerKV:
     v: np.ndarray  # [n_head, n_seq, head_dim]
 
 
-def layer_norm(x: np.ndarray, g: np.ndarray, b: np.ndarray) -> np.ndarray:
-    # [n, d] -> [n, d]
-    centred = x - x.mean(axis=-1, keepdims=True)
-    var = np.einsum("ij,ij->i", centred, centred)[:, None] / F32(x.shape[-1])  # [n, 1]
-    centred /= np.sqrt(var + LN_EPS)
-    centred *= g
-    centred += b
-    return centred
+# --- leaves ----------------------------------------------------------------------------------
 
 
 def gelu(x: np.ndarray) -> np.ndarray:
-    # tanh approximation, as GPT-2 was trained with:
-    # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), one temporary, updated in place
+    # [n, f] -> [n, f]: the tanh approximation GPT-2 was trained with,
+    # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), on one temporary updated in place
     t = x * x
     t *= x
     t *= F32(0.044715)
@@ -48,16 +55,21 @@ def gelu(x: np.ndarray) -> np.ndarray:
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
-
-
-def softmax_inplace(x: np.ndarray) -> np.ndarray:
-    # x is a scratch array (fresh scores): normalise it without new [h, n, m] temporaries
+    # [..., m] -> [..., m] IN PLACE: x is a scratch array (fresh scores), no new temporaries
     x -= x.max(axis=-1, keepdims=True)
     np.exp(x, out=x)
     x /= x.sum(axis=-1, keepdims=True)
     return x
+
+
+def ln_rows(x: np.ndarray, g: np.ndarray, b: np.ndarray) -> np.ndarray:
+    # [n, d] -> [n, d]: LayerNorm each row (eps 1e-5)
+    centred = x - x.mean(axis=-1, keepdims=True)
+    var = np.einsum("ij,ij->i", centred, centred)[:, None] / F32(x.shape[-1])  # [n, 1]
+    centred /= np.sqrt(var + LN_EPS)
+    centred *= g
+    centred += b
+    return centred
 
 
 def split_heads(x: np.ndarray) -> np.ndarray:
@@ -72,59 +84,132 @@ def merge_heads(x: np.ndarray) -> np.ndarray:
     return x.transpose(1, 0, 2).reshape(n, h * hd)
 
 
-def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
-    # q [h, n, hd] for the LAST n of k/v's m positions; k, v [h, m, hd] -> [h, n, hd].
-    # Query i sits at absolute position m - n + i and sees keys 0..m - n + i.
-    n, m = q.shape[1], k.shape[1]
-    scores = q @ k.transpose(0, 2, 1)  # [h, n, m]
-    scores *= F32(1.0 / np.sqrt(q.shape[-1]))
-    if n > 1:  # a single query (the last position) sees every key: nothing to mask
-        scores += causal_bias(n, m)  # broadcast over heads
-    return softmax_inplace(scores) @ v
+def causal(n: int, m: int) -> np.ndarray | None:
+    # -> [n, m] visible: query i, at absolute position m - n + i, sees keys 0..m - n + i.
+    # None for a single query: the last position sees every key, there is nothing to hide.
+    return None if n == 1 else np.tri(n, m, m - n, dtype=bool)
 
 
-def causal_bias(n: int, m: int) -> np.ndarray:
-    # [n, m]: 0 where query i (absolute position m - n + i) may look, -inf at later keys
-    future = np.arange(m)[None, :] > (m - n + np.arange(n))[:, None]
-    return np.where(future, F32(-np.inf), F32(0.0))
+def inverse_sqrt(head_dim: int) -> np.float32:
+    return F32(1.0 / np.sqrt(head_dim))
 
 
-def attn_sublayer(
-    x: np.ndarray, w: dict, layer: int, past: LayerKV | None = None, last_only: bool = False
-) -> tuple[np.ndarray, LayerKV]:
-    """[n, d] new rows (after `past`'s rows) -> ([n, d] residual stream after attention,
-    this layer's K/V for past and new rows together). With last_only, K/V still cover every
-    row but the output is the last row's alone ([1, d])."""
-    p = f"h.{layer}."
-    h = layer_norm(x, w[p + "ln_1.weight"], w[p + "ln_1.bias"])
-    qkv = h @ w[p + "attn.c_attn.weight"]  # [n, 3d]
-    qkv += w[p + "attn.c_attn.bias"]
-    q, k, v = (split_heads(part) for part in np.split(qkv, 3, axis=-1))
-    if past is not None:
-        k = np.concatenate([past.k, k], axis=1)
-        v = np.concatenate([past.v, v], axis=1)
-    if last_only:
-        q, x = q[:, -1:], x[-1:]
-    a = merge_heads(causal_attention(q, k, v))
-    out = x + (a @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"])
-    return out, LayerKV(k=k, v=v)
+# --- the steps a mistake can replace ---------------------------------------------------------
 
 
-def mlp_sublayer(x: np.ndarray, w: dict, layer: int) -> np.ndarray:
-    # [n, d] -> [n, d], residual included
-    p = f"h.{layer}."
-    h = layer_norm(x, w[p + "ln_2.weight"], w[p + "ln_2.bias"])
-    pre = h @ w[p + "mlp.c_fc.weight"]  # [n, 4d]
-    pre += w[p + "mlp.c_fc.bias"]
-    out = gelu(pre) @ w[p + "mlp.c_proj.weight"]  # [n, d]
-    out += w[p + "mlp.c_proj.bias"]
-    out += x
-    return out
+@dataclass(frozen=True)
+class Variant:
+    """The forward's replaceable steps, each GPT-2's own by default. "prompt" steps run where
+    there is no cache yet (prefill), "step" ones where new rows attend over a cache."""
+
+    prompt_positions: Callable = lambda n: slice(0, n)  # n -> the prompt's wpe rows
+    prompt_mask: Callable = causal  # (n, m) -> [n, m] visible, or None
+    prompt_cache: Callable = list  # the K/V a prefill leaves: one LayerKV per layer
+    step_mask: Callable = causal
+    step_position: Callable = lambda prompt_len, step: prompt_len + step  # for decode loops
+    cache_slot: Callable = lambda layer: layer  # whose cache a step's layer reads and grows
+    scale: Callable = inverse_sqrt  # head_dim -> the score scale
+    split_heads: Callable = split_heads
+    merge_heads: Callable = merge_heads
+    swap_kv: bool = False
+    gelu: Callable = gelu
+    ln_f: bool = True
+
+
+GPT2 = Variant()
+
+
+# --- layers ----------------------------------------------------------------------------------
 
 
 def embed(ids: list[int], w: dict, start: int = 0) -> np.ndarray:
     # [n] -> [n, d]: token plus absolute position start..start+n-1
     return w["wte.weight"][ids] + w["wpe.weight"][start : start + len(ids)]
+
+
+def qkv(h: np.ndarray, w: dict, layer: int) -> list[np.ndarray]:
+    # [n, d] (already layer-normed) -> q, k, v each [n, d], all heads side by side
+    p = f"h.{layer}.attn.c_attn."
+    out = h @ w[p + "weight"]  # [n, 3d]
+    out += w[p + "bias"]
+    return np.split(out, 3, axis=-1)
+
+
+def attend(q, k, v, visible: np.ndarray | None, scale: np.float32) -> np.ndarray:
+    # q [h, n, hd] over k, v [h, m, hd] -> [h, n, hd]; visible [n, m] (None: every key)
+    scores = q @ k.transpose(0, 2, 1)  # [h, n, m]
+    scores *= scale
+    if visible is not None:
+        np.copyto(scores, HIDDEN, where=~visible)  # broadcast over heads, in place
+    return softmax(scores) @ v
+
+
+def attn_sublayer(
+    x: np.ndarray,
+    w: dict,
+    layer: int,
+    past: LayerKV | None = None,
+    last_only: bool = False,
+    variant: Variant = GPT2,
+) -> tuple[np.ndarray, LayerKV]:
+    """[n, d] new rows after `past`'s -> ([n, d] x + masked attention, this layer's K/V for
+    past and new rows). With last_only the output is the last row's alone ([1, d])."""
+    p = f"h.{layer}."
+    h = ln_rows(x, w[p + "ln_1.weight"], w[p + "ln_1.bias"])
+    q, k, v = (variant.split_heads(t) for t in qkv(h, w, layer))  # [h, n, hd] each
+    if past is not None:
+        k = np.concatenate([past.k, k], axis=1)  # [h, m, hd]
+        v = np.concatenate([past.v, v], axis=1)
+    mask = variant.prompt_mask if past is None else variant.step_mask
+    if last_only:  # the last of n rows is the last of m positions too
+        q, x = q[:, -1:], x[-1:]
+    keys, values = (v, k) if variant.swap_kv else (k, v)
+    heads = attend(q, keys, values, mask(q.shape[1], k.shape[1]), variant.scale(HEAD_DIM))
+    out = variant.merge_heads(heads) @ w[p + "attn.c_proj.weight"]  # [n, d]
+    out += w[p + "attn.c_proj.bias"]
+    out += x
+    return out, LayerKV(k=k, v=v)
+
+
+def mlp(h: np.ndarray, w: dict, layer: int, act: Callable = gelu) -> np.ndarray:
+    # [n, d] (already layer-normed) -> [n, d], without the residual
+    p = f"h.{layer}.mlp."
+    up = h @ w[p + "c_fc.weight"]  # [n, 4d]
+    up += w[p + "c_fc.bias"]
+    out = act(up) @ w[p + "c_proj.weight"]  # [n, d]
+    out += w[p + "c_proj.bias"]
+    return out
+
+
+def block(
+    x: np.ndarray,
+    w: dict,
+    layer: int,
+    past: LayerKV | None = None,
+    last_only: bool = False,
+    variant: Variant = GPT2,
+) -> tuple[np.ndarray, LayerKV]:
+    # [n, d] -> ([n, d], K/V): the attention sublayer, then the MLP, each with its residual
+    p = f"h.{layer}."
+    x, kv = attn_sublayer(x, w, layer, past, last_only, variant)
+    x += mlp(ln_rows(x, w[p + "ln_2.weight"], w[p + "ln_2.bias"]), w, layer, variant.gelu)
+    return x, kv
+
+
+def unembed(h: np.ndarray, w: dict) -> np.ndarray:
+    # [n, d] -> [n, vocab]: the tied embedding (apply ln_f first)
+    return h @ w["wte.weight"].T
+
+
+def logits_at(hidden: np.ndarray, w: dict, rows: list[int], variant: Variant = GPT2):
+    # [n, d] -> [len(rows), vocab]: ln_f and the unembed, only where a stage needs them
+    h = hidden[rows]
+    if variant.ln_f:
+        h = ln_rows(h, w["ln_f.weight"], w["ln_f.bias"])
+    return unembed(h, w)
+
+
+# --- the whole stack -------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -133,27 +218,45 @@ class Forward:
     kv: list[LayerKV]  # one per layer, every position so far
 
 
-def forward(ids: list[int], w: dict, n_layer: int, last_only: bool = False) -> Forward:
-    """The whole stack over ids, recomputed from scratch under the causal mask."""
-    return extend(ids, w, n_layer, past=None, last_only=last_only)
-
-
-def extend(
-    ids: list[int], w: dict, n_layer: int, past: list[LayerKV] | None, last_only: bool = False
+def forward(
+    ids: list[int], w: dict, n_layer: int, last_only: bool = False, variant: Variant = GPT2
 ) -> Forward:
-    """The stack over `ids` placed after the positions `past` holds: the same numbers as
-    `forward` over the whole sequence (tested), without recomputing the past. With
-    last_only, the last layer computes its output for the last row alone (hidden is [1, d]):
-    all a last-position logit needs, one layer's MLP and projections cheaper."""
-    start = past[0].k.shape[1] if past else 0
-    x = embed(ids, w, start)
+    """The prompt from scratch under the causal mask (a prefill). With last_only, the last
+    layer computes its output for the last row alone (hidden is [1, d]): all a last-position
+    logit needs, one layer's MLP and projections cheaper; K/V still cover every row."""
+    x = w["wte.weight"][ids] + w["wpe.weight"][variant.prompt_positions(len(ids))]  # [n, d]
     kv = []
     for layer in range(n_layer):
         prune = last_only and layer == n_layer - 1
-        x, layer_kv = attn_sublayer(x, w, layer, past[layer] if past else None, prune)
-        x = mlp_sublayer(x, w, layer)
+        x, layer_kv = block(x, w, layer, None, prune, variant)
         kv.append(layer_kv)
+    return Forward(hidden=x, kv=variant.prompt_cache(kv))
+
+
+def extend(
+    ids: list[int],
+    w: dict,
+    n_layer: int,
+    past: list[LayerKV],
+    last_only: bool = False,
+    start: int | None = None,
+    variant: Variant = GPT2,
+) -> Forward:
+    """`ids` at positions start.. (by default right after the positions `past` holds), each
+    layer attending over its cache: the same numbers as `forward` over the whole sequence
+    (tested), without recomputing the past."""
+    x = embed(ids, w, past[0].k.shape[1] if start is None else start)
+    kv = list(past)
+    for layer in range(n_layer):
+        prune = last_only and layer == n_layer - 1
+        slot = variant.cache_slot(layer)
+        x, kv[slot] = block(x, w, layer, kv[slot], prune, variant)
     return Forward(hidden=x, kv=kv)
+
+
+def recompute_logits(ids: list[int], w: dict, n_layer: int) -> np.ndarray:
+    # [n] -> [n, vocab]: the whole model from scratch, every position
+    return logits_at(forward(ids, w, n_layer).hidden, w, list(range(len(ids))))
 
 
 def greedy(prefilled: Forward, steps: int, w: dict, n_layer: int) -> list[int]:
@@ -165,9 +268,3 @@ def greedy(prefilled: Forward, steps: int, w: dict, n_layer: int) -> list[int]:
         if len(tokens) < steps:
             f = extend(tokens[-1:], w, n_layer, f.kv)
     return tokens
-
-
-def logits_at(hidden: np.ndarray, w: dict, rows: list[int]) -> np.ndarray:
-    # [n, d] -> [len(rows), vocab]: ln_f and the tied unembed, only where a stage needs them
-    h = layer_norm(hidden[rows], w["ln_f.weight"], w["ln_f.bias"])
-    return h @ w["wte.weight"].T

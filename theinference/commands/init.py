@@ -7,6 +7,9 @@ import typer
 def init(
     directory: Annotated[Path, typer.Argument(help="Where to create the course.")],
     lang: Annotated[str, typer.Option("--lang", help="python | ts (TypeScript).")] = "python",
+    ci: Annotated[
+        str | None, typer.Option("--ci", help="Also add a CI workflow: github (grades on push).")
+    ] = None,
 ) -> None:
     """Create a course directory: provided src/gpt2.py, stubs in src/kvcache.py, the adapters."""
     from theinference.course import CourseError, init_course
@@ -20,6 +23,10 @@ def init(
         files = init_course(directory, lang)
     except OSError as exc:
         raise CourseError(f"cannot create {directory}: {exc.strerror}") from None
+    if ci is not None:
+        from theinference.classroom.report_commands import add_ci
+
+        files.append(add_ci(directory, ci))
     first = load_stages()[0].slug
     install = "  npm install   # once: the TypeScript runner (tsx)\n" if lang == TYPESCRIPT else ""
     typer.echo(

@@ -1,9 +1,11 @@
 """GPT-2 without a cache: PROVIDED, complete. Your building blocks, and the recompute path.
 
 Every function here recomputes from scratch. Your src/kvcache.py reuses the pieces (ln_rows,
-qkv, mlp, unembed, embed) and changes only attention. Weights use the Hugging Face names
-(wte, wpe, h.{layer}.attn.c_attn, ...); GPT-2's Conv1D weights are stored [in, out], so every
-projection is `x @ W + b`.
+qkv, mlp, unembed) and changes two things: attention reads a cache, and a decoded token is
+embedded at its absolute position (embed places a sequence at 0..n-1, from its start). Masks
+are boolean and say who is visible: True where a query may look at a key. Weights use the
+Hugging Face names (wte, wpe, h.{layer}.attn.c_attn, ...); GPT-2's Conv1D weights are stored
+[in, out], so every projection is `x @ W + b`.
 """
 
 import json
@@ -85,7 +87,8 @@ def attn_sublayer(X: np.ndarray, w: dict, layer: int) -> np.ndarray:
     q, k, v = (split_heads(t, n_head(w)) for t in qkv(H, w, layer))
     n = X.shape[0]
     scores = q @ k.transpose(0, 2, 1) / math.sqrt(q.shape[-1])  # [heads, n, n]
-    scores = np.where(np.tri(n, dtype=bool), scores, -np.inf)  # token i sees 0..i
+    visible = np.tri(n, dtype=bool)  # [n, n]: token i sees tokens 0..i
+    scores = np.where(visible, scores, -np.inf)
     a = merge_heads(softmax(scores) @ v)
     return X + a @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"]
 

@@ -1,7 +1,10 @@
 """Your KV cache for GPT-2. Each stub raises NotImplementedError until you write it.
 
 Grade a stage with `theinference test --stage <slug> --watch` from the course directory.
-Only attention changes from src/gpt2.py: reuse ln_rows, qkv, mlp, unembed and embed as they are.
+From src/gpt2.py, reuse ln_rows, qkv, mlp and unembed as they are. Two things change:
+attention reads and grows a cache, and positions. `embed` places a sequence at positions
+0..n-1, from its start: right for a prompt, wrong for a decoded token, which goes at its
+absolute position (embed_token(token_id, len(prompt_ids) + step, w), never wpe[0]).
 """
 
 import numpy as np

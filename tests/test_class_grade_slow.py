@@ -1,0 +1,77 @@
+"""The whole class (slow): 30+ generated submissions (the reference, the independent solution,
+every planted bug of tests/solutions/bugs.toml, hostile ones from test_hostile's catalogue, as
+folders, archives and loose files) graded on every stage at --jobs 2: every row right, the
+gradebook and class report agreeing with the JSON, a rerun grading nothing.
+(The two-shard merge is checked on the small class in test_class_grade.py.)"""
+
+import csv
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from tests import classroom_helpers as ch
+from tests.bugs import BUGS, planted
+from tests.helpers import STAGES
+from tests.test_hostile import SUBMISSIONS
+from theinference.cli import app
+
+runner = CliRunner()
+LAYOUTS = ("dir", "zip", "tar", "loose")
+HOSTILE = ["raises an exception", "calls os._exit(0)", "kills itself with SIGKILL",
+           "returns NaN", "monkeypatches numpy.allclose", "leaves a child process running"]
+
+
+@pytest.mark.slow
+def test_a_class_of_thirty_grades_right(tmp_path, weights):
+    """Would catch any wrong row in a realistic class: a bug graded as a pass, the reference
+    failing, a hostile submission costing more than its own row, a layout mis-read; and the
+    gradebook, report or resume disagreeing with the per-submission JSON."""
+    subs = tmp_path / "submissions"
+    subs.mkdir()
+    ref = ch.reference()
+    ch.add(subs, "reference", ref, "dir")
+    ch.add(subs, "independent", ch.independent(), "loose")
+    expected = {"reference": {}, "independent": {}}
+    for i, bug in enumerate(BUGS):
+        ch.add(subs, f"bug-{bug.id}", planted(bug.id), LAYOUTS[i % 4])
+        expected[f"bug-{bug.id}"] = {bug.stage: bug.fingerprint}
+    for i, name in enumerate(HOSTILE):
+        sid = "hostile-" + name.replace(" ", "-").replace("(", "").replace(")", "").lower()
+        ch.add(subs, sid, ref, LAYOUTS[i % 4], SUBMISSIONS[name][0])
+        expected[sid] = {"single-step-attention": SUBMISSIONS[name][1]}
+    assert len(expected) >= 30
+    out = tmp_path / "results"
+    result = runner.invoke(app, ["grade", str(subs), "--out", str(out), "--jobs", "2"])
+    assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+    got = {p.stem: json.loads(p.read_text()) for p in (out / "submissions").glob("*.json")}
+    assert set(got) == set(expected)
+    for sid, want in expected.items():
+        stages = {s["slug"]: s for s in got[sid]["stages"]}
+        assert list(stages) == STAGES and got[sid]["status"] == "graded", sid
+        if sid in ("reference", "independent"):
+            assert all(s["status"] == "passed" for s in stages.values()), (sid, stages)
+        elif sid.startswith("bug-"):
+            ((slug, fingerprint),) = want.items()
+            assert stages[slug]["status"] != "passed", sid
+            if fingerprint:
+                assert stages[slug]["suspected_bug"] == fingerprint, (sid, stages[slug])
+        else:
+            assert stages["single-step-attention"]["status"] == want["single-step-attention"], sid
+    with (out / "gradebook.csv").open() as f:
+        rows = {r["student"]: r for r in csv.DictReader(f)}
+    for sid, record in got.items():
+        assert float(rows[sid]["total"]) == record["score"]
+        assert [float(rows[sid][slug]) for slug in STAGES] == [s["score"] for s in
+                                                                record["stages"]]
+    html = tmp_path / "class.html"
+    assert runner.invoke(app, ["report", str(out), "--html", str(html)]).exit_code == 0
+    from theinference.classroom.class_report import class_summary
+
+    summary = class_summary(sorted(got.values(), key=lambda r: r["id"]))
+    for slug in STAGES:
+        passing = sum(r["stages"][STAGES.index(slug)]["status"] == "passed" for r in got.values())
+        assert summary["pass_rate"][slug] == passing / len(got)
+        assert f"{passing / len(got) * 100:.0f}%" in html.read_text()
+    again = runner.invoke(app, ["grade", str(subs), "--out", str(out), "--jobs", "2"])
+    assert f"({len(expected)} unchanged" in again.output, again.output

@@ -1,0 +1,166 @@
+"""The Gradescope autograder: `gradescope build` zips setup.sh, run_autograder, the course's
+settings and this very theinference; `gradescope warm` (run by setup.sh when the image is
+built) makes the weights and the oracle's answers for every public case, so no student waits
+on a cold oracle; `gradescope run` (run by run_autograder) grades /autograder/submission.
+
+The root is /autograder unless THEINFERENCE_AUTOGRADER_ROOT says otherwise (the tests lay out
+a temporary root like Gradescope's).
+"""
+
+import json
+import zipfile
+from pathlib import Path
+
+from theinference import __version__
+from theinference.atomic import atomic_write
+from theinference.classroom.grade import Plan, run_test
+from theinference.classroom.intake import IntakeError, Submission, content_hash, read_files
+from theinference.course import SETTINGS_FILE, TEMPLATE_DIR
+from theinference.settings import Settings
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+SOURCE_DIR = "theinference-src"  # in the bundle: this theinference, installed by setup.sh
+
+SETUP_SH = """#!/usr/bin/env bash
+# Gradescope runs this once, when it builds the autograder's image.
+set -euo pipefail
+cd "$(dirname "$0")"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update
+apt-get install -y bubblewrap python3-venv python3-pip
+apt-get install -y python3.11 python3.11-venv || true  # theinference needs Python >= 3.11
+PY=python3; command -v python3.11 >/dev/null && PY=python3.11
+"$PY" -c 'import sys; assert sys.version_info >= (3, 11), sys.version'
+"$PY" -m venv /autograder/venv
+# theinference {version}, the very copy that built this bundle, with its dependencies
+/autograder/venv/bin/pip install --upgrade pip
+/autograder/venv/bin/pip install ./{source}
+# the weights and the oracle's answers for every public case, made now, not per submission
+export THEINFERENCE_CACHE_DIR=/autograder/theinference-cache
+/autograder/venv/bin/python -m theinference gradescope warm --settings ./{settings}
+"""
+
+RUN_AUTOGRADER = """#!/usr/bin/env bash
+# Gradescope runs this for every submission: grade /autograder/submission, write
+# /autograder/results/results.json.
+set -uo pipefail
+ROOT="${{THEINFERENCE_AUTOGRADER_ROOT:-/autograder}}"
+PY="${{THEINFERENCE_AUTOGRADER_PYTHON:-$ROOT/venv/bin/python}}"
+export THEINFERENCE_CACHE_DIR="$ROOT/theinference-cache"
+cd "$ROOT"
+exec "$PY" -m theinference gradescope run --root "$ROOT"
+"""
+
+
+def build_bundle(settings_toml: bytes | None, out: Path) -> list[str]:
+    """The autograder zip, files at its root as Gradescope requires; returns the names."""
+    toml = settings_toml or (TEMPLATE_DIR / SETTINGS_FILE).read_bytes()
+    entries: dict[str, tuple[bytes, int]] = {
+        "setup.sh": (SETUP_SH.format(version=__version__, source=SOURCE_DIR,
+                                     settings=SETTINGS_FILE).encode(), 0o755),
+        "run_autograder": (RUN_AUTOGRADER.format().encode(), 0o755),
+        SETTINGS_FILE: (toml, 0o644),
+    }
+    for path in source_files():
+        entries[f"{SOURCE_DIR}/{path.relative_to(PACKAGE_DIR.parent).as_posix()}"] = (
+            path.read_bytes(), 0o644)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, (data, mode) in sorted(entries.items()):
+            info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
+            info.external_attr = (0o100000 | mode) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, data)
+    return sorted(entries)
+
+
+def source_files() -> list[Path]:
+    """The package as it runs here (bytecode left out) and a pyproject.toml to install it."""
+    files = [p for p in PACKAGE_DIR.rglob("*")
+             if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"]
+    project = PACKAGE_DIR.parent / "pyproject.toml"
+    return sorted(files) + ([project] if project.is_file() else [])
+
+
+def warm(settings: Settings, points: dict[str, float]) -> tuple[int, float]:
+    """The oracle's answer (and float32 noise) for every public case of the graded stages,
+    into the answer cache; returns (answers, seconds)."""
+    import time
+
+    from theinference.checks import CHECKS
+    from theinference.stages import load_stages
+    from theinference.weights import cache_dir, load_weights
+
+    started = time.monotonic()
+    weights = load_weights(settings.weights, Path.cwd())
+    oracle = answers_for(weights, cache_dir())
+    count = 0
+    for stage in (s for s in load_stages() if s.slug in points):
+        for case in stage.cases:
+            check = CHECKS[case.check]
+            args = check.arguments(case, weights.config)
+            oracle.expected(case.check, args)
+            if check.second_path is not None:
+                oracle.noise(case.check, args)
+            count += 1
+    return count, time.monotonic() - started
+
+
+def answers_for(weights, directory: Path):
+    """The oracle's answers for these weights, on disk in `directory` (answers.Answers and
+    answer_cache.AnswerCache, once those names land; grader.Oracle and OracleCache before)."""
+    try:
+        from theinference.answer_cache import AnswerCache as Cache
+    except ImportError:
+        from theinference.oracle_cache import OracleCache as Cache
+    try:
+        from theinference.answers import Answers
+    except ImportError:
+        from theinference.grader import Oracle as Answers
+    return Answers(weights, Cache(weights.sha256, directory))
+
+
+def seed_for(settings: Settings, root: Path, env_seed: str | None) -> int | None:
+    """[grading] seed: none, a number, env (THEINFERENCE_SEED) or submission (Gradescope's
+    submission id, from submission_metadata.json)."""
+    source = settings.grading.seed
+    if source == "none":
+        return None
+    if isinstance(source, int):
+        return source
+    if source == "submission":
+        try:
+            meta = json.loads((root / "submission_metadata.json").read_text())
+            return int(meta["id"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+    return int(env_seed) if env_seed and env_seed.strip().isdigit() else None
+
+
+def run_submission(root: Path, plan: Plan) -> dict:
+    """Grade root/submission; always returns a results.json (a rejected or unrunnable
+    submission scores 0 and says why)."""
+    from theinference.classroom.gradescope import gradescope_results
+
+    try:
+        files = read_files(Submission("submission", root / "submission"))
+    except (IntakeError, OSError) as exc:
+        return failure_results(f"Your submission could not be taken: {exc}")
+    status, message, results = run_test(files, plan, jobs=1)
+    if results is None:
+        return failure_results(f"The grader could not finish ({status}): {message}")
+    data = gradescope_results(results, plan.points, plan.grading)
+    data["extra_data"]["content_sha256"] = content_hash(files)
+    data["extra_data"]["seed"] = plan.seed
+    return data
+
+
+def failure_results(message: str) -> dict:
+    return {"score": 0.0, "output": message, "output_format": "md", "visibility": "visible",
+            "stdout_visibility": "hidden", "tests": []}
+
+
+def write_results(root: Path, data: dict) -> Path:
+    path = root / "results" / "results.json"
+    atomic_write(path, json.dumps(data, indent=2) + "\n")
+    return path

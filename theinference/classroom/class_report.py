@@ -1,0 +1,145 @@
+"""`theinference report RESULTS --html class.html`: what the class gets right and wrong, as one
+static page (inline SVG, no script, nothing fetched at view time) and a page per student.
+
+Every figure is computed from the submission records, the same ones gradebook.csv is made of.
+"""
+
+import math
+from collections import Counter
+from html import escape
+from pathlib import Path
+
+from theinference.atomic import atomic_write
+from theinference.classroom.gradebook import stage_slugs
+from theinference.classroom.svg import bar_chart, histogram
+
+STYLE = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:60em;color:#222}
+table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.2em .6em}
+th{background:#f3f3f3}.passed{color:#17692b}.failed,.error,.timeout{color:#b3261e}
+.todo,.skipped,.rejected{color:#8a6d00}section{margin-bottom:2em}"""
+
+
+def class_summary(records: list[dict]) -> dict:
+    """Plain figures the page shows (and the tests check against the records)."""
+    slugs = stage_slugs(records)
+    graded = [r for r in records if r["status"] == "graded"]
+    rows = {slug: [s for r in graded for s in r["stages"] if s["slug"] == slug] for slug in slugs}
+    return {
+        "students": len(records),
+        "graded": len(graded),
+        "pass_rate": {
+            slug: (sum(s["status"] == "passed" for s in rows[slug]) / len(rows[slug]))
+            if rows[slug] else 0.0
+            for slug in slugs
+        },
+        "bugs": {
+            slug: Counter(r["suspected_bug"] for r in rows[slug] if r["suspected_bug"])
+            .most_common()
+            for slug in slugs
+        },
+        "worst": [w for r in graded if (w := student_worst(r)) is not None],
+        "seconds": [student_seconds(r) for r in graded],
+    }
+
+
+def log_tolerances(worst: float) -> float:
+    """log10 of an error in tolerances, NaN and Inf shown at the far right (1e12)."""
+    if not math.isfinite(worst):
+        return 12.0
+    return math.log10(min(max(worst, 1e-6), 1e12))
+
+
+def student_worst(record: dict) -> float | None:
+    figures = [s["worst_tolerance_multiple"] for s in record["stages"]
+               if s["worst_tolerance_multiple"] is not None]
+    return max(figures) if figures else None
+
+
+def student_seconds(record: dict) -> float:
+    return float(((record.get("results") or {}).get("timings") or {}).get("student_seconds", 0))
+
+
+def write_report(records: list[dict], out: Path) -> list[Path]:
+    """The class page at `out`, each student's beside it in `<stem>-students/`."""
+    folder = out.with_name(f"{out.stem}-students")
+    written = []
+    for record in records:
+        path = folder / f"{record['id']}.html"
+        atomic_write(path, page(f"{record['id']}", student_body(record)))
+        written.append(path)
+    atomic_write(out, page("Class report", class_body(records, folder.name)))
+    return [out, *written]
+
+
+def page(title: str, body: str) -> str:
+    return (f"<!doctype html>\n<html lang=en><head><meta charset=utf-8><title>{escape(title)}"
+            f"</title><style>{STYLE}</style></head><body>\n{body}\n</body></html>\n")
+
+
+def class_body(records: list[dict], folder: str) -> str:
+    s = class_summary(records)
+    slugs = list(s["pass_rate"])
+    worst_logs = [log_tolerances(w) for w in s["worst"]]
+    parts = [
+        f"<h1>Class report</h1><p id=counts>{s['students']} submissions, {s['graded']} graded.</p>",
+        "<section id=pass-rate><h2>Pass rate per stage</h2>",
+        bar_chart([(slug, s["pass_rate"][slug]) for slug in slugs], percent=True),
+        "</section><section id=bugs><h2>Most common suspected bugs</h2>",
+        bugs_table(s["bugs"]),
+        "</section><section id=worst-error><h2>Worst error per student "
+        "(in tolerances, log scale; below 1 passes)</h2>",
+        histogram(worst_logs, "worst error / tolerance (log scale)", mark=0.0, log=True),
+        "</section><section id=run-time><h2>Student code run time (seconds)</h2>",
+        histogram(s["seconds"], "seconds in the student's calls"),
+        "</section><section id=students><h2>Students</h2>",
+        students_table(records, slugs, folder),
+        "</section>",
+    ]
+    return "\n".join(parts)
+
+
+def bugs_table(bugs: dict[str, list]) -> str:
+    rows = [f"<tr><td>{escape(slug)}</td><td>{escape(bug)}</td><td>{count}</td></tr>"
+            for slug, found in bugs.items() for bug, count in found[:5]]
+    if not rows:
+        return "<p>No catalogued bug was recognised.</p>"
+    return ("<table><tr><th>stage</th><th>suspected bug</th><th>students</th></tr>"
+            + "".join(rows) + "</table>")
+
+
+def students_table(records: list[dict], slugs: list[str], folder: str) -> str:
+    head = "".join(f"<th>{escape(slug)}</th>" for slug in slugs)
+    rows = []
+    for r in records:
+        by_slug = {s["slug"]: s["status"] for s in r["stages"]}
+        cells = "".join(f"<td class={escape(by_slug.get(slug, ''))}>"
+                        f"{escape(by_slug.get(slug, ''))}</td>" for slug in slugs)
+        link = f"{folder}/{escape(r['id'])}.html"
+        rows.append(f"<tr><td><a href=\"{link}\">{escape(r['id'])}</a></td>"
+                    f"<td class={escape(r['status'])}>{escape(r['status'])}</td>"
+                    f"<td>{r['score']:g}/{r['max_score']:g}</td>{cells}</tr>")
+    return ("<table><tr><th>student</th><th>status</th><th>score</th>" + head + "</tr>"
+            + "".join(rows) + "</table>")
+
+
+def student_body(record: dict) -> str:
+    parts = [f"<h1>{escape(record['id'])}</h1>",
+             f"<p>{escape(record['status'])}: {record['score']:g} of {record['max_score']:g} "
+             f"points. {escape(record['message'])}</p>",
+             "<table><tr><th>stage</th><th>status</th><th>score</th><th>cases passed</th>"
+             "<th>suspected bug</th><th>worst error (× tolerance)</th></tr>"]
+    for s in record["stages"]:
+        worst = s["worst_tolerance_multiple"]
+        parts.append(
+            f"<tr><td>{escape(s['slug'])}</td><td class={escape(s['status'])}>"
+            f"{escape(s['status'])}</td><td>{s['score']:g}/{s['max_score']:g}</td>"
+            f"<td>{s['cases_passed']}/{s['cases_total']}</td>"
+            f"<td>{escape(s['suspected_bug'] or '')}</td>"
+            f"<td>{'' if worst is None else f'{worst:.3g}'}</td></tr>")
+    parts.append("</table>")
+    for stage in (record.get("results") or {}).get("stages", []):
+        for case in stage.get("cases", []):
+            if case["status"] != "passed":
+                parts.append(f"<h3>{escape(stage['slug'])}: {escape(case['name'])}</h3>"
+                             f"<pre>{escape(case['message'][:2000])}</pre>")
+    return "\n".join(parts)

@@ -1,0 +1,135 @@
+"""Gradescope's results.json from the results JSON of `theinference test`: a test per stage
+(and one for its seeded hidden cases, shown after publication), scored and shown as the
+course's [grading] says, each carrying the diagnosis in markdown: status, suspected bug and
+hint, the allclose figures, the student's trimmed traceback, captured output (capped).
+
+Field names and values follow Gradescope's autograder specification; schema/gradescope-
+results.json holds them, and the tests validate every results.json against it.
+"""
+
+from theinference.classroom.records import case_groups, group_score, stage_bug
+from theinference.settings import Grading
+
+TRACEBACK_LINES = 30
+OUTPUT_CHARS = 2000
+MESSAGE_CHARS = 600
+
+
+def gradescope_results(results: dict, points: dict[str, float], grading: Grading) -> dict:
+    """results: `theinference test --format json`; points: slug -> max score."""
+    tests = []
+    for stage in results.get("stages", []):
+        max_score = points.get(stage["slug"], 1.0)
+        groups = case_groups(stage, max_score)
+        for group in groups:
+            tests.append(stage_test(stage, group, grading, len(tests) + 1))
+    score = round(sum(t["score"] for t in tests), 4)
+    return {
+        "score": score,
+        "execution_time": int(round(results.get("timings", {}).get("total_seconds", 0))),
+        "output": summary(results, tests),
+        "output_format": "md",
+        "visibility": "visible",
+        "stdout_visibility": "hidden",
+        "extra_data": {"weights": results.get("weights", {}), "schema": results.get("schema")},
+        "tests": tests,
+    }
+
+
+def stage_test(stage: dict, group: dict, grading: Grading, number: int) -> dict:
+    hidden = group["hidden"]
+    status = group["status"]
+    name = f"{stage['slug']}: {stage['title']}" + (" (hidden cases)" if hidden else "")
+    # a partial run (--case, a stopped run) left cases out: it never earns points
+    partial = bool(stage.get("partial"))
+    score = 0.0 if partial else group_score(group, grading)
+    return {
+        "name": name,
+        "number": str(number),
+        "score": round(score, 4),
+        "max_score": round(group["points"], 4),
+        "status": "passed" if score >= group["points"] and status == "passed" else "failed",
+        "output": ("**partial run: cases were left out, no score**\n\n" if partial else "")
+        + stage_markdown(stage, group),
+        "output_format": "md",
+        "tags": [stage["slug"], *(["hidden"] if hidden else [])],
+        "visibility": grading.hidden_visibility if hidden else grading.visibility_of(stage["slug"]),
+    }
+
+
+def stage_markdown(stage: dict, group: dict) -> str:
+    cases = group["cases"]
+    passed = sum(c["status"] == "passed" for c in cases)
+    lines = [f"**Status: {group['status']}**, {passed} of {len(cases)} cases passed"]
+    if stage.get("reason"):
+        lines.append(f"\n{stage['reason']}")
+    bug = stage_bug({"cases": cases, "suspected_bug": None if group["hidden"] else
+                     stage.get("suspected_bug")})
+    if bug:
+        lines.append(f"\n**Suspected bug:** `{bug}`")
+    hint = stage.get("hint") or next((c["hint"] for c in cases if c.get("hint")), "")
+    if hint and group["status"] != "passed":
+        lines.append(f"\n**Hint:** {hint}")
+    if cases:
+        lines += ["", "| case | status | worst error (× tolerance) | mismatched |",
+                  "|---|---|---|---|"]
+        lines += [case_row(c) for c in cases]
+    for case in cases:
+        if case["status"] != "passed":
+            lines += case_detail(case)
+    return "\n".join(lines)
+
+
+def case_row(case: dict) -> str:
+    worst = max((c["worst_tolerance_multiple"] for c in case.get("comparisons", [])),
+                default=None)
+    mismatched = sum(c["mismatched"] for c in case.get("comparisons", []))
+    total = sum(c["total"] for c in case.get("comparisons", []))
+    figure = "" if worst is None else f"{worst:.3g}"
+    count = f"{mismatched} of {total}" if total else ""
+    return f"| {_cell(case['name'])} | {case['status']} | {figure} | {count} |"
+
+
+def case_detail(case: dict) -> list[str]:
+    lines = [f"\n#### {case['name']}: {case['status']}", "", _clip(case["message"], MESSAGE_CHARS)]
+    for cmp in case.get("comparisons", []):
+        if cmp["mismatched"]:
+            lines.append(
+                f"\n- {cmp['label']} {cmp['shape']}: {cmp['mismatched']} of {cmp['total']} "
+                f"outside atol {cmp['atol']:g} + rtol {cmp['rtol']:g}; max abs "
+                f"{cmp['max_abs']:.3g} at {cmp['max_abs_index']}; worst "
+                f"{cmp['worst_tolerance_multiple']:.3g}× the tolerance at {cmp['worst_index']}"
+            )
+    if case.get("traceback"):
+        lines += ["", "Traceback (your code):", "```", trim_traceback(case["traceback"]), "```"]
+    for stream in ("stdout", "stderr"):
+        if case.get(stream):
+            lines += ["", f"Your {stream}:", "```", _clip(case[stream], OUTPUT_CHARS), "```"]
+    return lines
+
+
+def trim_traceback(text: str) -> str:
+    """The last frames are the student's: keep those, say how much went."""
+    lines = text.rstrip().splitlines()
+    if len(lines) <= TRACEBACK_LINES:
+        return "\n".join(lines)
+    return f"[... {len(lines) - TRACEBACK_LINES} lines]\n" + "\n".join(lines[-TRACEBACK_LINES:])
+
+
+def summary(results: dict, tests: list[dict]) -> str:
+    total = sum(t["max_score"] for t in tests)
+    score = sum(t["score"] for t in tests)
+    stages = results.get("stages", [])
+    passed = sum(s["status"] == "passed" for s in stages)
+    return (f"**{score:g} of {total:g} points**: {passed} of {len(stages)} stages passed "
+            f"(weights {results.get('weights', {}).get('label', '?')}). Run "
+            "`theinference test --stage SLUG` in your course for the full report.")
+
+
+def _clip(text: str, limit: int) -> str:
+    text = text.replace("```", "'''")
+    return text if len(text) <= limit else text[:limit] + f"\n[... cut at {limit} characters]"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")

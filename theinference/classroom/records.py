@@ -1,0 +1,126 @@
+"""One record per graded submission (RESULTS/submissions/ID.json): what was graded, its
+content hash, and the `theinference test` JSON it came to, with each stage's score.
+
+The gradebook, shard merging and the class report all read these records and nothing else,
+so they can never disagree with one another or with the per-submission JSON.
+"""
+
+import json
+from pathlib import Path
+
+from theinference.atomic import atomic_write
+from theinference.settings import Grading
+
+SCHEMA = "theinference.submission/1"
+SUBMISSIONS_DIR = "submissions"
+FINAL = ("graded", "rejected")  # a rerun keeps these; a grader error is tried again
+
+
+def stage_rows(results: dict | None, points: dict[str, float], grading: Grading) -> list[dict]:
+    """Each planned stage's status and score; a stage the run did not reach scores 0."""
+    by_slug = {s["slug"]: s for s in (results or {}).get("stages", [])}
+    rows = []
+    for slug, max_score in points.items():
+        stage = by_slug.get(slug)
+        if stage is None:
+            rows.append(_row(slug, "not graded", 0.0, max_score, None, None, 0, 0))
+            continue
+        cases = stage.get("cases", [])
+        score = sum(group_score(g, grading) for g in case_groups(stage, max_score))
+        passed = sum(c["status"] == "passed" for c in cases)
+        rows.append(
+            _row(slug, stage["status"], round(score, 4), max_score, stage_bug(stage),
+                 worst_error(stage), passed, len(cases))
+        )
+    return rows
+
+
+def is_hidden(case: dict) -> bool:
+    return bool(case.get("hidden")) or case.get("name", "").startswith("hidden case")
+
+
+def case_groups(stage: dict, max_score: float) -> list[dict]:
+    """A stage's public cases and its seeded hidden ones, each worth its share of the points
+    (by case count), so hidden cases count without revealing them before publication."""
+    cases = stage.get("cases", [])
+    public = [c for c in cases if not is_hidden(c)]
+    hidden = [c for c in cases if is_hidden(c)]
+    if not hidden:
+        return [{"hidden": False, "cases": cases, "points": max_score, "status": stage["status"]}]
+    share = max_score * len(hidden) / len(cases)
+    return [
+        {"hidden": False, "cases": public, "points": max_score - share,
+         "status": _worst(public, stage["status"])},
+        {"hidden": True, "cases": hidden, "points": share, "status": _worst(hidden, "passed")},
+    ]
+
+
+def _worst(cases: list[dict], default: str) -> str:
+    order = ["error", "timeout", "failed", "todo", "skipped", "passed"]
+    statuses = {c["status"] for c in cases}
+    return next((s for s in order if s in statuses), default)
+
+
+def group_score(group: dict, grading: Grading) -> float:
+    """All or nothing, or (partial_credit) the share of its cases that passed."""
+    cases, points = group["cases"], group["points"]
+    if group["status"] == "passed" and all(c["status"] == "passed" for c in cases):
+        return points
+    if grading.partial_credit and cases:
+        return points * sum(c["status"] == "passed" for c in cases) / len(cases)
+    return 0.0
+
+
+def stage_bug(stage: dict) -> str | None:
+    """The stage's diagnosis where the results carry one, else its first case's."""
+    if stage.get("suspected_bug"):
+        return stage["suspected_bug"]
+    return next((c["suspected_bug"] for c in stage.get("cases", []) if c.get("suspected_bug")),
+                None)
+
+
+def worst_error(stage: dict) -> float | None:
+    """The largest error of any comparison in the stage, in tolerances (None: no figures)."""
+    figures = [
+        cmp["worst_tolerance_multiple"]
+        for case in stage.get("cases", [])
+        for cmp in case.get("comparisons", [])
+        if cmp.get("worst_tolerance_multiple") is not None
+    ]
+    return max(figures) if figures else None
+
+
+def _row(slug, status, score, max_score, bug, worst, passed, total) -> dict:
+    return {
+        "slug": slug,
+        "status": status,
+        "score": score,
+        "max_score": max_score,
+        "suspected_bug": bug,
+        "worst_tolerance_multiple": worst,
+        "cases_passed": passed,
+        "cases_total": total,
+    }
+
+
+def record_path(results_dir: Path, sid: str) -> Path:
+    return results_dir / SUBMISSIONS_DIR / f"{sid}.json"
+
+
+def write_record(results_dir: Path, record: dict) -> None:
+    atomic_write(record_path(results_dir, record["id"]), json.dumps(record, indent=2) + "\n")
+
+
+def read_record(path: Path) -> dict | None:
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and record.get("schema") == SCHEMA else None
+
+
+def read_records(results_dir: Path) -> list[dict]:
+    """Every readable record in a results folder, sorted by student id."""
+    folder = results_dir / SUBMISSIONS_DIR
+    records = [read_record(p) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
+    return sorted((r for r in records if r), key=lambda r: r["id"])

@@ -1,0 +1,59 @@
+"""What the instructor's commands show in the terminal (the only classroom module on rich)."""
+
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+STATUS_STYLE = {"graded": "green", "rejected": "yellow", "grader-error": "red"}
+
+
+def console() -> Console:
+    return Console(stderr=True)
+
+
+@contextmanager
+def grading_progress(total: int, reused_label: str = "unchanged"):
+    """A bar with ETA; yields on_done(record, reused) to call as each submission finishes."""
+    progress = Progress(
+        TextColumn("[bold]grading"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+        TextColumn("{task.description}"),
+        console=console(),
+    )
+    with progress:
+        task = progress.add_task("", total=total)
+
+        def on_done(record: dict, reused: bool) -> None:
+            note = reused_label if reused else record["status"]
+            score = f"{record['score']:g}/{record['max_score']:g}"
+            progress.update(task, advance=1, description=f"{record['id']}: {note} {score}")
+
+        yield on_done
+
+
+def print_class_summary(records: list[dict], reused: int, gradebook: str) -> None:
+    out = console()
+    table = Table(title=f"{len(records)} submissions ({reused} unchanged, not regraded)")
+    for column in ("student", "status", "score", "stages passed", "suspected bugs"):
+        table.add_column(column)
+    for r in records:
+        passed = sum(s["status"] == "passed" for s in r["stages"])
+        bugs = ", ".join(s["suspected_bug"] for s in r["stages"] if s["suspected_bug"])
+        style = STATUS_STYLE.get(r["status"], "")
+        table.add_row(r["id"], f"[{style}]{r['status']}[/]", f"{r['score']:g}/{r['max_score']:g}",
+                      f"{passed}/{len(r['stages'])}", bugs or r["message"][:60])
+    out.print(table)
+    out.print(f"gradebook: {gradebook}")
