@@ -18,6 +18,7 @@ from tests import classroom_helpers as ch
 from tests.bugs import planted
 from tests.test_hostile import SUBMISSIONS
 from theinference.cli import app
+from theinference.formats import SCHEMA
 
 runner = CliRunner()
 SETTINGS = '[grading]\ntimeout = 10\nscores = { "single-step-attention" = 2 }\n'
@@ -113,7 +114,7 @@ def test_the_gradebook_agrees_with_the_json(graded):
         assert (bug or "") in row["suspected_bugs"]
         test_json = record["results"]
         if test_json is not None:  # the same JSON `theinference test` writes
-            assert test_json["schema"] == "theinference.results/1"
+            assert test_json["schema"] == SCHEMA
             assert test_json["stages"][0]["status"] == record["stages"][0]["status"]
 
 

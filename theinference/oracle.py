@@ -161,13 +161,21 @@ def attn_sublayer(
         k = np.concatenate([past.k, k], axis=1)  # [h, m, hd]
         v = np.concatenate([past.v, v], axis=1)
     mask = variant.prompt_mask if past is None else variant.step_mask
-    if last_only:  # the last of n rows is the last of m positions too
+    # the last of n rows is the last of m positions too; a head layout split or merged by a
+    # bare reshape mixes rows, so such a variant computes every row and keeps the last
+    shortcut = last_only and (variant.split_heads, variant.merge_heads) == (
+        split_heads,
+        merge_heads,
+    )
+    if shortcut:
         q, x = q[:, -1:], x[-1:]
     keys, values = (v, k) if variant.swap_kv else (k, v)
     heads = attend(q, keys, values, mask(q.shape[1], k.shape[1]), variant.scale(HEAD_DIM))
     out = variant.merge_heads(heads) @ w[p + "attn.c_proj.weight"]  # [n, d]
     out += w[p + "attn.c_proj.bias"]
     out += x
+    if last_only and not shortcut:
+        out = out[-1:]
     return out, LayerKV(k=k, v=v)
 
 
