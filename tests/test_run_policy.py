@@ -93,7 +93,8 @@ def test_a_first_case_todo_stops_its_stage_and_lists_the_rest(template_course, w
 
 def test_watch_policy_stops_a_stage_at_its_first_failure(tmp_path, weights):
     """Would catch: the 1024-token case still running after the one-token case failed, a stage
-    stopped early recorded as complete, or the diagnosis lost when only one case failed."""
+    stopped early recorded as complete, or the diagnosis lost when the run stops early. A first
+    numeric failure is followed by small cases up to a second one, which confirms the bug."""
     from theinference.grader import grade
     from theinference.policy import RunPolicy
     from theinference.runner import Limits
@@ -104,8 +105,9 @@ def test_watch_policy_stops_a_stage_at_its_first_failure(tmp_path, weights):
         course, [stage], weights, Limits(timeout=60), policy=RunPolicy(stop_at_first_failure=True)
     )
     (result,) = run.stages
-    assert result.status == Status.FAILED and result.cases[-1].status == Status.FAILED
-    assert all(c.status == Status.PASSED for c in result.cases[:-1])
+    failing = [c for c in result.cases if c.status == Status.FAILED]
+    assert result.status == Status.FAILED and len(failing) == 2  # the failure, and its confirmation
+    assert result.cases[-1] is failing[1]  # nothing ran after the confirming failure
     assert "the whole context (1024 tokens)" in result.not_run
     assert result.partial and run.partial
     assert result.suspected_bug == "missing-ln-f" and result.diagnosed

@@ -106,7 +106,7 @@ def test_language_found_from_settings_or_adapters(tmp_path):
     (tmp_path / "b" / "theinference.toml").write_text('language = "ts"\n')
     assert languages.course_language(tmp_path / "b") == "ts"
     (tmp_path / "b" / "theinference.toml").write_text('language = "rust"\n')
-    with pytest.raises(CourseError, match="choose one of"):
+    with pytest.raises(CourseError, match="must be one of python, ts"):
         open_course(tmp_path / "b")
     argv = languages.worker_argv(tmp_path / "a", 3, 4, 2**30)
     assert "--max-old-space-size=1024" in argv and argv[-4:] == [
@@ -282,7 +282,8 @@ def test_results_are_localized_for_typescript_only():
     from theinference.events import StageFinished
     from theinference.results import CaseResult, RunResult, StageResult, Status
 
-    case = CaseResult("c", Status.FAILED, message="decode_step at len(prompt_ids)", hint="x")
+    message = "decode_step at len(prompt_ids)"
+    case = CaseResult(name="c", status=Status.FAILED, message=message, hint="x")
     stage = StageResult("s", "t", Status.FAILED, [case], hint="wire run_decode_step")
     run = RunResult([stage], "synthetic", "0" * 64)
     ts = languages.localize_result(run, "ts")

@@ -218,7 +218,7 @@ def error_case(name: str, traceback: str):
     from theinference.results import CaseResult, Status
 
     last = traceback.strip().splitlines()[-1]
-    return CaseResult(name, Status.ERROR, message=last, traceback=traceback)
+    return CaseResult(name=name, status=Status.ERROR, message=last, traceback=traceback)
 
 
 SOFTMAX_CRASH = """Traceback (your code, most recent call last):
@@ -321,7 +321,7 @@ def test_diagnosis_uses_the_stage_bug_and_names_the_worst_case():
 
     def failing(name: str, off: float) -> CaseResult:
         c = compare("x", np.full(4, off), np.zeros(4), Tolerance(1e-3, 1e-2))
-        return CaseResult(name, Status.FAILED, comparisons=[c], hint="a generic hint")
+        return CaseResult(name=name, status=Status.FAILED, comparisons=[c], hint="a generic hint")
 
     stage = StageResult("s", "S", Status.FAILED, [failing("small", 0.01), failing("big", 22.0)])
     found = diagnose(stage)

@@ -24,7 +24,7 @@ from theinference.events import (
     ignore,
 )
 from theinference.judging import grade_case
-from theinference.policy import EVERY_CASE, RunPolicy, plan
+from theinference.policy import EVERY_CASE, RunPolicy, is_long, plan
 from theinference.results import CaseResult, RunResult, StageResult, Status, stage_status
 from theinference.runner import Limits, StudentProcess
 from theinference.sandbox import Sandbox
@@ -160,13 +160,22 @@ class StageRun:
             if verdict.actual is not None:
                 failures.append(Failure(case.check, args, verdict.actual))
             self.listener(CaseFinished(self.stage.slug, result))
-            if self.stops_after(result, index):
+            following = cases[index + 1] if index + 1 < len(cases) else None
+            if self.stops_after(results, len(failures), following):
                 break
         return results, failures
 
-    def stops_after(self, result: CaseResult, index: int) -> bool:
+    def stops_after(self, results: list[CaseResult], numeric: int, following) -> bool:
         """A first case that is todo: the stage is not started, the rest would say the same.
-        A failure, when the policy wants the first one only (watch mode)."""
-        if index == 0 and result.status == Status.TODO:
+        In watch mode, a failure ends the stage, except that after a first numeric failure
+        the small cases go on until a second one: a bug is named only when a second failing
+        case confirms it (fingerprints.MIN_CASES), and two bugs can agree on the smallest."""
+        last = results[-1]
+        if len(results) == 1 and last.status == Status.TODO:
             return True
-        return self.policy.stop_at_first_failure and result.status in FAILING
+        failing = [r for r in results if r.status in FAILING]
+        if not self.policy.stop_at_first_failure or not failing:
+            return False
+        only_numbers = all(r.status == Status.FAILED for r in failing)
+        confirming = only_numbers and numeric == 1
+        return not confirming or following is None or is_long(following)

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from theinference.compare import Comparison
 from theinference.results import CaseResult, RunResult, StageResult, Status
-from theinference.teaching import bug_name, diagnose, fitting_hint, shared_error
+from theinference.teaching import diagnose, fitting_hint, shared_error
 
 STYLE = {
     Status.PASSED: ("✓", "green"),
@@ -130,9 +130,6 @@ def diagnosis_lines(stage: StageResult) -> list:
         lines.append(Text(f"    worst case: {found.worst.name}, {worst:.3g}x the tolerance"))
     if found.bug:
         lines.append(Text(f"    suspected bug: {found.bug}", style="bold magenta"))
-    elif len(stage.candidates) > 1:  # several bugs give these numbers: name them all
-        names = " or ".join(bug_name(c) for c in stage.candidates)
-        lines.append(Text(f"    suspected bug, one of: {names}", style="bold magenta"))
     elif stage.diagnosed:
         lines.append(Text("    no known bug matches these answers", style="dim"))
     if found.hint:

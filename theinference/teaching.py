@@ -197,6 +197,9 @@ def diagnose(stage: StageResult) -> Diagnosis:
     if stage.suspected_bug:
         name = bug_name(stage.suspected_bug)
         return Diagnosis(name, strip_bug(stage.hint, name), first, worst)
+    if len(stage.candidates) > 1:  # several bugs give these very numbers: name them all
+        name = "one of " + " or ".join(bug_name(c) for c in stage.candidates)
+        return Diagnosis(name, stage.hint, first, worst)
     for case in bad:
         if case.suspected_bug:
             name = bug_name(case.suspected_bug)
