@@ -106,11 +106,13 @@ def bwrap_command(inner: list[str], course: Path, weights: Path, hidden: list[Pa
     grader directories that must not show even if they sit below a bound directory."""
     args = [shutil.which("bwrap") or "bwrap", *NAMESPACES, "--die-with-parent"]
     args += ["--uid", "65534", "--gid", "65534"]  # no capabilities, not root even inside
+    # the private /tmp and HOME first: a Python environment that lives under /tmp (a venv in a
+    # temporary clone) is then bound on top of it instead of hidden by it
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", HOME_MOUNT]
     args += _system_binds() + _python_binds()
     args += ["--ro-bind", str(course), COURSE_MOUNT]
     args += ["--ro-bind-try", str(weights), WEIGHTS_MOUNT]
     args += ["--ro-bind", str(worker_script()), WORKER_MOUNT]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", HOME_MOUNT]
     for path in filter(Path.is_dir, hidden):  # a tmpfs over it where it would show
         if any(_below(path, root) for root in _python_roots()):
             args += ["--tmpfs", str(path)]
