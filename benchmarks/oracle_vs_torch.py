@@ -23,9 +23,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.helpers import hf_gpt2  # noqa: E402
-from theinference import oracle  # noqa: E402
-from theinference.stages import token_ids  # noqa: E402
-from theinference.weights import load_weights  # noqa: E402
+from theinference.curriculum.stages import token_ids  # noqa: E402
+from theinference.oracle import gpt2 as oracle
+from theinference.oracle.weights import load_weights  # noqa: E402
 
 THREADS = 2
 LENGTHS = (16, 128, 512)

@@ -20,10 +20,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.helpers import make_course, reference_text  # noqa: E402
-from theinference import weights as weights_module  # noqa: E402
-from theinference.runner import Limits, StudentProcess  # noqa: E402
-from theinference.sandbox import Sandbox, bwrap_problem, choose  # noqa: E402
-from theinference.weights import load_weights  # noqa: E402
+from theinference.oracle import weights as weights_module
+from theinference.oracle.weights import load_weights  # noqa: E402
+from theinference.student.process import Limits, StudentProcess  # noqa: E402
+from theinference.student.sandbox import Sandbox, bwrap_problem, choose  # noqa: E402
 
 MODES = ("bwrap", "none")
 

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from theinference.verify import load_bugs
+from theinference.grading.verify import load_bugs
 
 SOLUTIONS = Path(__file__).parent / "solutions"
 REFERENCE = SOLUTIONS / "reference_kvcache.py"

@@ -21,7 +21,7 @@ def weights_cache(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def weights(weights_cache):
-    from theinference.weights import load_weights
+    from theinference.oracle.weights import load_weights
 
     return load_weights("synthetic", Path("."))
 

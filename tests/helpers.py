@@ -7,7 +7,7 @@ SOLUTIONS = Path(__file__).parent / "solutions"
 
 
 def make_course(root: Path, kvcache: str | None = None) -> Path:
-    from theinference.course import init_course
+    from theinference.course.directory import init_course
 
     init_course(root)
     if kvcache is not None:
@@ -28,12 +28,12 @@ def grade_course(
     listener=None,
 ):
     """Grade through the same path as the CLI, returning the RunResult."""
-    from theinference.grader import grade
-    from theinference.runner import Limits
-    from theinference.stages import load_stages, select
+    from theinference.curriculum.stages import load_stages, select
+    from theinference.grading.grader import grade
+    from theinference.student.process import Limits
 
     stages = [replace(s, timeout=timeout) for s in select(load_stages(), slugs or [])]
-    from theinference.events import ignore
+    from theinference.results.events import ignore
 
     return grade(
         course, stages, weights, Limits(timeout=timeout), oracle, listener=listener or ignore
@@ -93,7 +93,7 @@ def hf_gpt2(weights, torch, transformers):
 
 def oracle_answer(check: str, args: list, w: dict, n_layer: int):
     """The grader's answer to a case of a numeric check, by full recompute (no cache)."""
-    from theinference import oracle
+    from theinference.oracle import gpt2 as oracle
 
     if check == "step_attention":
         return oracle.attn_sublayer(oracle.embed(args[0], w), w, 0)[0][-1]

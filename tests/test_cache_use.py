@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from tests.helpers import SOLUTIONS, grade_course, make_course, reference_text
-from theinference import worker
-from theinference.checks import CHECKS
-from theinference.checks.common import Verdict, Words
-from theinference.checks.cost import baseline_probe, call_against_baseline, cost_verdict
+from theinference.curriculum.checks import CHECKS
+from theinference.curriculum.checks.common import Verdict, Words
+from theinference.curriculum.checks.cost import baseline_probe, call_against_baseline, cost_verdict
+from theinference.curriculum.stages import load_stages
 from theinference.results import Status
-from theinference.runner import Limits, StudentProcess
-from theinference.stages import load_stages
+from theinference.student.process import Limits, StudentProcess
+from theinference.student.worker import worker
 
 CHEATS = tomllib.loads((SOLUTIONS / "recompute_cheats.toml").read_text())["cheats"]
 CACHED = ["full-decode-step", "per-step-identity", "generate-loop", "prefix-caching"]
@@ -32,8 +32,8 @@ def only_case(slug: str, needle: str):
 
 
 def grade_one(course: Path, weights, slug: str, needle: str):
-    from theinference.events import ignore
-    from theinference.grader import grade
+    from theinference.grading.grader import grade
+    from theinference.results.events import ignore
 
     stage = replace(only_case(slug, needle), timeout=900)
     run = grade(course, [stage], weights, Limits(timeout=900), listener=ignore)
@@ -54,7 +54,7 @@ def test_every_cached_stage_has_a_cache_use_case_whose_check_probes():
 
 
 def say_for(slug: str) -> Words:
-    return Words("theinference.checks." + slug.replace("-", "_"))
+    return Words("theinference.curriculum.checks." + slug.replace("-", "_"))
 
 
 def test_a_cost_far_past_the_margin_fails_and_says_what_was_measured():

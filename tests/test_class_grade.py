@@ -18,7 +18,7 @@ from tests import classroom_helpers as ch
 from tests.bugs import planted
 from tests.test_hostile import SUBMISSIONS
 from theinference.cli import app
-from theinference.formats import SCHEMA
+from theinference.output.formats import SCHEMA
 
 runner = CliRunner()
 SETTINGS = '[grading]\ntimeout = 10\nscores = { "single-step-attention" = 2 }\n'

@@ -217,8 +217,8 @@ def test_verify_without_solutions_names_the_option(tmp_path, weights):
 def test_a_run_prints_nothing_itself(template_course, weights, capsys):
     """Would catch: session.run printing (the terminal must be a listener, so watch mode and
     machine formats decide what is drawn)."""
-    from theinference.policy import RunPolicy
-    from theinference.session import prepare, run
+    from theinference.grading.policy import RunPolicy
+    from theinference.grading.session import prepare, run
 
     session = prepare(template_course, ["single-step-attention"], None, 30, None, [], RunPolicy())
     result = run(session)

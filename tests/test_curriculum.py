@@ -11,10 +11,10 @@ from pathlib import Path
 import theinference
 from tests.bugs import BUGS
 from tests.helpers import SOLUTIONS
-from theinference.checks import CHECKS
-from theinference.course import TEMPLATE_DIR
-from theinference.fingerprints import CATALOGUE
-from theinference.stages import SPEC_DIR, load_stages
+from theinference.course.directory import TEMPLATE_DIR
+from theinference.curriculum.checks import CHECKS
+from theinference.curriculum.stages import SPEC_DIR, load_stages
+from theinference.diagnosis.fingerprints import CATALOGUE
 
 PACKAGE = Path(theinference.__file__).parent
 STAGES = load_stages()
@@ -25,7 +25,7 @@ NAMED_ELSEWHERE = {("bench.py", "generate-loop")}
 
 
 def module_of(slug: str) -> Path:
-    return PACKAGE / "checks" / f"{slug.replace('-', '_')}.py"
+    return PACKAGE / "curriculum" / "checks" / f"{slug.replace('-', '_')}.py"
 
 
 def test_every_stage_has_its_spec_checks_module_stubs_adapter_solution_and_a_planted_bug():
@@ -106,7 +106,7 @@ def test_tolerances_are_quoted_from_the_spec_never_retyped():
     for path in SPEC_DIR.glob("*.toml"):
         prose = [line for line in path.read_text().splitlines() if "tolerance =" not in line]
         assert not re.search(r"\b\d(\.\d+)?e-\d\b", "\n".join(prose)), path.name
-    for path in (PACKAGE / "checks").glob("*.py"):
+    for path in (PACKAGE / "curriculum" / "checks").glob("*.py"):
         assert not re.search(r"\b\d(\.\d+)?e-\d\b", path.read_text()), path.name
     (stage,) = [s for s in STAGES if s.slug == "single-step-attention"]
     assert f"atol {stage.tolerance.atol:.0e}".replace("e-0", "e-") in stage.guidance
@@ -122,7 +122,7 @@ def test_each_stage_says_its_words_once():
             for sentence in re.split(r"(?<=[.:;])\s+", " ".join(text.split())):
                 if len(sentence) > 60:
                     assert owner.setdefault(sentence, stage.slug) == stage.slug, sentence
-    for path in (PACKAGE / "checks").glob("*.py"):
+    for path in (PACKAGE / "curriculum" / "checks").glob("*.py"):
         for literal in code_strings(path.read_text()):
             assert "classic" not in literal and "handoff" not in literal.lower(), path.name
 

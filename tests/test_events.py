@@ -6,7 +6,7 @@ from tests.helpers import grade_course
 def test_events_arrive_in_order_and_carry_the_results(reference_course, weights):
     """Would catch: a listener never called, events out of order (a case finishing before it
     started, a stage finishing twice), or results reported that differ from those returned."""
-    from theinference import events
+    from theinference.results import events
 
     seen = []
     run = grade_course(

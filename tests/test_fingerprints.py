@@ -6,9 +6,9 @@ import pytest
 
 from tests.bugs import BUGS
 from tests.helpers import oracle_answer
-from theinference.cached_path import simulate
-from theinference.compare import Tolerance
-from theinference.fingerprints import BY_ID, CATALOGUE, combined, diagnose
+from theinference.diagnosis.fingerprints import BY_ID, CATALOGUE, combined, diagnose
+from theinference.diagnosis.simulator import simulate
+from theinference.results.compare import Tolerance
 
 STEP_TOL = Tolerance(atol=1e-4, rtol=1e-3)
 LOGITS_TOL = Tolerance(atol=1e-3, rtol=1e-2)

@@ -20,11 +20,11 @@ from tests.helpers import make_course
 from theinference import __version__
 from theinference.classroom.gradescope import gradescope_results
 from theinference.cli import app
-from theinference.settings import Grading
+from theinference.course.settings import Grading
 
 runner = CliRunner()
 SCHEMA = json.loads(
-    (Path(__file__).parents[1] / "theinference/schema/gradescope-results.json").read_text()
+    (Path(__file__).parents[1] / "theinference/output/schema/gradescope-results.json").read_text()
 )
 
 

@@ -35,7 +35,7 @@ def test_untouched_template_is_todo_everywhere(template_course, weights):
 
 @pytest.fixture(scope="module")
 def shared_oracle(weights):
-    from theinference.answers import Answers
+    from theinference.grading.answers import Answers
 
     return Answers(weights)
 
@@ -43,8 +43,8 @@ def shared_oracle(weights):
 @pytest.mark.parametrize("bug", BUGS, ids=[b.id for b in BUGS])
 def test_planted_bug_fails_its_stage_and_is_named(bug, weights, shared_oracle):
     # exactly what `theinference verify --quick` runs for each bug
-    from theinference.stages import load_stages
-    from theinference.verify import quick, verify_bug
+    from theinference.curriculum.stages import load_stages
+    from theinference.grading.verify import quick, verify_bug
 
     (stage,) = [s for s in load_stages() if s.slug == bug.stage]
     row = verify_bug(bug, REFERENCE.read_text(), quick(stage), weights, shared_oracle)

@@ -16,9 +16,9 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.helpers import alive, make_course, reference_text
-from theinference import synthetic
-from theinference.answer_cache import KEY_FILE, MAC_BYTES
 from theinference.cli import app
+from theinference.grading.answer_cache import KEY_FILE, MAC_BYTES
+from theinference.oracle import synthetic
 
 runner = CliRunner()
 TIMEOUT = "3"
@@ -317,10 +317,10 @@ def test_limits_are_named_when_hit(tmp_path):
 def test_a_stage_spec_sets_its_own_limits(tmp_path, weights):
     from dataclasses import replace
 
-    from theinference.grader import grade
-    from theinference.runner import Limits
-    from theinference.session import only_cases
-    from theinference.stages import load_stages
+    from theinference.curriculum.stages import load_stages
+    from theinference.grading.grader import grade
+    from theinference.grading.session import only_cases
+    from theinference.student.process import Limits
 
     course = submission(
         tmp_path,

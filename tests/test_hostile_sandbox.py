@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 
 from tests.test_hostile import GOOD, answers_verify, submission
-from theinference import sandbox, synthetic
-from theinference.answer_cache import MAC_BYTES
+from theinference.grading.answer_cache import MAC_BYTES
+from theinference.oracle import synthetic
+from theinference.student import sandbox
 
 needs_bwrap = pytest.mark.skipif(
     bool(sandbox.bwrap_problem()), reason=f"bubblewrap unusable here: {sandbox.bwrap_problem()}"
@@ -270,7 +271,7 @@ def test_bwrap_refuses_to_grade_without_bubblewrap_and_auto_says_so(
 def test_the_answer_cache_believes_only_files_it_signed(tmp_path):
     """Would catch answers trusted for their format alone: a file forged without the
     secret, one swapped in from another key, or the secret file readable by others."""
-    from theinference.answer_cache import KEY_FILE, AnswerCache
+    from theinference.grading.answer_cache import KEY_FILE, AnswerCache
 
     def compute():
         return np.arange(4, dtype=np.float32)

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from tests.helpers import hf_gpt2, oracle_answer
-from theinference import oracle
-from theinference.stages import token_ids
+from theinference.curriculum.stages import token_ids
+from theinference.oracle import gpt2 as oracle
 
 
 def import_transformers():
@@ -112,7 +112,7 @@ def test_the_correct_variant_is_the_oracle(weights, check, args):
     """Catches fingerprints measured against a model that is not the oracle: with no bug
     replaced, the simulated student's path is the oracle's cached path bit for bit, and the
     full recompute within float32 noise."""
-    from theinference.cached_path import simulate
+    from theinference.diagnosis.simulator import simulate
 
     w, n = weights.tensors, weights.config.n_layer
     ours = simulate(check, args, w, n)
@@ -125,7 +125,7 @@ def load_template_gpt2():
     import importlib.util
     from pathlib import Path
 
-    path = Path(oracle.__file__).parent / "student_template" / "src" / "gpt2.py"
+    path = Path(oracle.__file__).parents[1] / "course" / "templates" / "python" / "src" / "gpt2.py"
     spec = importlib.util.spec_from_file_location("template_gpt2", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from theinference import sandbox
-from theinference.process_cpu import cpu_seconds_between
-from theinference.runner import Limits, StudentProcess
-from theinference.sandbox import Sandbox
+from theinference.student import sandbox
+from theinference.student.cpu import cpu_seconds_between
+from theinference.student.process import Limits, StudentProcess
+from theinference.student.sandbox import Sandbox
 
 BUSY = """
 import subprocess, sys, threading, time

@@ -11,10 +11,10 @@ from typer.testing import CliRunner
 from tests.bugs import planted
 from tests.helpers import STAGES, grade_course, make_course
 from theinference import exits
-from theinference.answer_cache import AnswerCache
 from theinference.cli import app
-from theinference.formats import SCHEMA_FILE
-from theinference.oracle import LayerKV
+from theinference.grading.answer_cache import AnswerCache
+from theinference.oracle.gpt2 import LayerKV
+from theinference.output.formats import SCHEMA_FILE
 
 runner = CliRunner()
 
@@ -85,7 +85,7 @@ def test_junit_parses_with_a_suite_per_stage(mixed_course):
 def test_gradescope_results_have_the_fields_gradescope_reads(mixed_course):
     _, out, _ = mixed_course
     data = json.loads((out / "results.json").read_text())
-    from theinference.stages import load_stages
+    from theinference.curriculum.stages import load_stages
 
     total = sum(s.score for s in load_stages())
     assert sum(t["max_score"] for t in data["tests"]) == pytest.approx(total)
@@ -123,7 +123,7 @@ def test_stages_shows_the_last_results(mixed_course):
 
 
 def test_hidden_cases_depend_on_the_seed_only():
-    from theinference.stages import load_stages, with_hidden_cases
+    from theinference.curriculum.stages import load_stages, with_hidden_cases
 
     stage = load_stages()[2]
     a = with_hidden_cases(stage, 1).cases[len(stage.cases) :]
@@ -162,7 +162,7 @@ def test_oracle_cache_round_trips_layer_kv(tmp_path):
 
 
 def test_an_unwritable_cache_degrades_with_a_note(tmp_path, reference_course, weights):
-    from theinference.answers import Answers
+    from theinference.grading.answers import Answers
 
     blocked = tmp_path / "blocked"
     blocked.write_text("a file where the cache directory should be")

@@ -17,7 +17,7 @@ runner = CliRunner()
 
 
 def stage_named(slug: str):
-    from theinference.stages import load_stages
+    from theinference.curriculum.stages import load_stages
 
     return next(s for s in load_stages() if s.slug == slug)
 
@@ -25,7 +25,7 @@ def stage_named(slug: str):
 def test_cases_run_smallest_first_and_long_ones_last():
     """Would catch: cases run in spec order (the 1024-token case before a one-token one), or a
     size measure that ignores continuations and the new tokens asked for."""
-    from theinference.policy import RunPolicy, case_size, plan
+    from theinference.grading.policy import RunPolicy, case_size, plan
 
     for slug in ("single-step-attention", "per-step-identity", "generate-loop"):
         ordered = plan(stage_named(slug), RunPolicy()).cases
@@ -40,7 +40,7 @@ def test_cases_run_smallest_first_and_long_ones_last():
 def test_quick_leaves_out_the_long_cases_only():
     """Would catch: --quick dropping small cases, keeping the whole-context ones, or dropping a
     cheap must-raise case."""
-    from theinference.policy import LONG_CASE_TOKENS, RunPolicy, case_size, plan
+    from theinference.grading.policy import LONG_CASE_TOKENS, RunPolicy, case_size, plan
 
     stage = stage_named("generate-loop")
     quick = plan(stage, RunPolicy(quick=True))
@@ -95,9 +95,9 @@ def test_watch_policy_stops_a_stage_at_its_first_failure(tmp_path, weights):
     """Would catch: the 1024-token case still running after the one-token case failed, a stage
     stopped early recorded as complete, or the diagnosis lost when the run stops early. A first
     numeric failure is followed by small cases up to a second one, which confirms the bug."""
-    from theinference.grader import grade
-    from theinference.policy import RunPolicy
-    from theinference.runner import Limits
+    from theinference.grading.grader import grade
+    from theinference.grading.policy import RunPolicy
+    from theinference.student.process import Limits
 
     course = make_course(tmp_path / "c", planted("missing-ln-f"))
     stage = replace(stage_named("build-prefill"), timeout=60)
@@ -123,14 +123,14 @@ def partial_run(status: Status = Status.PASSED) -> RunResult:
         partial=True,
         not_run=["two tokens"],
     )
-    from theinference.environment import describe
+    from theinference.grading.environment import describe
 
     return RunResult([stage], "synthetic (x)", "ab" * 32, environment=describe(), sandbox="bwrap")
 
 
 def test_a_partial_pass_is_never_recorded_as_passed(tmp_path):
     """Would catch: `theinference stages` showing a stage as passed after `--case one`."""
-    from theinference.progress import read_progress, record_progress
+    from theinference.grading.progress import read_progress, record_progress
 
     record_progress(tmp_path, partial_run(Status.PASSED))
     assert read_progress(tmp_path) == {}
@@ -145,7 +145,7 @@ def test_machine_formats_mark_a_partial_run_and_never_give_it_marks():
 
     import jsonschema
 
-    from theinference.formats import FORMATS, SCHEMA_FILE, render
+    from theinference.output.formats import FORMATS, SCHEMA_FILE, render
 
     run = partial_run()
     data = json.loads(render(run, "json"))

@@ -13,9 +13,9 @@ import pytest
 
 from tests.helpers import alive
 from tests.test_hostile import ESCAPEE, escapees
-from theinference import sandbox
-from theinference.runner import Foreign, Limits, StudentProcess
-from theinference.sandbox import Sandbox
+from theinference.student import sandbox
+from theinference.student.process import Foreign, Limits, StudentProcess
+from theinference.student.sandbox import Sandbox
 
 
 def course_with(tmp_path: Path, adapters: str, kvcache: str = "") -> Path:

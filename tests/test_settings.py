@@ -6,7 +6,7 @@ from typer.testing import CliRunner
 
 from theinference import exits
 from theinference.cli import app
-from theinference.settings import SettingsError, check_stage_names, parse_settings
+from theinference.course.settings import SettingsError, check_stage_names, parse_settings
 
 runner = CliRunner()
 

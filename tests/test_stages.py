@@ -2,10 +2,10 @@
 
 import ast
 
-from theinference.checks import CHECKS
-from theinference.config import GPT2_124M
-from theinference.course import TEMPLATE_DIR
-from theinference.stages import load_stages, token_ids
+from theinference.course.directory import TEMPLATE_DIR
+from theinference.curriculum.checks import CHECKS
+from theinference.curriculum.stages import load_stages, token_ids
+from theinference.oracle.config import GPT2_124M
 
 CONTRACT_TOLERANCES = {  # ../shared/course-contract.md
     "single-step-attention": (1e-4, 1e-3),
@@ -72,7 +72,7 @@ RANDOM_5_SEED_1 = [3486, 22978, 4282, 29665, 26443]  # PCG64 raw words mod vocab
 def test_hidden_cases_stay_hidden():
     """Catches a hidden case that shows the seed in its name, is not marked hidden, or draws
     any of its inputs (continuations included) independently of the seed."""
-    from theinference.stages import with_hidden_cases
+    from theinference.curriculum.stages import with_hidden_cases
 
     for stage in load_stages():
         public = len(stage.cases)
@@ -88,8 +88,8 @@ def test_hidden_cases_stay_hidden():
 
 def test_hidden_prefix_caching_prompts_share_a_prefix():
     """Catches hidden prefix-caching cases that never reuse anything (they would test little)."""
-    from theinference.checks.prefix_caching import expected_reuse
-    from theinference.stages import with_hidden_cases
+    from theinference.curriculum.checks.prefix_caching import expected_reuse
+    from theinference.curriculum.stages import with_hidden_cases
 
     (stage,) = [s for s in load_stages() if s.slug == "prefix-caching"]
     for case in with_hidden_cases(stage, 5).cases[len(stage.cases) :]:

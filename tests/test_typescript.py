@@ -16,12 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from theinference import languages
-from theinference.course import CourseError, init_course, open_course
-from theinference.runner import Limits, StudentProcess
-from theinference.stages import load_stages, select
-from theinference.verify import load_bugs, quick, verify_bug, verify_reference
-from theinference.watch import is_watched
+from theinference.course import languages
+from theinference.course.directory import CourseError, init_course, open_course
+from theinference.curriculum.stages import load_stages, select
+from theinference.grading.verify import load_bugs, quick, verify_bug, verify_reference
+from theinference.output.watch import is_watched
+from theinference.student import launch
+from theinference.student.process import Limits, StudentProcess
 
 SOLUTIONS_TS = Path(__file__).parent / "solutions_ts"
 REFERENCE_TS = (SOLUTIONS_TS / "reference_kvcache.ts").read_text()
@@ -108,7 +109,7 @@ def test_language_found_from_settings_or_adapters(tmp_path):
     (tmp_path / "b" / "theinference.toml").write_text('language = "rust"\n')
     with pytest.raises(CourseError, match="must be one of python, ts"):
         open_course(tmp_path / "b")
-    argv = languages.worker_argv(tmp_path / "a", 3, 4, 2**30)
+    argv = launch.worker_argv(tmp_path / "a", 3, 4, 2**30)
     assert "--max-old-space-size=1024" in argv and argv[-4:] == [
         "3",
         "4",
@@ -121,7 +122,7 @@ def test_stubs_are_todo_naming_their_stage(tmp_path, weights):
     """Catches the not-implemented error reported as a crash, or todo without the stage."""
     course = ts_course(tmp_path / "c")
     stages = [quick(s) for s in load_stages()]
-    from theinference.grader import grade
+    from theinference.grading.grader import grade
 
     run = grade(course, stages, weights, Limits())
     for stage in run.stages:
@@ -232,7 +233,7 @@ def test_watch_reacts_to_typescript_files():
 def test_typescript_reference_passes_every_stage_on_small_cases(weights):
     """Catches the Node worker or template mangling correct answers (shapes, dtypes, pairs),
     and the probe flagging a decode that does read its cache."""
-    from theinference.answers import Answers
+    from theinference.grading.answers import Answers
 
     stages = [quick(s) for s in load_stages()]
     rows = verify_reference(REFERENCE_TS, stages, weights, Answers(weights), SOLUTIONS_TS)
@@ -244,7 +245,7 @@ def test_typescript_reference_passes_every_stage_on_small_cases(weights):
 def test_classic_typescript_bug_fails_and_is_named(bug_id, weights):
     """Catches a TypeScript bug that passes, or is named differently from Python's, because of
     the worker's encoding (the fingerprints run on the returned numbers only)."""
-    from theinference.answers import Answers
+    from theinference.grading.answers import Answers
 
     bug = BUGS_TS[bug_id]
     (stage,) = select(load_stages(), [bug.stage])
@@ -255,7 +256,7 @@ def test_classic_typescript_bug_fails_and_is_named(bug_id, weights):
 @pytest.mark.slow
 def test_typescript_reference_passes_every_full_stage(weights):
     """Catches the full cases (1024 tokens, position 1023) timing out or failing in TS."""
-    from theinference.answers import Answers
+    from theinference.grading.answers import Answers
 
     rows = verify_reference(REFERENCE_TS, load_stages(), weights, Answers(weights), SOLUTIONS_TS)
     assert all(r.ok for r in rows), [(r.stage, r.status.value) for r in rows]
@@ -279,8 +280,8 @@ def test_watch_regrades_on_a_typescript_save(tmp_path):
 def test_results_are_localized_for_typescript_only():
     """Catches a run result (case and stage messages, hints) left in Python names for a
     TypeScript course, or a Python course's text rewritten."""
-    from theinference.events import StageFinished
     from theinference.results import CaseResult, RunResult, StageResult, Status
+    from theinference.results.events import StageFinished
 
     message = "decode_step at len(prompt_ids)"
     case = CaseResult(name="c", status=Status.FAILED, message=message, hint="x")
@@ -299,7 +300,7 @@ def test_results_are_localized_for_typescript_only():
 def test_probes_zero_the_cache_and_time_the_baseline(tmp_path, weights):
     """Catches a cache-use probe that cannot reach a TypeScript cache (so the zeroed-cache check
     could not apply) or a CPU baseline not measured (so the cost checks could not apply)."""
-    from theinference.checks.cost import baseline_probe, call_against_baseline
+    from theinference.curriculum.checks.cost import baseline_probe, call_against_baseline
 
     course = ts_course(tmp_path / "c", REFERENCE_TS)
     with StudentProcess(course, weights.path, Limits(timeout=300)) as worker:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tests.helpers import make_course, reference_text
-from theinference.watch import changed_files, is_watched, snapshot
+from theinference.output.watch import changed_files, is_watched, snapshot
 
 STAGE = "single-step-attention"
 RUN_DONE = "watching for changes"
@@ -238,7 +238,7 @@ IndexError: index 1024 is out of bounds for axis 0 with size 1024
 def test_error_signatures_name_the_classic_bugs():
     """Would catch: the softmax crash or an index past wpe left without their lesson, or a
     lesson given for an error whose place does not fit it."""
-    from theinference.teaching import lesson_for
+    from theinference.diagnosis.errors import lesson_for
 
     assert lesson_for(error_case("a", SOFTMAX_CRASH)).bug == "attend-old-length"
     assert lesson_for(error_case("a", WPE_CRASH)).bug == "position-counter"
@@ -253,7 +253,7 @@ def test_student_traceback_keeps_did_you_mean_and_a_syntax_error_frame_once(tmp_
     whose file and line are printed twice."""
     import importlib
 
-    from theinference.worker import describe_exception, student_traceback
+    from theinference.student.worker.worker import describe_exception, student_traceback
 
     (tmp_path / "typo_mod.py").write_text(
         "def f():\n    seq_len = 3\n    return seq_lne\n\ndef g(a):\n    return a.reshap(3)\n"
@@ -282,8 +282,8 @@ def test_student_traceback_keeps_did_you_mean_and_a_syntax_error_frame_once(tmp_
 
 def test_shape_hint_names_an_extra_leading_axis():
     """Would catch: [1, 768] explained as one row per position."""
-    from theinference.checks.values import shape_hint
-    from theinference.config import GPT2_124M as config
+    from theinference.curriculum.checks.values import shape_hint
+    from theinference.oracle.config import GPT2_124M as config
 
     one = shape_hint((1, 768), (768,), config)
     assert "extra leading axis" in one and "per position" not in one
@@ -292,7 +292,7 @@ def test_shape_hint_names_an_extra_leading_axis():
 
 def test_an_import_failure_is_shown_once_per_run_and_a_shared_error_once_per_stage():
     """Would catch: the same traceback printed for every case and again for every stage."""
-    from theinference.report import print_run
+    from theinference.output.report import print_run
     from theinference.results import RunResult, StageResult, Status
 
     failure = SOFTMAX_CRASH.replace("ValueError: zero-size", "SyntaxError: zero-size")
@@ -315,9 +315,9 @@ def test_an_import_failure_is_shown_once_per_run_and_a_shared_error_once_per_sta
 def test_diagnosis_uses_the_stage_bug_and_names_the_worst_case():
     """Would catch: a stage reported by its first case only, or a diagnosis taken from a case
     the stage-level one contradicts."""
-    from theinference.compare import Tolerance, compare
+    from theinference.diagnosis.errors import diagnose
     from theinference.results import CaseResult, StageResult, Status
-    from theinference.teaching import diagnose
+    from theinference.results.compare import Tolerance, compare
 
     def failing(name: str, off: float) -> CaseResult:
         c = compare("x", np.full(4, off), np.zeros(4), Tolerance(1e-3, 1e-2))
@@ -340,7 +340,7 @@ def test_diagnosis_uses_the_stage_bug_and_names_the_worst_case():
 def test_next_step_names_the_following_stage_only_when_all_passed():
     """Would catch: a "next stage" shown while something fails, or the wrong stage named."""
     from tests.helpers import STAGES
-    from theinference.report import next_step_line
+    from theinference.output.report import next_step_line
     from theinference.results import RunResult, StageResult, Status
 
     def run(*pairs):
@@ -369,7 +369,7 @@ def test_a_piped_log_is_not_hard_wrapped(tmp_path):
 
 def test_stages_marks_where_the_student_is(tmp_path):
     """Would catch: `theinference stages` not saying which stage to work on next."""
-    from theinference.progress import record_progress
+    from theinference.grading.progress import record_progress
     from theinference.results import RunResult, StageResult, Status
 
     course = make_course(tmp_path / "c")
@@ -389,9 +389,9 @@ def test_stages_marks_where_the_student_is(tmp_path):
 def test_a_hint_fits_the_failure_it_sits_under():
     """Would catch: a suffix-position hint under a prompt that reused nothing, and a row-count
     hint under a cache whose shapes are right and whose first layers match."""
+    from theinference.curriculum.stages import stage_words
+    from theinference.diagnosis.errors import fitting_hint
     from theinference.results import CaseResult, Status
-    from theinference.stages import stage_words
-    from theinference.teaching import fitting_hint
 
     logits_hint = stage_words("prefix-caching")["logits"]
     cache_hint = stage_words("build-prefill")["cache"]

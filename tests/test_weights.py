@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from theinference import synthetic, weights
-from theinference import weights as weights_module
-from theinference.config import ModelConfig, expected_shapes
-from theinference.safetensors_io import write_file
+from theinference.oracle import synthetic, weights
+from theinference.oracle import weights as weights_module
+from theinference.oracle.config import ModelConfig, expected_shapes
+from theinference.oracle.safetensors_io import write_file
 
 STREAM_CRC = 3841106273  # crc32 of standard_normalish("wte", 100_000)
 SMALL = ModelConfig(n_layer=2, n_embd=128, vocab_size=300, n_ctx=32)
@@ -226,7 +226,7 @@ def test_a_tampered_canonical_copy_is_made_again(tmp_path, monkeypatch):
     tamper(first.path, first.path.stat().st_size - 64, b"\x00" * 64)
     second = weights_module.load_weights(str(source), tmp_path)
     assert second.notes and "altered" in second.notes[0]
-    from theinference.safetensors_io import map_tensors
+    from theinference.oracle.safetensors_io import map_tensors
 
     mapped = map_tensors(second.path)
     assert all(np.array_equal(mapped[k], second.tensors[k]) for k in second.tensors)

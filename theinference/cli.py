@@ -11,10 +11,9 @@ import functools
 import typer
 
 from theinference import __version__, exits
-from theinference.classroom import commands as classroom
-from theinference.classroom import gradescope_commands as gradescope
-from theinference.classroom import report_commands as class_report
-from theinference.commands import bench, init, stages, test, verify
+from theinference.commands import bench, gradescope, init, stages, test, verify
+from theinference.commands import grade as classroom
+from theinference.commands import report as class_report
 
 app = typer.Typer(
     add_completion=False,
@@ -25,13 +24,13 @@ app = typer.Typer(
 
 def exit_codes() -> dict[type, int]:
     """Each user error's exit code (imported late: these modules load NumPy)."""
-    from theinference.bench import BenchError
-    from theinference.course import CourseError
-    from theinference.languages import LanguageError
-    from theinference.sandbox import SandboxError
-    from theinference.stages import StageError
-    from theinference.verify import VerifyError
-    from theinference.weights import WeightsError
+    from theinference.course.directory import CourseError
+    from theinference.course.languages import LanguageError
+    from theinference.curriculum.stages import StageError
+    from theinference.grading.bench import BenchError
+    from theinference.grading.verify import VerifyError
+    from theinference.oracle.weights import WeightsError
+    from theinference.student.sandbox import SandboxError
 
     return {
         CourseError: exits.COURSE,
@@ -70,7 +69,7 @@ def handled(command):
             found = user_error(exc)
             if found is None:
                 raise
-            from theinference.report import print_error
+            from theinference.output.report import print_error
 
             print_error(found[0])
             raise typer.Exit(found[1]) from None

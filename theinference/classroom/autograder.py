@@ -13,10 +13,10 @@ from pathlib import Path
 
 from theinference import __version__
 from theinference.atomic import atomic_write
-from theinference.classroom.grade import Plan, run_test
+from theinference.classroom.batch import Plan, run_test
 from theinference.classroom.intake import IntakeError, Submission, content_hash, read_files
-from theinference.course import SETTINGS_FILE, TEMPLATE_DIR
-from theinference.settings import Settings
+from theinference.course.directory import SETTINGS_FILE, TEMPLATE_DIR
+from theinference.course.settings import Settings
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 SOURCE_DIR = "theinference-src"  # in the bundle: this theinference, installed by setup.sh
@@ -87,9 +87,9 @@ def warm(settings: Settings, points: dict[str, float]) -> tuple[int, float]:
     into the answer cache; returns (answers, seconds)."""
     import time
 
-    from theinference.checks import CHECKS
-    from theinference.stages import load_stages
-    from theinference.weights import cache_dir, load_weights
+    from theinference.curriculum.checks import CHECKS
+    from theinference.curriculum.stages import load_stages
+    from theinference.oracle.weights import cache_dir, load_weights
 
     started = time.monotonic()
     weights = load_weights(settings.weights, Path.cwd())
@@ -110,13 +110,13 @@ def answers_for(weights, directory: Path):
     """The oracle's answers for these weights, on disk in `directory` (answers.Answers and
     answer_cache.AnswerCache, once those names land; grader.Oracle and OracleCache before)."""
     try:
-        from theinference.answer_cache import AnswerCache as Cache
+        from theinference.grading.answer_cache import AnswerCache as Cache
     except ImportError:
         from theinference.oracle_cache import OracleCache as Cache
     try:
-        from theinference.answers import Answers
+        from theinference.grading.answers import Answers
     except ImportError:
-        from theinference.grader import Oracle as Answers
+        from theinference.grading.grader import Oracle as Answers
     return Answers(weights, Cache(weights.sha256, directory))
 
 

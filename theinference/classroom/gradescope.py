@@ -8,7 +8,7 @@ results.json holds them, and the tests validate every results.json against it.
 """
 
 from theinference.classroom.records import case_groups, group_score, stage_bug
-from theinference.settings import Grading
+from theinference.course.settings import Grading
 
 TRACEBACK_LINES = 30
 OUTPUT_CHARS = 2000

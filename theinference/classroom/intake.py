@@ -15,7 +15,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from theinference.course import SETTINGS_FILE, TEMPLATE_DIR, init_course, template_files
+from theinference.course.directory import SETTINGS_FILE, TEMPLATE_DIR, init_course, template_files
 
 MAX_FILES = 2000
 MAX_BYTES = 64 << 20  # a whole submission, unpacked

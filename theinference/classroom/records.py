@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from theinference.atomic import atomic_write
-from theinference.settings import Grading
+from theinference.course.settings import Grading
 
 SCHEMA = "theinference.submission/1"
 SUBMISSIONS_DIR = "submissions"

@@ -23,13 +23,13 @@ def bench(
     import json
 
     from theinference.atomic import atomic_write
-    from theinference.bench import bench as run_bench
-    from theinference.bench import to_json
-    from theinference.course import open_course
-    from theinference.report import console
-    from theinference.tables import print_bench
-    from theinference.terminal import LiveStatus
-    from theinference.weights import load_weights
+    from theinference.course.directory import open_course
+    from theinference.grading.bench import bench as run_bench
+    from theinference.grading.bench import to_json
+    from theinference.oracle.weights import load_weights
+    from theinference.output.report import console
+    from theinference.output.tables import print_bench
+    from theinference.output.terminal import LiveStatus
 
     sizes = prompt_lengths(lengths, new_tokens, repeats)
     status = LiveStatus(console(), "bench: loading the weights").start()

@@ -12,10 +12,10 @@ def init(
     ] = None,
 ) -> None:
     """Create a course directory: provided src/gpt2.py, stubs in src/kvcache.py, the adapters."""
-    from theinference.course import CourseError, init_course
+    from theinference.course.directory import CourseError, init_course
+    from theinference.course.languages import LANGUAGES, TYPESCRIPT
+    from theinference.curriculum.stages import load_stages
     from theinference.exits import Abort
-    from theinference.languages import LANGUAGES, TYPESCRIPT
-    from theinference.stages import load_stages
 
     if lang not in LANGUAGES:
         raise Abort(f"unknown language '{lang}': choose one of {', '.join(LANGUAGES)}")
@@ -24,7 +24,7 @@ def init(
     except OSError as exc:
         raise CourseError(f"cannot create {directory}: {exc.strerror}") from None
     if ci is not None:
-        from theinference.classroom.report_commands import add_ci
+        from theinference.commands.report import add_ci
 
         files.append(add_ci(directory, ci))
     first = load_stages()[0].slug

@@ -8,10 +8,10 @@ from theinference.commands.options import CourseDir
 
 def stages(course_dir: CourseDir = Path(".")) -> None:
     """List the stages in course order, with your last result for each (in a course)."""
-    from theinference.progress import read_progress
-    from theinference.report import console
-    from theinference.stages import load_stages
-    from theinference.tables import print_stages
+    from theinference.curriculum.stages import load_stages
+    from theinference.grading.progress import read_progress
+    from theinference.output.report import console
+    from theinference.output.tables import print_stages
 
     root = course_dir.expanduser().resolve()
     progress = read_progress(root)
@@ -31,8 +31,8 @@ def hint(
     slug: Annotated[str, typer.Argument(help="A stage slug.")], course_dir: CourseDir = Path(".")
 ) -> None:
     """Show a stage's guidance from the course text (in the course's language's names)."""
-    from theinference.languages import course_language, localize
-    from theinference.stages import load_stages, select
+    from theinference.course.languages import course_language, localize
+    from theinference.curriculum.stages import load_stages, select
 
     (found,) = select(load_stages(), [slug])
     language = course_language(course_dir.expanduser().resolve())

@@ -8,7 +8,7 @@ import typer
 
 from theinference.commands.options import CourseDir, StageOpt, WeightsOpt
 from theinference.exits import Abort
-from theinference.formats import FORMATS
+from theinference.output.formats import FORMATS
 
 TERMINAL = "terminal"
 FormatName = StrEnum("FormatName", {name: name for name in (TERMINAL, *FORMATS)})
@@ -72,8 +72,8 @@ def test(
     files: dict[str, Path] | None = None,  # --json FILE etc., from formats.FORMATS
 ) -> None:
     """Grade the course directory's stages against the recompute oracle."""
-    from theinference import terminal
-    from theinference.session import override_limits, prepare
+    from theinference.grading.session import override_limits, prepare
+    from theinference.output import terminal
 
     outputs = outputs_for(fmt.value, output, files or {})
     policy = policy_for(watch, quick, all_cases, case or [], machine=bool(outputs))
@@ -88,7 +88,7 @@ def test(
 
 def outputs_for(fmt: str, output: Path | None, files: dict[str, Path]) -> list:
     """The machine outputs asked for: --format to --output (or stdout), then each --NAME FILE."""
-    from theinference.session import Output
+    from theinference.grading.session import Output
 
     if fmt == TERMINAL and output is not None:
         raise Abort("--output needs a --format other than terminal")
@@ -99,7 +99,7 @@ def outputs_for(fmt: str, output: Path | None, files: dict[str, Path]) -> list:
 def policy_for(watch: bool, quick: bool, all_cases: bool, cases: list[str], machine: bool):
     """Watch mode stops each stage at its first failing case; machine formats always run
     every case (a CI result must not depend on the order), so --quick is refused with them."""
-    from theinference.policy import RunPolicy
+    from theinference.grading.policy import RunPolicy
 
     if quick and machine:
         raise Abort("--quick leaves cases out: it cannot be used with machine-readable results")
@@ -111,11 +111,11 @@ def policy_for(watch: bool, quick: bool, all_cases: bool, cases: list[str], mach
 
 
 def grade_session(session, watch: bool, poll: bool, clear: bool = True) -> int:
-    from theinference.session import run_once
+    from theinference.grading.session import run_once
 
     if not watch:
         return run_once(session)
-    from theinference.watch import watch_loop
+    from theinference.output.watch import watch_loop
 
     return watch_loop(session, poll, clear)
 

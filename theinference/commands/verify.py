@@ -27,14 +27,14 @@ def verify(
     weights: WeightsOpt = None,
 ) -> None:
     """For course authors: the reference must pass, every planted bug must fail and be named."""
-    from theinference.answers import Answers
-    from theinference.report import console
-    from theinference.stages import load_stages, select
-    from theinference.tables import print_verify
-    from theinference.terminal import verify_progress
-    from theinference.verify import default_solutions_dir
-    from theinference.verify import verify as run_verify
-    from theinference.weights import load_weights
+    from theinference.curriculum.stages import load_stages, select
+    from theinference.grading.answers import Answers
+    from theinference.grading.verify import default_solutions_dir
+    from theinference.grading.verify import verify as run_verify
+    from theinference.oracle.weights import load_weights
+    from theinference.output.report import console
+    from theinference.output.tables import print_verify
+    from theinference.output.terminal import verify_progress
 
     status, listener_for = verify_progress(console())
     try:

@@ -1,0 +1,200 @@
+"""`theinference grade`: a class of submissions, each graded by `theinference test` in a process
+of its own (so a submission that crashes, hangs or floods costs only its own row), several at
+once but never more than the cores and memory allow, and none graded twice for the same content.
+"""
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from theinference import __version__
+from theinference.classroom.intake import (
+    IntakeError,
+    Submission,
+    content_hash,
+    lay_over_template,
+    read_files,
+    remove_tree,
+)
+from theinference.classroom.records import FINAL, SCHEMA, read_record, record_path, stage_rows
+from theinference.course.settings import Grading
+
+GRADER_OVERHEAD_BYTES = 3 << 29  # the grader process beside each student process (1.5 GiB)
+STDERR_KEPT = 4000
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything that decides a grade; its key changes whenever any of it does."""
+
+    weights: str
+    points: dict  # slug -> max score, in course order: the stages graded
+    grading: Grading = field(default_factory=Grading)
+    seed: int | None = None
+    cases: tuple[str, ...] = ()
+    memory_bytes: int = 8 << 30
+    settings_toml: bytes | None = None  # the instructor's theinference.toml
+    submission_timeout: float = 1800.0  # a backstop: every call has its own timeout
+
+    def key(self) -> str:
+        fields = asdict(self)
+        fields["settings_toml"] = (self.settings_toml or b"").decode(errors="replace")
+        fields["version"] = __version__
+        return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
+
+    def test_command(self, course: Path, output: Path) -> list[str]:
+        g = self.grading
+        cmd = [sys.executable, "-m", "theinference", "test", "-C", str(course)]
+        cmd += ["--format", "json", "--output", str(output), "--weights", self.weights]
+        for slug in self.points:
+            cmd += ["--stage", slug]
+        for name in self.cases:
+            cmd += ["--case", name]
+        for option, value in (("--seed", self.seed), ("--timeout", g.timeout),
+                              ("--memory-gb", g.memory_gb), ("--output-kb", g.output_kb),
+                              ("--sandbox", g.sandbox)):
+            if value is not None:
+                cmd += [option, str(value)]
+        return cmd
+
+
+def default_jobs(memory_bytes: int) -> int:
+    """As many at once as there are cores, and as fit in the memory free now with every
+    student process at its cap beside its grader: never more."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    fit = available_memory() // (memory_bytes + GRADER_OVERHEAD_BYTES)
+    return max(1, min(cores or 1, fit))
+
+
+def available_memory() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def in_shard(sid: str, shard: tuple[int, int] | None) -> bool:
+    """Shard I of N (1-based) by a hash of the id: the same slice on every machine, and a
+    student's shard does not move when others join the class."""
+    if shard is None:
+        return True
+    index, count = shard
+    return int(hashlib.sha256(sid.encode()).hexdigest()[:12], 16) % count == index - 1
+
+
+def grade_class(
+    subs: list[Submission],
+    plan: Plan,
+    results_dir: Path,
+    jobs: int,
+    on_done: Callable[[dict, bool], None] = lambda record, reused: None,
+) -> list[dict]:
+    """Grade every submission (reusing a record whose content and plan are unchanged)."""
+    key = plan.key()
+
+    def one(sub: Submission) -> dict:
+        record, reused = grade_or_reuse(sub, plan, key, results_dir, jobs)
+        on_done(record, reused)
+        return record
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(one, subs))
+
+
+def grade_or_reuse(sub, plan, key, results_dir, jobs) -> tuple[dict, bool]:
+    from theinference.classroom.records import write_record
+
+    started = time.monotonic()
+    try:
+        files = read_files(sub)
+    except IntakeError as exc:
+        record = new_record(sub, plan, key, "", "rejected", str(exc), None, started)
+        write_record(results_dir, record)
+        return record, False
+    digest = content_hash(files)
+    old = read_record(record_path(results_dir, sub.id))
+    if old and (old["content_sha256"], old["plan_key"]) == (digest, key) and old["status"] in FINAL:
+        return old, True
+    status, message, results = run_test(files, plan, jobs)
+    record = new_record(sub, plan, key, digest, status, message, results, started)
+    write_record(results_dir, record)
+    return record, False
+
+
+def new_record(sub, plan, key, digest, status, message, results, started) -> dict:
+    rows = stage_rows(results, plan.points, plan.grading)
+    return {
+        "schema": SCHEMA,
+        "id": sub.id,
+        "source": sub.path.name,
+        "content_sha256": digest,
+        "plan_key": key,
+        "status": status,  # graded | rejected | grader-error
+        "message": message,
+        "seconds": round(time.monotonic() - started, 3),
+        "score": round(sum(r["score"] for r in rows), 4),
+        "max_score": round(sum(r["max_score"] for r in rows), 4),
+        "stages": rows,
+        "results": results,
+    }
+
+
+def run_test(files: dict[str, bytes], plan: Plan, jobs: int) -> tuple[str, str, dict | None]:
+    """`theinference test` on a fresh course holding the student's files, in a throwaway
+    folder; returns (status, message, its JSON)."""
+    work = Path(tempfile.mkdtemp(prefix="theinference-grade-"))
+    try:
+        course = lay_over_template(files, work / "course", plan.settings_toml)
+        output, errors = work / "results.json", work / "stderr.txt"
+        with errors.open("wb") as err:
+            code = run_bounded(plan.test_command(course, output), err, plan.submission_timeout,
+                               jobs)
+        tail = errors.read_bytes()[-STDERR_KEPT:].decode(errors="replace").strip()
+        if code in (0, 1) and output.is_file():
+            return "graded", "", json.loads(output.read_text())
+        if code is None:
+            return "grader-error", f"not finished within {plan.submission_timeout:g} s", None
+        return "grader-error", f"theinference test exited {code}: {tail}", None
+    except (OSError, ValueError) as exc:
+        return "grader-error", f"{type(exc).__name__}: {exc}", None
+    finally:
+        remove_tree(work)
+
+
+def run_bounded(cmd: list[str], stderr, timeout: float, jobs: int) -> int | None:
+    """Run the grader; past the backstop, interrupt it (it stops its student process on the
+    way out), then kill its group. None: it had to be stopped."""
+    env = {k: v for k, v in os.environ.items() if k != "THEINFERENCE_SEED"}
+    threads = str(max(1, (os.cpu_count() or 1) // jobs))  # BLAS threads: cores shared out
+    env.update(OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=stderr, env=env, start_new_session=True)
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        _signal_group(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+        return None
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass

@@ -1,0 +1,169 @@
+"""The instructor's commands, registered in cli.py: grade, gradebook merge, gradescope build,
+report, workflow. Each gathers plain data, hands it to the classroom modules, and prints
+through screens.py; errors the instructor can fix are one line and an exit code (exits.py)."""
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from theinference import exits
+
+CourseOpt = Annotated[
+    Path | None,
+    typer.Option("--course-dir", "-C",
+                  help="The instructor's course: its theinference.toml [grading] applies."),
+]
+StageOpt = Annotated[
+    list[str] | None,
+    typer.Option("--stage", "-s", help="A stage slug; repeat (default: [grading] stages, all)."),
+]
+
+
+def fail(message: str, code: int) -> typer.Exit:
+    from theinference.output.report import print_error
+
+    print_error(message)
+    return typer.Exit(code)
+
+
+def instructor_settings(course_dir: Path | None, name: str = ""):
+    """The course settings and the raw theinference.toml to lay over every submission."""
+    from theinference.course.directory import SETTINGS_FILE, CourseError, course_settings
+    from theinference.course.settings import Settings
+
+    if course_dir is None:
+        return Settings(), None
+    path = course_dir.expanduser() / (name or SETTINGS_FILE)
+    if not path.is_file():
+        raise fail(f"{path} does not exist", exits.COURSE)
+    try:
+        return course_settings(path), path.read_bytes()
+    except CourseError as exc:
+        raise fail(str(exc), exits.COURSE) from None
+
+
+def stage_points(settings, slugs: list[str]) -> dict[str, float]:
+    """slug -> max score for the stages graded, in course order; unknown names refused."""
+    from theinference.course.settings import SettingsError, check_stage_names
+    from theinference.curriculum.stages import StageError, load_stages, select
+
+    every = load_stages()
+    try:
+        check_stage_names(settings.grading, [s.slug for s in every])
+        chosen = select(every, slugs or list(settings.grading.stages))
+    except (StageError, SettingsError) as exc:
+        raise fail(str(exc), exits.USAGE) from None
+    return {s.slug: settings.grading.points(s.slug, s.score) for s in chosen}
+
+
+def resolve_seed(seed: int | None, source) -> int | None:
+    if seed is not None or source == "none":
+        return seed
+    if isinstance(source, int):
+        return source
+    text = os.environ.get("THEINFERENCE_SEED", "").strip()
+    if not text:
+        return None
+    if not text.isdigit():
+        raise fail(f"THEINFERENCE_SEED must be a whole number, not {text!r}", exits.USAGE)
+    return int(text)
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    try:
+        index, count = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise fail(f"--shard takes I/N (e.g. 2/4), not {text!r}", exits.USAGE) from None
+    if not 1 <= index <= count:
+        raise fail(f"--shard {text}: I must be between 1 and N", exits.USAGE)
+    return index, count
+
+
+def grade(
+    submissions: Annotated[Path, typer.Argument(help="A folder: one entry per student.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="The results folder.")],
+    jobs: Annotated[int | None, typer.Option(help="At once (default: what fits).")] = None,
+    shard: Annotated[str | None, typer.Option(help="Grade slice I of N only, e.g. 1/4.")] = None,
+    course_dir: CourseOpt = None,
+    stage: StageOpt = None,
+    case: Annotated[list[str] | None, typer.Option(help="Only cases naming this.")] = None,
+    weights: Annotated[str | None, typer.Option(help="Default: [grading]'s course.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Hidden cases' seed (wins over [grading]).")]
+    = None,
+    submission_timeout: Annotated[
+        float, typer.Option(help="Seconds a whole submission may take (a backstop).")
+    ] = 1800.0,
+) -> None:
+    """Grade a folder of submissions (course folders, .zip/.tar.gz, loose files) into RESULTS:
+    one JSON per student and gradebook.csv. Unchanged submissions are not regraded."""
+    from theinference.classroom.batch import Plan, default_jobs, grade_class, in_shard
+    from theinference.classroom.gradebook import write_gradebook
+    from theinference.classroom.intake import IntakeError, discover
+    from theinference.output.class_screens import grading_progress, print_class_summary
+    from theinference.output.report import print_error
+
+    slice_ = parse_shard(shard)
+    settings, toml = instructor_settings(course_dir)
+    plan = Plan(
+        weights=weights or settings.weights,
+        points=stage_points(settings, stage or []),
+        grading=settings.grading,
+        seed=resolve_seed(seed, settings.grading.seed),
+        cases=tuple(case or ()),
+        memory_bytes=int((settings.grading.memory_gb or 8) * 2**30),
+        settings_toml=toml,
+        submission_timeout=submission_timeout,
+    )
+    warm_weights(plan.weights, course_dir)
+    try:
+        found, skipped = discover(submissions)
+    except (IntakeError, OSError) as exc:
+        raise fail(f"cannot read {submissions}: {exc}", exits.USAGE) from None
+    for name in skipped:
+        print_error(f"skipped {name}: not a folder, .zip or .tar.gz")
+    if not found:
+        raise fail(f"{submissions} holds no submission (folders, .zip or .tar.gz)", exits.USAGE)
+    chosen = [s for s in found if in_shard(s.id, slice_)]
+    allowed = default_jobs(plan.memory_bytes)
+    if jobs is not None and jobs > allowed:
+        print_error(f"--jobs {jobs} would oversubscribe this machine: using {allowed}")
+    jobs = min(jobs or allowed, allowed)
+    with grading_progress(len(chosen)) as on_done:
+        reused = []
+        records = grade_class(chosen, plan, out, jobs,
+                             lambda r, again: (reused.append(again), on_done(r, again)))
+    path = write_gradebook(out, records)
+    print_class_summary(records, sum(reused), str(path))
+    raise typer.Exit(exits.OK if all(r["status"] != "grader-error" for r in records) else 1)
+
+
+def warm_weights(spec: str, course_dir: Path | None) -> None:
+    """Make or check the weights once, before any submission waits on them."""
+    from theinference.oracle.weights import WeightsError, load_weights
+
+    try:
+        load_weights(spec, (course_dir or Path.cwd()).expanduser().resolve())
+    except WeightsError as exc:
+        raise fail(str(exc), exits.WEIGHTS) from None
+
+
+gradebook_app = typer.Typer(help="Gradebooks of graded classes.", no_args_is_help=True)
+
+
+@gradebook_app.command("merge")
+def gradebook_merge(
+    results: Annotated[list[Path], typer.Argument(help="Results folders (e.g. one per shard).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the joined results.")],
+) -> None:
+    """Join shards' results into one folder with one gradebook.csv."""
+    from theinference.classroom.gradebook import MergeError, merge
+
+    try:
+        records = merge(results, out)
+    except MergeError as exc:
+        raise fail(str(exc), exits.USAGE) from None
+    typer.echo(f"{len(records)} submissions -> {out / 'gradebook.csv'}")

@@ -1,0 +1,72 @@
+"""`theinference gradescope build | warm | run`: the Gradescope autograder (autograder.py)."""
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from theinference import exits
+from theinference.commands.grade import CourseOpt, fail, instructor_settings, stage_points
+
+gradescope_app = typer.Typer(help="A Gradescope autograder for the course.", no_args_is_help=True)
+
+
+@gradescope_app.command("build")
+def build(
+    course_dir: CourseOpt = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="The zip to upload.")] = Path(
+        "autograder.zip"
+    ),
+) -> None:
+    """Write the autograder zip: setup.sh, run_autograder, the course's theinference.toml and
+    this theinference (setup.sh installs it and precomputes the oracle's answers)."""
+    from theinference.classroom.autograder import build_bundle
+
+    settings, toml = instructor_settings(course_dir)
+    stage_points(settings, [])  # refuse unknown stages now, not on Gradescope
+    names = build_bundle(toml, out)
+    shown = [n for n in names if "/" not in n]
+    typer.echo(f"{out}: {', '.join(shown)} and theinference ({len(names) - len(shown)} files)."
+               "\nUpload it as the assignment's autograder (Gradescope: Configure Autograder).")
+
+
+@gradescope_app.command("warm")
+def warm(
+    settings_file: Annotated[Path, typer.Option("--settings", help="The theinference.toml.")],
+) -> None:
+    """Make the weights and the oracle's answers for every public case (setup.sh runs this)."""
+    from theinference.classroom.autograder import warm as warm_answers
+    from theinference.oracle.weights import WeightsError
+
+    settings, _ = instructor_settings(settings_file.parent, settings_file.name)
+    try:
+        count, seconds = warm_answers(settings, stage_points(settings, []))
+    except WeightsError as exc:
+        raise fail(str(exc), exits.WEIGHTS) from None
+    typer.echo(f"{count} public cases' answers cached in {seconds:.1f} s")
+
+
+@gradescope_app.command("run")
+def run(
+    root: Annotated[Path, typer.Option(help="Gradescope's root (run_autograder gives it).")] = Path(
+        "/autograder"
+    ),
+) -> None:
+    """Grade ROOT/submission with ROOT/source's settings; write ROOT/results/results.json."""
+    from theinference.classroom.autograder import run_submission, seed_for, write_results
+    from theinference.classroom.batch import Plan
+
+    settings, toml = instructor_settings(root / "source")
+    plan = Plan(
+        weights=settings.weights,
+        points=stage_points(settings, []),
+        grading=settings.grading,
+        seed=seed_for(settings, root, os.environ.get("THEINFERENCE_SEED")),
+        memory_bytes=int((settings.grading.memory_gb or 8) * 2**30),
+        settings_toml=toml,
+    )
+    data = run_submission(root, plan)
+    path = write_results(root, data)
+    total = sum(t["max_score"] for t in data["tests"])
+    typer.echo(f"{path}: {data['score']:g} of {total:g} ({len(data['tests'])} tests)")

@@ -1,0 +1,106 @@
+"""What every check shares: the verdict it gives, how it is declared, and its stage's words.
+
+A check is declared where it is defined, in the module named after its stage
+(checks/build_prefill.py for build-prefill), by decorating its judge:
+
+    @check("prefill_logits", adapter="run_prefill", arguments=..., expect=...)
+    def prefill_logits(value, args, ask, tol, config) -> Verdict:
+        '''The last prompt position's logits equal the recompute's.'''
+
+The docstring is what the student reads about the check; the words it says (hints, messages)
+come from the stage's TOML through `say`.
+"""
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from theinference.curriculum.stages import Case, stage_words
+from theinference.oracle.config import ModelConfig
+from theinference.results import Finding
+from theinference.results.compare import Tolerance
+
+
+@dataclass
+class Verdict(Finding):
+    """A check's finding, with the student's numbers when they failed the comparison (kept
+    only while the stage is diagnosed: a case's result carries the finding alone)."""
+
+    actual: np.ndarray | None = None
+
+
+class Rejected(Exception):
+    """The returned value cannot be compared at all (wrong type, shape, NaN)."""
+
+
+Ask = Callable[[list], object]  # the recompute's answer for some arguments (cached)
+Judge = Callable[[object, list, Ask, Tolerance, ModelConfig], Verdict]
+
+
+@dataclass(frozen=True)
+class Check:
+    """`arguments` turns a case into the adapter's arguments; `expect` is the recompute's
+    answer to a question; `judge` validates the student's value and asks what it needs
+    (usually the case's own arguments; generate-loop asks about the student's own tokens).
+    `probe`, given the arguments, asks the student's process to measure or alter something
+    during the call (see worker.py); the judge then gets (value, what the probe saw)."""
+
+    name: str
+    stage: str  # the slug of the stage whose module declares it
+    description: str  # the judge's docstring: what the student reads about this check
+    adapter: str
+    arguments: Callable[[Case, ModelConfig], list]
+    expect: Callable[..., object]  # (Recompute, args) -> the answer
+    judge: Judge
+    probe: Callable[[list], dict] | None = None
+    second_path: Callable[..., np.ndarray] | None = None  # for the noise floor
+
+
+CHECKS: dict[str, Check] = {}
+
+
+def stage_of(module: str) -> str:
+    """theinference.curriculum.checks.build_prefill -> build-prefill"""
+    return module.rsplit(".", 1)[-1].replace("_", "-")
+
+
+def check(name: str, *, adapter: str, arguments, expect, probe=None, second_path=None):
+    """Register the decorated judge as check `name` of its module's stage."""
+
+    def register(judge: Judge) -> Judge:
+        if name in CHECKS:
+            raise ValueError(f"check {name} is declared twice")
+        CHECKS[name] = Check(
+            name=name,
+            stage=stage_of(judge.__module__),
+            description=inspect.getdoc(judge) or "",
+            adapter=adapter,
+            arguments=arguments,
+            expect=expect,
+            judge=judge,
+            probe=probe,
+            second_path=second_path,
+        )
+        return judge
+
+    return register
+
+
+class Words:
+    """A stage's words from its TOML, read when first spoken: `say("handoff")`, or with the
+    figures a message needs, `say("recomputes", seconds=25.3, ratio=21)`."""
+
+    def __init__(self, module: str):
+        self.stage = stage_of(module)
+        self._words: dict[str, str] | None = None
+
+    def __call__(self, key: str, **figures) -> str:
+        if self._words is None:
+            self._words = stage_words(self.stage)
+        text = self._words[key]
+        return text.format(**figures) if figures else text
+
+    def number(self, key: str) -> float:
+        return float(self(key))

@@ -1,0 +1,107 @@
+"""generate-loop: the greedy tokens equal the recompute's, and come from the cache."""
+
+import numpy as np
+
+from theinference.curriculum.checks.common import Rejected, Verdict, Words, check
+from theinference.curriculum.checks.cost import baseline_probe, cost_verdict, with_cost
+from theinference.curriculum.checks.values import as_float_array
+from theinference.curriculum.stages import Case, token_ids
+from theinference.oracle import gpt2 as oracle
+from theinference.oracle.config import ModelConfig
+from theinference.results import Status
+from theinference.results.compare import Tolerance
+
+say = Words(__name__)
+
+
+def generate_arguments(case: Case, config: ModelConfig) -> list:
+    return [token_ids(case.inputs["prompt"], config), int(case.inputs["max_new_tokens"])]
+
+
+def expect_path(recompute, args: list) -> np.ndarray:
+    # [steps, vocab]: the next-token logits at every step of one given path (prompt, tokens),
+    # from one causal forward over prompt + tokens[:-1]
+    prompt, tokens = args
+    f = recompute.forward(prompt + tokens[:-1])
+    rows = list(range(len(prompt) - 1, len(prompt) + len(tokens) - 1))
+    return oracle.logits_at(f.hidden, recompute.w, rows)
+
+
+@check("generate", adapter="run_generate", arguments=generate_arguments, expect=expect_path)
+def generate(value, args, ask, tol: Tolerance, config: ModelConfig) -> Verdict:
+    """Your greedy tokens equal the recompute's argmax at every step, along your own path;
+    where the recompute's top two logits are within tolerance, either token is accepted."""
+    prompt, count = args
+    try:
+        yours = as_token_ids(value, count, config.vocab_size)
+    except Rejected as exc:
+        return Verdict(Status.FAILED, message=str(exc), hint=say("mismatch"))
+    logits = ask([prompt, yours])  # [count, vocab], along your own path
+    expected, near_ties = [], []
+    for i, row in enumerate(logits):
+        best = int(row.argmax())
+        expected.append(best)
+        allowed = tol.atol + tol.rtol * abs(float(row[best]))
+        near_ties.append(yours[i] != best and float(row[best] - row[yours[i]]) <= allowed)
+    first = next((i for i in range(count) if yours[i] != expected[i] and not near_ties[i]), None)
+    strip = {
+        "yours": yours,
+        "expected": expected,
+        "first_divergence": first,
+        "near_ties": [i for i, tie in enumerate(near_ties) if tie],
+    }
+    if first is None:
+        return Verdict(Status.PASSED, tokens=strip)
+    gap = float(logits[first][expected[first]] - logits[first][yours[first]])
+    return Verdict(
+        Status.FAILED,
+        tokens=strip,
+        hint=say("mismatch"),
+        message=f"token {first} (position {len(prompt) + first}) departs: yours {yours[first]}, "
+        f"the recompute's argmax {expected[first]}, whose logit is higher by {gap:.3g}",
+    )
+
+
+@check(
+    "generate_cost",
+    adapter="run_generate",
+    arguments=generate_arguments,
+    expect=expect_path,
+    probe=lambda args: baseline_probe("run_prefill", [same_length(*args)]),
+)
+def generate_cost(value, args, ask, tol, config) -> Verdict:
+    """Generation reads its cache: generating after a long prompt costs about as much CPU as
+    your own prefill of the same number of tokens, not many times more."""
+    tokens, probe = value
+    prompt, count = args
+    figures = {"steps": count, "prompt": len(prompt), "total": len(prompt) + count}
+    measured = cost_verdict(probe, say, figures)
+    return with_cost(measured, lambda: generate(tokens, args, ask, tol, config))
+
+
+def same_length(prompt: list[int], count: int) -> list[int]:
+    """A prompt as long as the generation ends: the prompt, then its own tokens again."""
+    return (prompt * (1 + count // len(prompt) + 1))[: len(prompt) + count]
+
+
+def as_token_ids(value, count: int, vocab: int) -> list[int]:
+    what = f"a list of {count} token ids"
+    array = value if is_int_array(value) else as_float_array(value, what)
+    if array.ndim != 1:
+        raise Rejected(f"expected {what}, got shape {list(array.shape)}")
+    whole = np.all(np.isfinite(array)) and np.all(array == np.round(array))
+    if array.dtype.kind == "f" and not whole:
+        raise Rejected(f"expected {what}, got non-integer values: logits instead of ids?")
+    if len(array) != count:
+        raise Rejected(
+            f"expected exactly {count} new tokens (max_new_tokens), got {len(array)}"
+            + (": is the prompt included?" if len(array) > count else "")
+        )
+    ids = [int(x) for x in array]
+    if any(not 0 <= t < vocab for t in ids):
+        raise Rejected(f"token ids must lie in 0..{vocab - 1}")
+    return ids
+
+
+def is_int_array(value) -> bool:
+    return isinstance(value, np.ndarray) and value.dtype.kind in "iu"

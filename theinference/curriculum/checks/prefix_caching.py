@@ -1,0 +1,111 @@
+"""prefix-caching: each prompt's logits and reuse count, and reuse that really saves work."""
+
+import numpy as np
+
+from theinference.curriculum.checks.common import Rejected, Verdict, Words, check
+from theinference.curriculum.checks.cost import baseline_probe, cost_verdict, with_cost
+from theinference.curriculum.checks.values import checked_array, mismatch_message
+from theinference.curriculum.stages import Case, token_ids
+from theinference.oracle.config import ModelConfig
+from theinference.results import Status
+from theinference.results.compare import Comparison, Tolerance, compare
+
+say = Words(__name__)
+
+
+def prefix_arguments(case: Case, config: ModelConfig) -> list:
+    return [[token_ids(p, config) for p in case.inputs["prompts"]]]
+
+
+def expect_prefix(recompute, args: list) -> np.ndarray:
+    # [n_prompts, vocab]: each prompt's last-position logits, recomputed on its own
+    return np.stack([recompute.last_logits(p) for p in args[0]])
+
+
+@check(
+    "prefix_caching",
+    adapter="run_prefix_caching",
+    arguments=prefix_arguments,
+    expect=expect_prefix,
+)
+def prefix_caching(value, args, ask, tol: Tolerance, config: ModelConfig) -> Verdict:
+    """Each prompt's logits equal the recompute's, and `reused` is the longest common prefix
+    with any earlier prompt, at most len(prompt) - 1."""
+    prompts = args[0]
+    try:
+        pairs = as_logit_reuse_pairs(value, len(prompts), config)
+    except Rejected as exc:
+        return Verdict(Status.FAILED, message=str(exc), hint=say("all"))
+    want = expected_reuse(prompts)
+    expected = ask(args)
+    comparisons: list[Comparison] = []
+    for i, ((logits, reused), right) in enumerate(zip(pairs, want, strict=True)):
+        c = compare(f"prompt {i} logits", logits, expected[i], tol, logits=True)
+        comparisons.append(c)
+        if reused != right:
+            kind = "all" if reused >= len(prompts[i]) else ("more" if reused > right else "less")
+            return Verdict(
+                Status.FAILED,
+                comparisons=[c],
+                hint=say(kind),
+                message=f"prompt {i} ({len(prompts[i])} tokens): reused {reused} "
+                f"positions, expected {right}",
+            )
+        if not c.passed:
+            return Verdict(
+                Status.FAILED,
+                comparisons=[c],
+                hint=say("logits"),
+                message=f"prompt {i} (reused {reused} of {len(prompts[i])}): {mismatch_message(c)}",
+            )
+    return Verdict(Status.PASSED, comparisons=[max(comparisons, key=lambda c: c.worst)])
+
+
+@check(
+    "prefix_caching_cost",
+    adapter="run_prefix_caching",
+    arguments=prefix_arguments,
+    expect=expect_prefix,
+    probe=lambda args: baseline_probe("run_prefix_caching", [args[0][-1:]]),
+)
+def prefix_caching_cost(value, args, ask, tol, config) -> Verdict:
+    """Reuse is real: prompts that each extend the one before by a few tokens cost about as
+    much CPU as your own processing of the longest alone, not one full prompt each."""
+    pairs, probe = value
+    prompts = args[0]
+    figures = {"prompts": len(prompts), "total": len(prompts[-1])}
+    measured = cost_verdict(probe, say, figures, bug=None)
+    return with_cost(measured, lambda: prefix_caching(pairs, args, ask, tol, config))
+
+
+def expected_reuse(prompts: list[list[int]]) -> list[int]:
+    out = []
+    for i, p in enumerate(prompts):
+        lcp = max((common_prefix(p, q) for q in prompts[:i]), default=0)
+        out.append(min(lcp, len(p) - 1))
+    return out
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def as_logit_reuse_pairs(value, count: int, config: ModelConfig) -> list[tuple[np.ndarray, int]]:
+    if not isinstance(value, list) or len(value) != count:
+        got = f"{len(value)} items" if isinstance(value, list) else type(value).__name__
+        raise Rejected(f"expected one (logits, reused) pair per prompt ({count}), got {got}")
+    pairs = []
+    for i, item in enumerate(value):
+        if not isinstance(item, list) or len(item) != 2:
+            raise Rejected(f"prompt {i}: expected a (logits, reused) pair")
+        logits = checked_array(item[0], (config.vocab_size,), config, f"prompt {i} logits")
+        reused = item[1]
+        if not (
+            isinstance(reused, np.ndarray) and reused.shape == () and reused.dtype.kind in "iu"
+        ):
+            raise Rejected(f"prompt {i}: 'reused' must be an integer count of positions")
+        pairs.append((logits, int(reused)))
+    return pairs

@@ -1,0 +1,152 @@
+"""The oracle's answers, computed once per weights file and reused: in memory for a watch
+session, on disk across processes.
+
+A key is the weights' sha256, the oracle's version, the check and its exact arguments, so a
+changed oracle, case or checkpoint can never be served a stale answer. Each file on disk starts
+with an HMAC-SHA256 of its key and contents under a secret kept in the cache (mode 0600): a file
+written or swapped by anything without the secret is a miss, recomputed and rewritten, never an
+answer. The student's process never sees the secret when sandboxed (bwrap: the cache is not in
+its filesystem; as nobody: the file is root's). Unsandboxed as the grader's own user it could
+read the secret, as it could rewrite the grader's own code: that mode protects against
+accidents and naive forgeries only (README, "Grading untrusted submissions"). Files are written
+under a temporary name and renamed into place; a cache that cannot be written (full disk,
+read-only) is switched off for the run with a note, never an error.
+"""
+
+import hashlib
+import hmac
+import io
+import json
+import os
+import secrets
+import zipfile
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+
+from theinference.atomic import atomic_write
+from theinference.oracle.gpt2 import LayerKV
+
+ORACLE_VERSION = 1  # bump whenever oracle.py's arithmetic changes
+MEMORY_ENTRIES = 64
+KEY_FILE = "answer-key"
+MAC_BYTES = 32
+
+
+class AnswerCache:
+    def __init__(self, weights_sha256: str, directory: Path | None):
+        self.weights_sha256 = weights_sha256
+        self.directory = directory / "answers" / weights_sha256[:16] if directory else None
+        self._memory: OrderedDict[str, object] = OrderedDict()
+        self.notes: list[str] = []
+        self.hits = self.misses = 0
+        self.rejected = 0  # files on disk whose MAC did not hold: forged, swapped or damaged
+        self._secret = self._open_secret(directory) if directory else None
+
+    def key(self, check: str, args: list) -> str:
+        text = json.dumps([ORACLE_VERSION, self.weights_sha256, check, args])
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def get_or_compute(self, check: str, args: list, compute):
+        key = self.key(check, args)
+        if key in self._memory:
+            self._memory.move_to_end(key)
+            self.hits += 1
+            return self._memory[key]
+        value = self._load(key)
+        if value is None:
+            self.misses += 1
+            value = compute()
+            self._store(key, value)
+        else:
+            self.hits += 1
+        self._remember(key, value)
+        return value
+
+    def _remember(self, key: str, value) -> None:
+        self._memory[key] = value
+        if len(self._memory) > MEMORY_ENTRIES:
+            self._memory.popitem(last=False)
+
+    def _open_secret(self, root: Path) -> bytes | None:
+        try:
+            return read_or_make_secret(root / KEY_FILE)
+        except OSError as exc:
+            self._switch_off(exc)
+            return None
+
+    def _mac(self, key: str, payload: bytes) -> bytes:
+        return hmac.new(self._secret, key.encode() + b"\0" + payload, hashlib.sha256).digest()
+
+    def _load(self, key: str):
+        if self.directory is None:
+            return None
+        try:
+            blob = (self.directory / f"{key}.answer").read_bytes()
+        except OSError:
+            return None  # absent or unreadable: a miss
+        mac, payload = blob[:MAC_BYTES], blob[MAC_BYTES:]
+        if not hmac.compare_digest(mac, self._mac(key, payload)):
+            self.rejected += 1  # not written by a grader holding the secret: recompute
+            return None
+        try:
+            with np.load(io.BytesIO(payload), allow_pickle=False) as data:
+                return unpack({name: data[name] for name in data.files})
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError):
+            return None
+
+    def _store(self, key: str, value) -> None:
+        if self.directory is None:
+            return
+        buffer = io.BytesIO()
+        np.savez(buffer, **pack(value))
+        payload = buffer.getvalue()
+        try:
+            atomic_write(self.directory / f"{key}.answer", self._mac(key, payload) + payload)
+        except OSError as exc:
+            self._switch_off(exc)
+
+    def _switch_off(self, exc: OSError) -> None:
+        self.notes.append(
+            f"oracle cache off for this run ({exc.strerror or exc}): "
+            "answers are recomputed, results are unaffected"
+        )
+        self.directory = None
+
+
+def read_or_make_secret(path: Path) -> bytes:
+    """The cache's MAC secret: made once (first writer wins), readable by its owner only."""
+    try:
+        secret = path.read_bytes()
+        if len(secret) == 32:
+            return secret
+    except FileNotFoundError:
+        pass
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(secrets.token_bytes(32))
+    try:
+        os.replace(tmp, path) if path.exists() else os.link(tmp, path)
+    except FileExistsError:
+        pass  # another grader made it first: use theirs
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path.read_bytes()
+
+
+def pack(value) -> dict[str, np.ndarray]:
+    if isinstance(value, np.ndarray):
+        return {"array": value}
+    if isinstance(value, list) and all(isinstance(v, LayerKV) for v in value):
+        return {f"{kind}{i}": getattr(kv, kind) for i, kv in enumerate(value) for kind in "kv"}
+    raise TypeError(f"cannot cache {type(value).__name__}")
+
+
+def unpack(data: dict[str, np.ndarray]):
+    if "array" in data:
+        return data["array"]
+    layers = len(data) // 2
+    return [LayerKV(k=data[f"k{i}"], v=data[f"v{i}"]) for i in range(layers)]

@@ -1,0 +1,50 @@
+"""The oracle's answers for one weights file: from the answer cache, else recomputed.
+
+The grader asks here for every expected value and every float32 noise floor; the cache
+(answer_cache.py) keeps them in memory for a watch session and on disk across processes.
+"""
+
+import numpy as np
+
+from theinference.curriculum.checks import CHECKS, Recompute
+from theinference.grading.answer_cache import AnswerCache
+from theinference.oracle.weights import Weights
+
+
+class Answers:
+    """The oracle's answers for one weights file, cached."""
+
+    def __init__(self, weights: Weights, cache: AnswerCache | None = None):
+        self.runs = Recompute(weights.tensors, weights.config)
+        self.cache = cache or AnswerCache(weights.sha256, None)
+
+    @classmethod
+    def cached(cls, weights: Weights) -> "Answers":
+        """Answers kept on disk too, in the grader's cache directory, across runs."""
+        from theinference.oracle.weights import cache_dir
+
+        return cls(weights, AnswerCache(weights.sha256, cache_dir()))
+
+    @property
+    def notes(self) -> list[str]:
+        """What the run should know about the answers (e.g. the cache switched off)."""
+        return list(self.cache.notes)
+
+    def expected(self, check_name: str, args: list):
+        def compute():
+            return CHECKS[check_name].expect(self.runs, args)
+
+        return self.cache.get_or_compute(check_name, args, compute)
+
+    def noise(self, check_name: str, args: list) -> float | None:
+        """max |oracle - the same along the cached path|: the float32 drift any correct
+        solution shows for this case (None where the check has no second path)."""
+        second = CHECKS[check_name].second_path
+        if second is None:
+            return None
+
+        def compute():
+            drift = np.abs(self.expected(check_name, args) - second(self.runs, args)).max()
+            return np.asarray(drift, dtype=np.float64)
+
+        return float(self.cache.get_or_compute(check_name + ":noise", args, compute))

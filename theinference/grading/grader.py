@@ -1,0 +1,181 @@
+"""One grading run: stages in order, each stage's cases in the policy's order, each result
+built once and complete, every step told to a listener.
+
+The oracle's answers are cached per weights file (answers.py); each case is asked and judged
+in judging.py; a stage's failing answers are diagnosed once (diagnosis.py).
+"""
+
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from theinference.curriculum.stages import Stage
+from theinference.diagnosis.stage import Failure, diagnose_stage
+from theinference.grading.answers import Answers
+from theinference.grading.environment import describe
+from theinference.grading.judging import grade_case
+from theinference.grading.policy import EVERY_CASE, RunPolicy, is_long, plan
+from theinference.oracle.weights import Weights
+from theinference.results import CaseResult, RunResult, StageResult, Status, stage_status
+from theinference.results.events import (
+    CaseFinished,
+    CaseStarted,
+    Listener,
+    RunFinished,
+    RunStarted,
+    StageFinished,
+    StageStarted,
+    ignore,
+)
+from theinference.student.process import Limits, StudentProcess
+from theinference.student.sandbox import Sandbox
+
+BLOCKING = {Status.FAILED, Status.ERROR, Status.TIMEOUT, Status.SKIPPED}
+FAILING = {Status.FAILED, Status.ERROR, Status.TIMEOUT}
+
+
+def grade(
+    course_dir: Path,
+    stages: list[Stage],
+    weights: Weights,
+    limits: Limits,
+    answers: Answers | None = None,
+    cancel: threading.Event | None = None,
+    listener: Listener = ignore,
+    policy: RunPolicy = EVERY_CASE,
+    sandbox: Sandbox | None = None,
+) -> RunResult:
+    """Grade the stages in order, telling `listener` as stages and cases start and finish.
+    `cancel`, set from another thread, stops the run early; its result is then marked
+    cancelled. The result returned (and told in RunFinished) is complete."""
+    started = time.monotonic()
+    answers = answers or Answers(weights)
+    cancel = cancel or threading.Event()
+    results: dict[str, StageResult] = {}
+    listener(RunStarted(tuple(s.slug for s in stages)))
+    with StudentProcess(course_dir, weights.path, limits, cancel, sandbox) as process:
+        for stage in stages:
+            if cancel.is_set():
+                break
+            blocker = first_blocker(stage, results)
+            if blocker:
+                results[stage.slug] = skipped(stage, blocker)
+            else:
+                run = StageRun(stage, process, answers, cancel, policy, listener)
+                results[stage.slug] = run.grade(stage_limits(stage, limits))
+            listener(StageFinished(results[stage.slug]))
+        startups, startup_seconds = process.startups, process.startup_seconds
+        kind, notes = process.sandbox, process.notes
+    result = RunResult(
+        stages=list(results.values()),
+        weights_label=weights.label,
+        weights_sha256=weights.sha256,
+        seconds=time.monotonic() - started,
+        worker_startups=startups,
+        worker_startup_seconds=startup_seconds,
+        cancelled=cancel.is_set(),
+        environment=describe(),
+        notes=[*notes, *answers.notes],
+        sandbox=kind,
+    )
+    listener(RunFinished(result))
+    return result
+
+
+def first_blocker(stage: Stage, results: dict[str, StageResult]) -> str:
+    """Why a stage cannot be graded: a prerequisite in this run that failed. A prerequisite
+    that is only todo blocks nothing: each stage's own stubs say what is missing."""
+    for req in stage.requires:
+        done = results.get(req)
+        if done is not None and done.status in BLOCKING:
+            verb = "was" if done.status == Status.SKIPPED else "is"
+            return f"requires {req}, which {verb} {done.status.value}"
+    return ""
+
+
+def skipped(stage: Stage, reason: str) -> StageResult:
+    return StageResult(
+        stage.slug, stage.title, Status.SKIPPED, reason=reason, score_weight=stage.score
+    )
+
+
+def stage_limits(stage: Stage, run: Limits) -> Limits:
+    """The stage spec's own limits where it sets them, else the run's."""
+    return replace(
+        run,
+        timeout=stage.timeout,
+        memory_bytes=stage.memory_bytes or run.memory_bytes,
+        output_bytes=stage.output_bytes or run.output_bytes,
+    )
+
+
+class StageRun:
+    """One stage's cases, smallest first, until the policy says stop."""
+
+    def __init__(self, stage, process, answers, cancel, policy, listener):
+        self.stage, self.process, self.answers = stage, process, answers
+        self.cancel, self.policy, self.listener = cancel, policy, listener
+
+    def grade(self, limits: Limits) -> StageResult:
+        started = time.monotonic()
+        self.process.use_limits(limits)
+        cases = plan(self.stage, self.policy)
+        if not cases.cases:  # a run of nothing must never pass
+            result = skipped(self.stage, "the run's case filter selects none of its cases")
+            return replace(result, partial=True, not_run=list(cases.left_out))
+        self.listener(StageStarted(self.stage.slug, self.stage.title, len(cases.cases)))
+        results, failures = self.run_cases(cases.cases)
+        stopped = [c.name for c in cases.cases[len(results) :]]
+        if self.cancel.is_set():  # a stale run: its diagnosis would never be read
+            failures = []
+        diagnosis = diagnose_stage(self.stage, failures, results, self.answers.runs)
+        status = stage_status(results)
+        # a stage that stopped at its first case, todo, has not started: not a partial verdict
+        todo_stop = status == Status.TODO and len(results) == 1 and not self.cancel.is_set()
+        return StageResult(
+            self.stage.slug,
+            self.stage.title,
+            status,
+            results,
+            seconds=time.monotonic() - started,
+            score_weight=self.stage.score,
+            suspected_bug=diagnosis.suspected_bug,
+            candidates=diagnosis.candidates,
+            hint=diagnosis.hint,
+            diagnosed=diagnosis.diagnosed,
+            partial=bool(cases.left_out) or (bool(stopped) and not todo_stop),
+            not_run=list(cases.left_out) + stopped,
+        )
+
+    def run_cases(self, cases) -> tuple[list[CaseResult], list[Failure]]:
+        results: list[CaseResult] = []
+        failures: list[Failure] = []
+        for index, case in enumerate(cases):
+            if self.cancel.is_set():
+                break
+            self.listener(CaseStarted(self.stage.slug, case.name, index, len(cases)))
+            result, args, verdict = grade_case(self.stage, case, self.process, self.answers)
+            results.append(result)
+            if verdict.actual is not None:
+                failures.append(Failure(case.check, args, verdict.actual))
+            self.listener(CaseFinished(self.stage.slug, result))
+            following = cases[index + 1] if index + 1 < len(cases) else None
+            if self.stops_after(results, len(failures), following):
+                break
+        return results, failures
+
+    def stops_after(self, results: list[CaseResult], numeric: int, following) -> bool:
+        """A first case that is todo: the stage is not started, the rest would say the same.
+        In watch mode, a failure ends the stage, except that after a first numeric failure
+        the small cases go on until a second one: a bug is named only when a second failing
+        case confirms it (fingerprints.MIN_CASES), and two bugs can agree on the smallest."""
+        last = results[-1]
+        if len(results) == 1 and last.status == Status.TODO:
+            return True
+        failing = [r for r in results if r.status in FAILING]
+        if not self.policy.stop_at_first_failure or not failing:
+            return False
+        only_numbers = all(r.status == Status.FAILED for r in failing)
+        confirming = only_numbers and numeric == 1
+        return not confirming or following is None or is_long(following)

@@ -1,0 +1,169 @@
+"""What `theinference test` does once: prepare, grade, write results.
+
+The run itself never prints: whoever draws (the terminal, watch mode) listens to its events
+and reads its result. Watch mode (watch.py) calls the same `run` for every rerun, so a watched
+run and a single run can never disagree.
+"""
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from theinference import exits
+from theinference.course import languages
+from theinference.course.directory import Course, open_course
+from theinference.curriculum.stages import Stage, StageError, load_stages, select, with_hidden_cases
+from theinference.grading.answers import Answers
+from theinference.grading.grader import grade
+from theinference.grading.policy import EVERY_CASE, RunPolicy, selected
+from theinference.oracle.weights import Weights, load_weights
+from theinference.results import RunResult
+from theinference.results.events import Event, Listener, ignore
+from theinference.student.process import Limits
+from theinference.student.sandbox import Sandbox, choose
+
+Renderer = Callable[[str, threading.Event | None], Listener]  # (trigger, cancel) -> drawing
+
+
+@dataclass(frozen=True)
+class Output:
+    format: str  # a name in formats.FORMATS
+    path: Path | None  # None: stdout
+
+
+@dataclass
+class Session:
+    course: Course
+    stages: list[Stage]  # the selected ones, hidden cases included
+    all_stages: list[Stage]  # for "run all" in watch mode
+    weights: Weights
+    limits: Limits = field(default_factory=Limits)
+    outputs: list[Output] = field(default_factory=list)
+    answers: Answers | None = None  # kept across watch reruns: answers stay in memory
+    policy: RunPolicy = EVERY_CASE
+    renderer: Renderer | None = None  # draws each run (the terminal); None: nothing drawn
+    sandbox: Sandbox | None = None  # how the student's process runs (sandbox.choose)
+
+
+def prepare(
+    course_dir: Path,
+    slugs: list[str],
+    weights_spec: str | None,
+    timeout: float | None,
+    seed: int | None,
+    outputs: list[Output],
+    policy: RunPolicy = EVERY_CASE,
+    sandbox_mode: str = "auto",
+) -> Session:
+    """Everything a run needs, checked up front: course, stages, case filter, sandbox,
+    weights."""
+    course = open_course(course_dir)
+    every = load_stages()
+    if timeout is not None:
+        every = [replace(s, timeout=timeout) for s in every]
+    else:  # a stage's own timeout, scaled for a language slower than NumPy
+        factor = languages.TIMEOUT_FACTOR[course.language]
+        every = [replace(s, timeout=s.timeout * factor) for s in every]
+    if seed is not None:
+        every = [with_hidden_cases(s, seed) for s in every]
+    chosen = select(every, slugs)
+    if policy.cases:
+        chosen = filtered(chosen, policy.cases, named=bool(slugs))
+    sandbox = choose(sandbox_mode, course.root)
+    weights = load_weights(weights_spec or course.weights, course.root)
+    sandbox.notes.extend(weights.notes)
+    answers = Answers.cached(weights)
+    return Session(
+        course,
+        chosen,
+        every,
+        weights,
+        outputs=outputs,
+        answers=answers,
+        policy=policy,
+        sandbox=sandbox,
+    )
+
+
+def filtered(stages: list[Stage], wanted: tuple[str, ...], named: bool) -> list[Stage]:
+    """The stages `--case` selects cases in. A stage named with --stage where it selects none
+    is a usage error (a run of nothing must never pass); with no --stage, stages it selects
+    nothing in are left out, and selecting nothing anywhere is the same error."""
+    kept = [s for s in stages if any(selected(c, wanted) for c in s.cases)]
+    empty = [s for s in stages if s not in kept]
+    if (named and empty) or not kept:
+        where = empty[0] if named else stages[0]
+        names = "; ".join(f"'{c.name}'" for c in where.cases)
+        scope = f"in {where.slug}" if named or len(stages) == 1 else "in any stage"
+        raise StageError(
+            f"--case {' '.join(repr(w) for w in wanted)} selects no case {scope}. "
+            f"The cases of {where.slug} are: {names}"
+        )
+    return kept
+
+
+def only_cases(stage: Stage, wanted: list[str]) -> Stage:
+    """The stage with only the cases whose names contain one of `wanted`."""
+    return replace(stage, cases=tuple(c for c in stage.cases if selected(c, tuple(wanted))))
+
+
+def override_limits(session: Session, memory_gb: float | None, output_kb: int | None) -> None:
+    """Limits given on the command line win over every stage spec's."""
+    changes = {}
+    if memory_gb is not None:
+        changes["memory_bytes"] = int(memory_gb * 2**30)
+    if output_kb is not None:
+        changes["output_bytes"] = int(output_kb * 1024)
+    if changes:
+        session.stages = [replace(s, **changes) for s in session.stages]
+        session.all_stages = [replace(s, **changes) for s in session.all_stages]
+
+
+def run(
+    session: Session,
+    stages: list[Stage] | None = None,
+    cancel: threading.Event | None = None,
+    trigger: str = "",
+    listener: Listener = ignore,
+) -> RunResult:
+    """Grade (the session's renderer and `listener` both hear every event), then write every
+    requested output and record progress. A cancelled run writes nothing."""
+    from theinference.grading.progress import record_progress
+    from theinference.output.formats import write
+
+    draw = session.renderer(trigger, cancel) if session.renderer else ignore
+
+    def tell(event: Event) -> None:
+        draw(event)
+        listener(event)
+
+    try:
+        result = grade(
+            session.course.root,
+            stages or session.stages,
+            session.weights,
+            session.limits,
+            session.answers,
+            cancel,
+            languages.localizing(tell, session.course.language),  # decodeStep in TypeScript
+            session.policy,
+            session.sandbox,
+        )
+    finally:
+        getattr(draw, "close", lambda: None)()  # a live status line must not outlive its run
+    result = languages.localize_result(result, session.course.language)
+    if result.cancelled:
+        return result
+    for out in session.outputs:
+        write(result, out.format, out.path)
+    record_progress(session.course.root, result)
+    return result
+
+
+def exit_code(result: RunResult) -> int:
+    return exits.OK if result.passed else exits.NOT_PASSED
+
+
+def run_once(session: Session) -> int:
+    return exit_code(run(session))

@@ -1,0 +1,224 @@
+"""`theinference verify`, for course authors: the grader checks itself against a reference
+solution (which must pass) and every catalogued bug planted into it (each must fail its
+stage, and be named by its own fingerprint where it has one).
+
+The reference solution and the bug catalogue are the course authors' (never shipped to
+students, nor in the package): a folder holding reference_kvcache.py and bugs.toml, by
+default the source checkout's tests/solutions; an installed package needs --solutions.
+"""
+
+import os
+import tempfile
+import tomllib
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from theinference.course import languages
+from theinference.course.directory import init_course
+from theinference.curriculum.stages import Stage
+from theinference.grading.answers import Answers
+from theinference.grading.grader import grade
+from theinference.grading.policy import RunPolicy, plan
+from theinference.oracle.weights import Weights
+from theinference.results import RunResult, StageResult, Status
+from theinference.results.events import ignore
+from theinference.student.process import Limits
+
+
+class VerifyError(Exception):
+    """The solutions folder is missing or malformed."""
+
+
+@dataclass(frozen=True)
+class PlantedBug:
+    id: str
+    stage: str
+    old: str
+    new: str
+    also: tuple[tuple[str, str], ...] = ()
+    fingerprint: str | None = None
+    subtle: bool = False  # fails, but not far past the tolerance (e.g. erf vs tanh GELU)
+
+    def planted(self, reference: str) -> str:
+        for old, new in ((self.old, self.new), *self.also):
+            if reference.count(old) != 1:
+                raise VerifyError(
+                    f"bug {self.id}: its edit must match the reference exactly "
+                    f"once, not {reference.count(old)} times: {old!r}"
+                )
+            reference = reference.replace(old, new)
+        return reference
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the verify table."""
+
+    stage: str
+    subject: str  # "reference" or a bug id
+    status: Status
+    ok: bool
+    worst: float | None  # reference: its largest error; a bug: its smallest failing error,
+    # both as multiples of the tolerance (None: the failure was not numeric)
+    named: str | None = None
+    expected_name: str | None = None
+
+
+def default_solutions_dir() -> Path:
+    """The source checkout's tests/solutions (absent from an installed package)."""
+    return Path(__file__).resolve().parents[2] / "tests" / "solutions"
+
+
+def load_bugs(path: Path) -> list[PlantedBug]:
+    try:
+        data = tomllib.loads(path.read_text())
+        return [
+            PlantedBug(
+                id=b["id"],
+                stage=b["stage"],
+                old=b["old"],
+                new=b["new"],
+                also=tuple(tuple(pair) for pair in b.get("also", [])),
+                fingerprint=b.get("fingerprint"),
+                subtle=bool(b.get("subtle", False)),
+            )
+            for b in data["bugs"]
+        ]
+    except (OSError, KeyError, TypeError, tomllib.TOMLDecodeError) as exc:
+        raise VerifyError(f"cannot read the bug catalogue {path}: {exc}") from None
+
+
+def quick(stage: Stage) -> Stage:
+    """The stage without its long cases (policy.LONG_CASE_TOKENS): a bug that fails the small
+    cases fails the stage."""
+    return replace(stage, cases=plan(stage, RunPolicy(quick=True)).cases)
+
+
+def named_bugs(stage: StageResult) -> set[str]:
+    """Every bug the grader named for a stage: its diagnosis and what a judge recognised."""
+    return {stage.suspected_bug, *(c.suspected_bug for c in stage.cases)} - {None}
+
+
+def grade_text(
+    kvcache: str,
+    stages: list[Stage],
+    weights: Weights,
+    answers: Answers,
+    solutions: Path = Path(),
+    listener=ignore,
+) -> RunResult:
+    """Grade a kvcache text in a fresh course directory made from its language's template."""
+    language = solutions_language(solutions)
+    with tempfile.TemporaryDirectory(prefix="theinference-verify-") as tmp:
+        course = Path(tmp) / "course"
+        init_course(course, language)
+        (course / languages.KVCACHE[language]).write_text(kvcache)
+        if language == languages.TYPESCRIPT:
+            (course / "node_modules").symlink_to(ts_node_modules(solutions))
+            factor = languages.TIMEOUT_FACTOR[language]
+            stages = [replace(s, timeout=s.timeout * factor) for s in stages]
+        return grade(course, stages, weights, Limits(), answers, listener=listener)
+
+
+def solutions_language(solutions: Path) -> str:
+    """A solutions folder with reference_kvcache.ts is the TypeScript course's."""
+    ts = (solutions / "reference_kvcache.ts").is_file()
+    return languages.TYPESCRIPT if ts else languages.PYTHON
+
+
+def ts_node_modules(solutions: Path) -> Path:
+    """The TypeScript runner verify links into each course: $THEINFERENCE_NODE_MODULES, else
+    the one `npm ci` prepares in tests/fixtures/ts_runner beside the solutions."""
+    fixture = solutions.resolve().parent / "fixtures" / "ts_runner"
+    found = Path(os.environ.get("THEINFERENCE_NODE_MODULES") or fixture / "node_modules")
+    if not (found / "tsx" / "package.json").is_file():
+        raise VerifyError(
+            f"no TypeScript runner at {found}: run `npm ci --prefix {fixture}` once "
+            "(or point THEINFERENCE_NODE_MODULES at a node_modules holding tsx)"
+        )
+    return found
+
+
+def verify_reference(
+    reference: str,
+    stages: list[Stage],
+    weights: Weights,
+    answers: Answers,
+    solutions: Path = Path(),
+    listener=ignore,
+) -> list[Row]:
+    run = grade_text(reference, stages, weights, answers, solutions, listener)
+    rows = []
+    for s in run.stages:
+        worst = max((c.worst for case in s.cases for c in case.comparisons), default=None)
+        named = ", ".join(sorted(named_bugs(s))) or None
+        rows.append(
+            Row(
+                s.slug, "reference", s.status, s.status == Status.PASSED and not named, worst, named
+            )
+        )
+    return rows
+
+
+def verify_bug(
+    bug: PlantedBug,
+    reference: str,
+    stage: Stage,
+    weights: Weights,
+    answers: Answers,
+    solutions: Path = Path(),
+    listener=ignore,
+) -> Row:
+    run = grade_text(bug.planted(reference), [stage], weights, answers, solutions, listener)
+    (result,) = run.stages
+    failing = [c for c in result.cases if c.status != Status.PASSED]
+    errors = [c.worst for case in failing for c in case.comparisons if not c.passed]
+    named = named_bugs(result)
+    fails = result.status in (Status.FAILED, Status.ERROR, Status.TIMEOUT)
+    named_right = named == ({bug.fingerprint} if bug.fingerprint else set())
+    return Row(
+        result.slug,
+        bug.id,
+        result.status,
+        fails and named_right,
+        min(errors) if errors else None,
+        ", ".join(sorted(named)) or None,
+        bug.fingerprint,
+    )
+
+
+def verify(
+    solutions: Path,
+    stages: list[Stage],
+    weights: Weights,
+    answers: Answers,
+    quick_run: bool,
+    only: list[str],
+    listener_for=lambda subject: ignore,  # a run's listener, given what it grades
+) -> list[Row]:
+    suffix = languages.KVCACHE[solutions_language(solutions)].suffix
+    reference_path = solutions / f"reference_kvcache{suffix}"
+    if not reference_path.is_file():
+        raise VerifyError(
+            f"no reference solution at {reference_path}. verify needs the course authors' "
+            "solutions, which the package does not ship: pass --solutions DIR (a folder with "
+            "reference_kvcache.py or .ts and bugs.toml; a source checkout has tests/solutions)"
+        )
+    if suffix == ".ts":
+        ts_node_modules(solutions)  # refused up front, not once per bug
+    reference = reference_path.read_text()
+    bugs = load_bugs(solutions / "bugs.toml")
+    unknown = set(only) - {b.id for b in bugs}
+    if unknown:
+        raise VerifyError(f"unknown bug id(s): {', '.join(sorted(unknown))}")
+    if quick_run:
+        stages = [quick(s) for s in stages]
+    by_slug = {s.slug: s for s in stages}
+    rows = verify_reference(
+        reference, stages, weights, answers, solutions, listener_for("reference")
+    )
+    for bug in bugs:
+        if (not only or bug.id in only) and bug.stage in by_slug:
+            stage, listener = by_slug[bug.stage], listener_for(bug.id)
+            rows.append(verify_bug(bug, reference, stage, weights, answers, solutions, listener))
+    return rows

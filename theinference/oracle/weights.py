@@ -1,0 +1,317 @@
+"""Find, make, check and map the checkpoint a run grades against.
+
+Three sources, one result: `synthetic` (made locally on first use), `gpt2` (the real
+openai-community/gpt2 through huggingface_hub) and a path to any GPT-2-family .safetensors.
+Whatever the source, the student's process is handed a *canonical* file (exactly the GPT-2
+tensors, float32, no `transformer.` prefix, no attention-mask buffers), so the template's
+small loader never meets a layout it cannot read.
+
+The oracle never reads that file while grading: every load reads the whole checkpoint into the
+grader's own memory and hashes exactly those bytes (about 1 s for 500 MB), so nothing written to
+the file later, in place and with its times put back or not, can move the oracle's answers, and
+a synthetic file altered since it was made is noticed on the next load and made again. No
+memo of hashes is kept on disk: a memo the student's process can write is a memo it can forge.
+"""
+
+import fcntl
+import hashlib
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from theinference.oracle import synthetic
+from theinference.oracle.config import ModelConfig, expected_shapes
+from theinference.oracle.safetensors_io import SafetensorsError, map_tensors, tensors_in, write_file
+
+HF_REPO = "openai-community/gpt2"
+# pinned: a re-upload of the repository cannot move the oracle under a course
+HF_REVISION = "607a30d783dfa663caf39e06633721c8d4cfcd7e"
+HF_FILENAME = "model.safetensors"
+BUFFER_SUFFIXES = (".attn.bias", ".attn.masked_bias")  # causal-mask buffers, not weights
+
+
+class WeightsError(Exception):
+    """The weights cannot be used; the message says why and what to do instead."""
+
+
+@dataclass(frozen=True)
+class Weights:
+    name: str  # "synthetic", "gpt2" or the path the user gave
+    path: Path  # the canonical float32 file the student's process reads
+    sha256: str
+    config: ModelConfig
+    tensors: dict[str, np.ndarray]  # the grader's private read-only copy, hashed as read
+    notes: tuple[str, ...] = ()  # e.g. an altered cached file that was made again
+
+    @property
+    def short_hash(self) -> str:
+        return self.sha256[:12]
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.short_hash})"
+
+
+def cache_dir() -> Path:
+    """Where generated weights and cached answers live: never inside a course directory."""
+    root = os.environ.get("THEINFERENCE_CACHE_DIR")
+    if root:
+        return Path(root)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "theinference"
+
+
+def load_weights(spec: str, base_dir: Path) -> Weights:
+    """Resolve a `--weights` value (synthetic | gpt2 | path) to mapped, checked weights."""
+    if spec == "synthetic":
+        path, buffer, notes = _verified_synthetic()
+        return _open(spec, path, buffer, synthetic.SYNTHETIC_SHA256, notes)
+    if spec == "gpt2":
+        return _open_user_file("gpt2", download_gpt2())
+    path = (base_dir / spec).expanduser()
+    if not path.is_file():
+        raise WeightsError(
+            f"weights file {path} does not exist (use 'synthetic', 'gpt2' or a .safetensors path)"
+        )
+    return _open_user_file(spec, path)
+
+
+# --- synthetic -------------------------------------------------------------------------------
+
+
+def synthetic_checkpoint() -> Path:
+    """The synthetic checkpoint's path, generating it once (under a lock, atomically)."""
+    return _verified_synthetic()[0]
+
+
+def _verified_synthetic() -> tuple[Path, np.ndarray, tuple[str, ...]]:
+    """The synthetic file, its bytes as read and hashed, and a note if it had to be remade
+    (absent is normal; present with other bytes means something altered it)."""
+    path = cache_dir() / f"synthetic-gpt2-124m-v{synthetic.SYNTHETIC_VERSION}.safetensors"
+    buffer = _read_if_intact(path)
+    if buffer is not None:
+        return path, buffer, ()
+    with _locked(path):
+        buffer = _read_if_intact(path)  # another grader may have made it while we waited
+        if buffer is not None:
+            return path, buffer, ()
+        altered = path.exists()
+        path.unlink(missing_ok=True)
+        _write_atomically(path, synthetic.synthetic_tensors(), synthetic.SYNTHETIC_SHA256)
+        buffer = _read_if_intact(path)
+    if buffer is None:
+        raise WeightsError(f"{path} changed while it was being made: is another program writing?")
+    note = f"the synthetic weights in {path.parent} had been altered: they were made again"
+    return path, buffer, (note,) if altered else ()
+
+
+def _read_if_intact(path: Path) -> np.ndarray | None:
+    try:
+        buffer, digest = read_private(path)
+    except OSError:
+        return None
+    return buffer if digest == synthetic.SYNTHETIC_SHA256 else None
+
+
+# --- real GPT-2 through the Hub --------------------------------------------------------------
+
+
+def download_gpt2() -> Path:
+    """openai-community/gpt2 at a pinned revision, from the Hugging Face cache when present."""
+    try:
+        from huggingface_hub import hf_hub_download
+
+        return Path(hf_hub_download(HF_REPO, HF_FILENAME, revision=HF_REVISION))
+    except Exception as exc:  # the hub raises many types: offline, DNS, HTTP, missing cache
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise WeightsError(
+            f"could not get {HF_REPO}/{HF_FILENAME} (revision {HF_REVISION[:8]}) from the "
+            f"Hugging Face Hub or its local cache: {reason}\n"
+            "Use --weights synthetic (the built-in default, made locally), or download the file "
+            "elsewhere and pass its path with --weights path/to/model.safetensors."
+        ) from None
+
+
+# --- a user's file ---------------------------------------------------------------------------
+
+
+def _open_user_file(name: str, path: Path) -> Weights:
+    """Check a user's checkpoint; hand over a canonical copy if its layout is not canonical."""
+    try:
+        buffer, digest = read_private(path)
+        tensors = tensors_in(buffer, path)
+    except SafetensorsError as exc:
+        raise WeightsError(str(exc)) from None
+    except OSError as exc:
+        raise WeightsError(f"cannot read weights file {path}: {exc.strerror}") from None
+    canonical = canonicalise(tensors)
+    config = infer_config(canonical, path)
+    check_shapes(canonical, config, path)
+    if _is_canonical(tensors, canonical):
+        return Weights(name, path.resolve(), digest, config, tensors)
+    copy = cache_dir() / f"canonical-{digest[:16]}.safetensors"
+    notes = ()
+    if not _holds(copy, canonical):
+        with _locked(copy):
+            if not _holds(copy, canonical):
+                notes = (f"{copy} had been altered: it was made again",) if copy.exists() else ()
+                copy.unlink(missing_ok=True)
+                _write_atomically(copy, canonical)
+    return Weights(name, copy.resolve(), digest, config, canonical, notes)
+
+
+def _holds(copy: Path, canonical: dict[str, np.ndarray]) -> bool:
+    """The student's canonical copy holds exactly the tensors the oracle uses."""
+    try:
+        mapped = map_tensors(copy)
+    except (SafetensorsError, OSError):
+        return False
+    return mapped.keys() == canonical.keys() and all(
+        np.array_equal(mapped[k], canonical[k]) for k in canonical
+    )
+
+
+def canonicalise(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Strip `transformer.`, drop mask buffers and the tied lm_head, make every tensor float32."""
+    out = {}
+    for key, value in tensors.items():
+        name = key.removeprefix("transformer.")
+        if name.endswith(BUFFER_SUFFIXES) or name == "lm_head.weight":
+            continue
+        if value.dtype != np.float32:
+            value = value.astype(np.float32)
+        out[name] = value
+    return out
+
+
+def _is_canonical(original: dict, canonical: dict) -> bool:
+    return original.keys() == canonical.keys() and all(
+        original[k].dtype == np.float32 for k in original
+    )
+
+
+def infer_config(tensors: dict[str, np.ndarray], path: Path) -> ModelConfig:
+    """n_layer from the h.N blocks; n_embd, vocab and n_ctx from the embedding shapes."""
+    for needed in ("wte.weight", "wpe.weight"):
+        if needed not in tensors:
+            raise WeightsError(f"{path}: missing tensor {needed!r}: is this a GPT-2 checkpoint?")
+    layers = {int(m.group(1)) for k in tensors if (m := re.match(r"h\.(\d+)\.", k))}
+    if not layers:
+        raise WeightsError(f"{path}: no transformer blocks (h.0...) found")
+    vocab, n_embd = tensors["wte.weight"].shape
+    if tensors["wpe.weight"].ndim != 2 or n_embd % 64:
+        raise WeightsError(f"{path}: embedding width {n_embd} is not a multiple of 64")
+    return ModelConfig(
+        n_layer=max(layers) + 1,
+        n_embd=n_embd,
+        vocab_size=vocab,
+        n_ctx=tensors["wpe.weight"].shape[0],
+    )
+
+
+def check_shapes(tensors: dict[str, np.ndarray], config: ModelConfig, path: Path) -> None:
+    """Every expected tensor present with its exact shape, and nothing else."""
+    want = expected_shapes(config)
+    missing = sorted(want.keys() - tensors.keys())
+    extra = sorted(tensors.keys() - want.keys())
+    if missing:
+        raise WeightsError(f"{path}: missing tensor(s) {', '.join(missing[:5])}")
+    if extra:
+        raise WeightsError(f"{path}: unexpected tensor(s) {', '.join(extra[:5])}")
+    for name, shape in want.items():
+        if tuple(tensors[name].shape) != shape:
+            raise WeightsError(
+                f"{path}: tensor {name!r} has shape {list(tensors[name].shape)}, "
+                f"expected {list(shape)}"
+            )
+
+
+# --- shared plumbing -------------------------------------------------------------------------
+
+
+def _open(name: str, path: Path, buffer: np.ndarray, sha256: str, notes=()) -> Weights:
+    try:
+        tensors = tensors_in(buffer, path)
+    except SafetensorsError as exc:
+        raise WeightsError(f"cannot read weights {path}: {exc}") from None
+    config = infer_config(tensors, path)
+    check_shapes(tensors, config, path)
+    return Weights(name, path.resolve(), sha256, config, tensors, tuple(notes))
+
+
+def read_private(path: Path) -> tuple[np.ndarray, str]:
+    """The whole file read into this process's own memory ([size] uint8, read-only), and the
+    sha256 of exactly those bytes: what the oracle computes on is what was checked. The last
+    file read is kept in memory while its inode, size, mtime and ctime stay the same (a write
+    moves ctime, and os.utime cannot put ctime back), so a process loading it again (tests,
+    verify) does not pay twice; the memo lives in this process only, where nothing can forge it."""
+    key = _stat_key(path)
+    if key in _LAST_READ:
+        return _LAST_READ[key]
+    buffer = np.empty(key[3], dtype=np.uint8)
+    view, h, done = memoryview(buffer), hashlib.sha256(), 0
+    with path.open("rb", buffering=0) as f:
+        while done < buffer.size:
+            got = f.readinto(view[done : done + (1 << 24)])
+            if not got:
+                raise OSError(f"{path} shrank while it was read")
+            h.update(view[done : done + got])
+            done += got
+    buffer.flags.writeable = False
+    if _stat_key(path) == key:  # nothing wrote to it while it was read
+        _LAST_READ.clear()
+        _LAST_READ[key] = (buffer, h.hexdigest())
+    return buffer, h.hexdigest()
+
+
+_LAST_READ: dict[tuple, tuple[np.ndarray, str]] = {}
+
+
+def _stat_key(path: Path) -> tuple:
+    st = path.stat()
+    return (str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 24):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock beside `path`, so concurrent graders make a file once."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(path.with_name(path.name + ".lock"), "w")  # noqa: SIM115 (held across yield)
+    except OSError as exc:
+        raise WeightsError(f"cannot use the cache directory {path.parent}: {exc}") from None
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _write_atomically(path: Path, tensors: dict[str, np.ndarray], sha256: str | None = None):
+    """Write to a temporary name, check, then rename: a half-written file is never used."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write_file(tmp, tensors)
+        digest = _sha256_of(tmp)
+        if sha256 is not None and digest != sha256:
+            raise WeightsError(
+                f"generated synthetic weights do not match their recorded sha256 {sha256[:12]}; "
+                "this NumPy build computes differently, please report it"
+            )
+        tmp.chmod(0o444)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise WeightsError(f"cannot write {path}: {exc.strerror} (is the disk full?)") from None
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -1,0 +1,216 @@
+"""Results for machines: JSON (versioned, schema in schema/results-v2.json), JUnit XML and
+Gradescope's results.json. Pure functions of a RunResult; the terminal report is report.py.
+
+FORMATS is the one list of them: the command line derives its --format choices and its
+--json/--junit/--gradescope file options from it, and `write` sends any of them anywhere."""
+
+from __future__ import annotations
+
+import json
+import sys
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from theinference.atomic import atomic_write
+from theinference.results import CaseResult, RunResult, StageResult, Status
+
+if TYPE_CHECKING:  # NumPy stays out of the command line's start-up
+    from theinference.results.compare import Comparison
+
+SCHEMA = "theinference.results/2"
+SCHEMA_FILE = Path(__file__).with_name("schema") / "results-v2.json"
+
+
+def to_json(run: RunResult) -> dict:
+    return {
+        "schema": SCHEMA,
+        "passed": run.passed,
+        "partial": run.partial,
+        "cancelled": run.cancelled,
+        "sandbox": run.sandbox,
+        "weights": {"label": run.weights_label, "sha256": run.weights_sha256},
+        "environment": run.environment,
+        "timings": timings(run),
+        "stages": [stage_json(s) for s in run.stages],
+    }
+
+
+def timings(run: RunResult) -> dict:
+    """Wall time split into the student's calls, the oracle, and the grader's own share."""
+    student, oracle = run.student_seconds, run.oracle_seconds
+    return {
+        "total_seconds": round(run.seconds, 4),
+        "student_seconds": round(student, 4),
+        "oracle_seconds": round(oracle, 4),
+        "grader_seconds": round(max(run.seconds - student - oracle, 0.0), 4),
+        "worker_startups": run.worker_startups,
+        "worker_startup_seconds": round(run.worker_startup_seconds, 4),
+    }
+
+
+def stage_json(stage: StageResult) -> dict:
+    return {
+        "slug": stage.slug,
+        "title": stage.title,
+        "status": stage.status.value,
+        "reason": stage.reason,
+        "seconds": round(stage.seconds, 4),
+        "suspected_bug": stage.suspected_bug,
+        "candidates": list(stage.candidates),
+        "hint": stage.hint,
+        "diagnosed": stage.diagnosed,
+        "partial": stage.partial,
+        "not_run": list(stage.not_run),
+        "cases": [case_json(c) for c in stage.cases],
+    }
+
+
+def case_json(case: CaseResult) -> dict:
+    return {
+        "name": case.name,
+        "hidden": case.hidden,
+        "status": case.status.value,
+        "message": case.message,
+        "hint": case.hint,
+        "suspected_bug": case.suspected_bug,
+        "fingerprinted": case.fingerprinted,
+        "comparisons": [comparison_json(c) for c in case.comparisons],
+        "steps": case.steps,
+        "tokens": case.tokens,
+        "traceback": case.traceback,
+        "stdout": case.stdout,
+        "stderr": case.stderr,
+        "student_seconds": round(case.student_seconds, 4),
+        "oracle_seconds": round(case.oracle_seconds, 4),
+    }
+
+
+def comparison_json(c: Comparison) -> dict:
+    return {
+        "label": c.label,
+        "shape": list(c.shape),
+        "mismatched": c.mismatched,
+        "total": c.total,
+        "max_abs": c.max_abs,
+        "max_abs_index": list(c.max_abs_index),
+        "max_rel": c.max_rel,
+        "max_rel_index": list(c.max_rel_index),
+        "worst_tolerance_multiple": c.worst,
+        "worst_index": list(c.worst_index),
+        "atol": c.tolerance.atol,
+        "rtol": c.tolerance.rtol,
+        "argmax_actual": c.argmax_actual,
+        "argmax_expected": c.argmax_expected,
+        "noise_floor": c.noise,
+        "noise_multiple": c.noise_multiple,
+    }
+
+
+def to_junit(run: RunResult) -> str:
+    """One testsuite per stage, one testcase per case (a skipped stage: one skipped case)."""
+    suites = ET.Element("testsuites", name="theinference", time=f"{run.seconds:.3f}")
+    for stage in run.stages:
+        cases = stage.cases or [
+            CaseResult(name=stage.slug, status=stage.status, message=stage.reason)
+        ]
+        suite = ET.SubElement(
+            suites,
+            "testsuite",
+            name=stage.slug,
+            tests=str(len(cases)),
+            failures=str(sum(c.status in (Status.FAILED, Status.TODO) for c in cases)),
+            errors=str(sum(c.status in (Status.ERROR, Status.TIMEOUT) for c in cases)),
+            skipped=str(sum(c.status == Status.SKIPPED for c in cases)),
+            time=f"{stage.seconds:.3f}",
+        )
+        suite.append(junit_properties(stage))
+        for case in cases:
+            suite.append(junit_case(stage, case))
+    return ET.tostring(suites, encoding="unicode", xml_declaration=True)
+
+
+def junit_properties(stage: StageResult) -> ET.Element:
+    """The stage's diagnosis and whether its verdict rests on some of its cases only."""
+    props = ET.Element("properties")
+    for name, value in (
+        ("suspected_bug", stage.suspected_bug or ""),
+        ("candidates", ",".join(stage.candidates)),
+        ("partial", str(stage.partial).lower()),
+        ("not_run", str(len(stage.not_run))),
+    ):
+        ET.SubElement(props, "property", name=name, value=value)
+    return props
+
+
+def junit_case(stage: StageResult, case: CaseResult) -> ET.Element:
+    el = ET.Element(
+        "testcase",
+        classname=stage.slug,
+        name=case.name,
+        time=f"{case.student_seconds + case.oracle_seconds:.3f}",
+    )
+    diagnosis = stage.hint if case.status in (Status.FAILED, Status.ERROR) else ""
+    detail = "\n".join(x for x in (case.message, case.traceback, case.hint, diagnosis) if x)
+    tag = {
+        Status.FAILED: "failure",
+        Status.TODO: "failure",
+        Status.ERROR: "error",
+        Status.TIMEOUT: "error",
+        Status.SKIPPED: "skipped",
+    }.get(case.status)
+    if tag:
+        child = ET.SubElement(el, tag, message=f"{case.status.value}: {case.message}"[:500])
+        child.text = detail
+    if case.stdout:
+        ET.SubElement(el, "system-out").text = case.stdout
+    if case.stderr:
+        ET.SubElement(el, "system-err").text = case.stderr
+    return el
+
+
+def to_gradescope(run: RunResult) -> dict:
+    """Gradescope's results.json (built in classroom/gradescope.py), scored by the stage specs."""
+    from theinference.classroom.gradescope import gradescope_results
+    from theinference.course.settings import Grading
+
+    return gradescope_results(to_json(run), {s.slug: s.score_weight for s in run.stages}, Grading())
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str  # --format NAME; also --NAME FILE (junit: --junit FILE)
+    render: Callable[[RunResult], str]
+    suffix: str  # the usual file name ending
+    help: str
+
+
+FORMATS: dict[str, Format] = {
+    f.name: f
+    for f in (
+        Format("json", lambda run: json.dumps(to_json(run), indent=2), ".json", "JSON results"),
+        Format("junit", to_junit, ".xml", "JUnit XML"),
+        Format(
+            "gradescope",
+            lambda run: json.dumps(to_gradescope(run), indent=2),
+            ".json",
+            "Gradescope results.json",
+        ),
+    )
+}
+
+
+def render(run: RunResult, fmt: str) -> str:
+    return FORMATS[fmt].render(run)
+
+
+def write(run: RunResult, fmt: str, path: Path | None) -> None:
+    """One format to a file (replaced atomically) or, with no path, to stdout."""
+    text = render(run, fmt) + "\n"
+    if path is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        atomic_write(path, text)

@@ -1,0 +1,51 @@
+"""The command that starts the student's process, per course language: the Python worker, or
+the Node worker under the course's own tsx. Both live in student/worker/, bound into the
+sandbox as they are."""
+
+import shutil
+import sys
+from pathlib import Path
+
+from theinference.course.languages import TYPESCRIPT, course_language
+
+WORKER_DIR = Path(__file__).parent / "worker"
+
+
+def worker_argv(
+    course_dir: Path,
+    request_fd: int | str,
+    reply_fd: int | str,
+    memory_bytes: int | str,
+    language: str | None = None,
+    worker_dir: Path = WORKER_DIR,
+) -> list[str]:
+    """The command that starts the student's process for this course's language. worker_dir:
+    where the worker scripts are seen from inside the process (a sandbox mounts them)."""
+    language = language or course_language(course_dir)
+    tail = [str(request_fd), str(reply_fd), str(course_dir), str(memory_bytes)]
+    if language != TYPESCRIPT:
+        return [sys.executable, "-P", str(worker_dir / "worker.py"), *tail]
+    heap_mb = max(int(memory_bytes) // 2**20, 256)
+    return [
+        shutil.which("node") or "node",
+        f"--max-old-space-size={heap_mb}",
+        "--import",
+        "tsx",  # resolved from the course directory (the working directory): its node_modules
+        str(worker_dir / "worker_node.mjs"),
+        *tail,
+    ]
+
+
+NODE_WORKER_FILES = ("worker_node.mjs", "worker_node_hooks.mjs")
+
+
+def bind_worker(bwrap_argv: list[str], language: str, mounts: Path) -> list[str]:
+    """bubblewrap's command with the Node worker's scripts also bound at `mounts` (read-only),
+    for a TypeScript course; bwrap's own options end at its first "--"."""
+    if language != TYPESCRIPT:
+        return bwrap_argv
+    end = bwrap_argv.index("--")
+    binds = [
+        a for f in NODE_WORKER_FILES for a in ("--ro-bind", str(WORKER_DIR / f), str(mounts / f))
+    ]
+    return [*bwrap_argv[:end], *binds, *bwrap_argv[end:]]

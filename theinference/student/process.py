@@ -1,0 +1,404 @@
+"""Run the student's adapters in a child process and bring back what they returned, as data.
+
+One worker process serves a whole run (start-up is paid once); a crash or a timeout costs only
+the call it happened in, and the next call starts a fresh worker. Limits are enforced from
+outside: the timeout kills the worker's whole process group with SIGKILL, which no student
+code can catch, and its output is read through pipes and capped, never buffered whole.
+Where the process runs (inside bubblewrap, as nobody, or as the grader's user) is sandbox.py's.
+"""
+
+import json
+import os
+import secrets
+import selectors
+import shutil
+import signal
+import struct
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from theinference.course import languages
+from theinference.oracle.weights import cache_dir
+from theinference.student import launch, sandbox
+from theinference.student.cpu import Snapshot, cpu_seconds_between, tree_cpu
+from theinference.student.sandbox import Sandbox, hide_grader_environ
+
+WORKER_SCRIPT = Path(__file__).parent / "worker" / "worker.py"
+MAX_REPLY_BYTES = 1 << 30
+STARTUP_TIMEOUT = 60.0  # a cold interpreter and NumPy import on a loaded machine
+RUN_TOKEN_VAR = "THEINFERENCE_RUN_TOKEN"
+GRADER_ONLY_ENV = {"THEINFERENCE_CACHE_DIR", "THEINFERENCE_SEED"}  # not the student's business
+ALLOWED_DTYPES = {"b", "i", "u", "f", "c"}
+
+
+@dataclass(frozen=True)
+class Limits:
+    timeout: float = 60.0  # seconds per adapter call
+    memory_bytes: int = 8 << 30  # heap and anonymous memory of the student's process
+    output_bytes: int = 64 << 10  # captured stdout and stderr kept per call, each
+
+
+@dataclass
+class Captured:
+    """The head of one stream, and how much was cut."""
+
+    data: bytearray = field(default_factory=bytearray)
+    dropped: int = 0
+
+    def add(self, chunk: bytes, cap: int) -> None:
+        room = max(cap - len(self.data), 0)
+        self.data += chunk[:room]
+        self.dropped += max(len(chunk) - room, 0)
+
+    def text(self) -> str:
+        out = self.data.decode("utf-8", errors="replace")
+        if self.dropped:
+            out += f"\n[... output cut at {len(self.data) // 1024} KiB: {self.dropped} more bytes]"
+        return out
+
+
+@dataclass
+class Outcome:
+    """What one adapter call came to. kind: returned, todo, raised, import_error, missing,
+    signature, timeout, crashed, bad_reply, cancelled."""
+
+    kind: str
+    value: object = None
+    message: str = ""
+    traceback: str = ""
+    exception: str = ""  # the exception's type name, when kind is raised
+    probe: dict | None = None  # what the cache-use probe did, when one was asked for
+    stdout: str = ""
+    stderr: str = ""
+    seconds: float = 0.0  # wall time of the call, measured by the grader
+    cpu_seconds: float | None = None  # the call's CPU time, measured from outside: see tree_cpu
+
+
+@dataclass
+class _Process:
+    popen: subprocess.Popen
+    requests: int  # fd the grader writes requests to
+    replies: int  # fd the grader reads replies from
+
+
+class StudentProcess:
+    """A lazily (re)started student process. Use as a context manager."""
+
+    def __init__(
+        self,
+        course_dir: Path,
+        weights_path: Path,
+        limits: Limits,
+        cancel: threading.Event | None = None,
+        sandbox: Sandbox | None = None,
+    ):
+        self.course_dir = course_dir.resolve()
+        self.weights_path = weights_path
+        self.limits = limits
+        self.cancel = cancel or threading.Event()  # set from another thread: abandon the call
+        self._proc: _Process | None = None
+        self._early_death: Outcome | None = None
+        self.startups = 0
+        self.startup_seconds = 0.0
+        self.token = secrets.token_hex(8)
+        chosen = sandbox or Sandbox("none")
+        self.sandbox = chosen.kind  # what this run had: bwrap | unprivileged-user | none
+        self.notes = list(chosen.notes)
+        self._run_dir: Path | None = None  # unprivileged-user: HOME and the weights' link
+
+    def __enter__(self) -> "StudentProcess":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def use_limits(self, limits: Limits) -> None:
+        """Limits for the calls that follow (a stage's own); a different memory limit needs a
+        fresh process, since a process cannot be trusted to lower its own."""
+        if limits.memory_bytes != self.limits.memory_bytes:
+            self.stop()
+        self.limits = limits
+
+    def call(
+        self,
+        adapter: str,
+        args: list,
+        timeout: float | None = None,
+        probe: dict | None = None,
+        discard: bool = False,
+    ) -> Outcome:
+        """Ask the student's process for one adapter call and wait for its reply (without the
+        returned value when `discard`). Its CPU time is read from /proc by the grader, never
+        taken from the student's own process."""
+        request = {"adapter": adapter, "args": args, "probe": probe, "discard": discard}
+        started, before = self._send(request)
+        root = self._proc.popen.pid if self._proc is not None else None
+        outcome = self._receive(started, timeout)
+        if before is not None and self._proc is not None and self._proc.popen.pid == root:
+            outcome.cpu_seconds = cpu_seconds_between(before, tree_cpu(root))
+        return outcome
+
+    def _send(self, request: dict) -> tuple[float, Snapshot | None]:
+        """When the request went, and the process tree's CPU ticks just before it did."""
+        if self._proc is None or self._proc.popen.poll() is not None:
+            self._start()
+        if self._proc is None:  # it could not even start: _receive() says why
+            return time.monotonic(), None
+        payload = json.dumps(request).encode()
+        message = memoryview(struct.pack("<Q", len(payload)) + payload)
+        before = tree_cpu(self._proc.popen.pid)  # taken before the worker can start on it
+        try:
+            while message:  # a pipe may take a large request in several writes
+                message = message[os.write(self._proc.requests, message) :]
+        except OSError:
+            pass  # it died already; _receive() reports how
+        return time.monotonic(), before
+
+    def _receive(self, started: float, timeout: float | None) -> Outcome:
+        if self._early_death is not None:  # the worker never said hello
+            outcome, self._early_death = self._early_death, None
+            self.stop()
+            return outcome
+        timeout = timeout if timeout is not None else self.limits.timeout
+        outcome = self._collect(started + timeout)
+        if outcome.kind == "timeout":
+            outcome.message = f"timed out after {timeout:g} s (the process was killed)"
+        outcome.seconds = time.monotonic() - started
+        if outcome.kind in ("timeout", "crashed", "bad_reply", "cancelled"):
+            self.stop()
+        return outcome
+
+    def stop(self) -> None:
+        """Kill the worker and everything it started: its process group, and any process
+        that left the group (setsid, double fork) but still carries this run's token."""
+        if self._proc is None:
+            return
+        proc, self._proc = self._proc, None
+        for fd in (proc.requests, proc.replies):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        for stream in (proc.popen.stdout, proc.popen.stderr):
+            stream.close()
+        try:
+            os.killpg(proc.popen.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.popen.wait()
+        kill_tagged(self.token)
+
+    def close(self) -> None:
+        """Stop the process and remove what its runs needed (unprivileged-user's directory)."""
+        self.stop()
+        if self._run_dir is not None:
+            shutil.rmtree(self._run_dir, ignore_errors=True)
+            self._run_dir = None
+
+    # --- internals ---------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        self.stop()
+        started = time.monotonic()
+        req_read, req_write = os.pipe()
+        resp_read, resp_write = os.pipe()
+        try:
+            argv, env, as_user = self._command(req_read, resp_write)
+            popen = subprocess.Popen(
+                argv,
+                cwd=self.course_dir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=(req_read, resp_write),  # bwrap hands inherited descriptors on as is
+                start_new_session=True,  # its own process group, killed whole
+                **as_user,
+            )
+        except OSError as exc:
+            for fd in (req_read, req_write, resp_read, resp_write):
+                os.close(fd)
+            message = f"the student's process could not start: {exc.strerror or exc}"
+            self._early_death = Outcome("crashed", message=message)
+            return
+        os.close(req_read)
+        os.close(resp_write)
+        self._proc = _Process(popen=popen, requests=req_write, replies=resp_read)
+        self.startups += 1
+        self._await_ready(started)
+
+    def _command(self, req_read: int, resp_write: int):
+        """argv, environment and the user to run as (Popen's arguments), per sandbox."""
+        fds = [str(req_read), str(resp_write)]
+        memory = str(self.limits.memory_bytes)
+        language = languages.course_language(self.course_dir)  # python | ts: which worker
+        if self.sandbox == "bwrap":
+            mounts = Path(sandbox.WORKER_MOUNT).parent
+            inner = launch.worker_argv(
+                Path(sandbox.COURSE_MOUNT), *fds, memory, language, worker_dir=mounts
+            )
+            hidden = [cache_dir().resolve(), Path(__file__).parents[1]]
+            command = sandbox.bwrap_command(inner, self.course_dir, self.weights_path, hidden)
+            command = launch.bind_worker(command, language, mounts)
+            return command, sandbox.bwrap_env(RUN_TOKEN_VAR, self.token), {}
+        hide_grader_environ()
+        env = {
+            **{k: v for k, v in os.environ.items() if k not in GRADER_ONLY_ENV},
+            "THEINFERENCE_WEIGHTS": str(self.weights_path),
+            "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ writes in the course directory
+            RUN_TOKEN_VAR: self.token,  # inherited by every descendant: see kill_tagged
+        }
+        as_user = {}
+        if self.sandbox == "unprivileged-user":
+            if self._run_dir is None:
+                self._run_dir = sandbox.private_run_dir(self.weights_path)
+            home = str(self._run_dir / "home")
+            weights = str(self._run_dir / "model.safetensors")
+            env.update(HOME=home, TMPDIR=home, THEINFERENCE_WEIGHTS=weights)
+            uid, gid = sandbox.nobody_ids()
+            as_user = {"user": uid, "group": gid, "extra_groups": []}  # root is given up
+        argv = launch.worker_argv(self.course_dir, *fds, memory, language)
+        return argv, env, as_user
+
+    def _await_ready(self, started: float) -> None:
+        """Wait for the worker's hello (interpreter and NumPy loaded), so start-up is counted
+        as the grader's time, not the student's. A worker that cannot start is reported by
+        the call that follows."""
+        hello = self._collect(started + STARTUP_TIMEOUT)
+        self.startup_seconds += time.monotonic() - started
+        if hello.kind == "timeout":
+            hello.message = f"the student's process did not start within {STARTUP_TIMEOUT:g} s"
+        if hello.kind != "ready":
+            self._early_death = hello
+
+    def _collect(self, deadline: float) -> Outcome:
+        proc = self._proc
+        out, err = Captured(), Captured()
+        reply = bytearray()
+        need: int | None = None
+        sel = selectors.DefaultSelector()
+        sel.register(proc.replies, selectors.EVENT_READ, "reply")
+        sel.register(proc.popen.stdout, selectors.EVENT_READ, out)
+        sel.register(proc.popen.stderr, selectors.EVENT_READ, err)
+        try:
+            while need is None or len(reply) < need:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return self._finish(Outcome("timeout"), out, err)
+                if self.cancel.is_set():
+                    return self._finish(Outcome("cancelled"), out, err)
+                events = sel.select(min(remaining, 0.05))
+                for key, _ in events:
+                    chunk = os.read(key.fd, 1 << 20)
+                    if key.data != "reply":
+                        if chunk:
+                            key.data.add(chunk, self.limits.output_bytes)
+                        else:
+                            sel.unregister(key.fileobj)
+                        continue
+                    if not chunk:  # the worker died before replying
+                        return self._finish(self._crash_outcome(), out, err)
+                    reply += chunk
+                    if need is None and len(reply) >= 8:
+                        need = 8 + struct.unpack("<Q", reply[:8])[0]
+                        if need > MAX_REPLY_BYTES:
+                            return self._finish(
+                                Outcome("bad_reply", message="the return value is over 1 GiB"),
+                                out,
+                                err,
+                            )
+            self._drain(sel, out, err)
+            return self._finish(decode_reply(bytes(reply[8:need])), out, err)
+        finally:
+            sel.close()
+
+    def _drain(self, sel, out: Captured, err: Captured) -> None:
+        # output written before the reply is already in the pipes: take what is there now
+        for key, _ in sel.select(0):
+            if key.data != "reply":
+                chunk = os.read(key.fd, 1 << 20)
+                if chunk:
+                    key.data.add(chunk, self.limits.output_bytes)
+
+    def _crash_outcome(self) -> Outcome:
+        try:
+            code = self._proc.popen.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return Outcome("crashed", message="the process closed its reply channel and hung")
+        if self.sandbox == "bwrap" and sandbox.signal_from_exit(code):
+            code = -sandbox.signal_from_exit(code)  # bwrap passes a child's signal as 128 + N
+        if code < 0:
+            name = signal.Signals(-code).name
+            return Outcome("crashed", message=f"the process was killed by {name}")
+        return Outcome(
+            "crashed",
+            message=f"the process exited with code {code} before returning "
+            "(os._exit or a crash in native code?)",
+        )
+
+    def _finish(self, outcome: Outcome, out: Captured, err: Captured) -> Outcome:
+        outcome.stdout, outcome.stderr = out.text(), err.text()
+        return outcome
+
+
+def kill_tagged(token: str) -> None:
+    """SIGKILL every process whose environment carries this run's token (Linux /proc)."""
+    needle = f"{RUN_TOKEN_VAR}={token}".encode()
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue  # gone already, or not ours to read
+
+
+def decode_reply(payload: bytes) -> Outcome:
+    """Rebuild the reply: JSON fields, and arrays from their raw bytes (never unpickled)."""
+    try:
+        (text_len,) = struct.unpack("<I", payload[:4])
+        header = json.loads(payload[4 : 4 + text_len])
+        blobs, offset = [], 4 + text_len
+        for size in header.get("blob_sizes", []):
+            blobs.append(payload[offset : offset + size])
+            offset += size
+        kind = str(header["outcome"])
+        value = rebuild(header["value"], blobs) if kind == "returned" else None
+    except (KeyError, ValueError, TypeError, IndexError, struct.error) as exc:
+        return Outcome("bad_reply", message=f"unreadable reply from the student process: {exc}")
+    return Outcome(
+        kind=kind,
+        value=value,
+        message=str(header.get("message", "")),
+        traceback=str(header.get("traceback", "")),
+        exception=str(header.get("exception", "")),
+        probe=header.get("probe") if isinstance(header.get("probe"), dict) else None,
+    )
+
+
+@dataclass(frozen=True)
+class Foreign:
+    """A returned value that is not numbers: only its type name crosses over."""
+
+    type: str
+
+
+def rebuild(desc: dict, blobs: list[bytes]):
+    kind = desc["kind"]
+    if kind == "none":
+        return None
+    if kind == "seq":
+        return [rebuild(item, blobs) for item in desc["items"]]
+    if kind == "array":
+        dtype = np.dtype(desc["dtype"])
+        if dtype.kind not in ALLOWED_DTYPES:
+            raise ValueError(f"dtype {dtype} not allowed")
+        shape = tuple(int(n) for n in desc["shape"])
+        return np.frombuffer(blobs[int(desc["blob"])], dtype=dtype).reshape(shape)
+    return Foreign(type=str(desc.get("type", "object")))

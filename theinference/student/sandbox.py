@@ -1,0 +1,240 @@
+"""Where the student's process runs: inside bubblewrap, as an unprivileged user, or as we are.
+
+`bwrap` gives the process its own user, PID, IPC, UTS and network namespaces and a filesystem
+made only of read-only system and Python directories, the course (read-only, at /course), the
+weights (read-only, at /weights/model.safetensors) and a private /tmp and HOME: it cannot see
+the grader's processes, its cache, other courses, the host's /tmp or any network.
+Without bubblewrap a grader running as root at least drops the student's process to `nobody`;
+otherwise it runs as the grader's own user (`none`), which protects nothing on the filesystem.
+"""
+
+import ctypes
+import functools
+import os
+import pwd
+import shutil
+import site
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MODES = ("auto", "bwrap", "none")
+INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap)"
+COURSE_MOUNT = "/course"
+WEIGHTS_MOUNT = "/weights/model.safetensors"
+WORKER_MOUNT = "/grader/worker.py"
+HOME_MOUNT = "/home/student"
+NAMESPACES = (
+    "--unshare-user",
+    "--unshare-pid",
+    "--unshare-ipc",
+    "--unshare-net",
+    "--unshare-uts",
+    "--unshare-cgroup-try",
+)
+SYSTEM_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr")
+ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime")
+PASSED_ENV = ("LANG", "LC_ALL")
+PASSED_PREFIXES = ("OMP_", "OPENBLAS_", "MKL_", "NVPL_", "BLIS_", "GOTO_")  # BLAS tuning
+NOBODY = "nobody"
+PR_SET_DUMPABLE = 4
+
+
+class SandboxError(Exception):
+    """The requested sandbox cannot be had; the message says why and what to do."""
+
+
+@dataclass
+class Sandbox:
+    """How student processes of one run are started. kind: bwrap | unprivileged-user | none."""
+
+    kind: str
+    notes: list[str] = field(default_factory=list)  # said once per run, e.g. how to do better
+
+
+def choose(mode: str, course: Path) -> Sandbox:
+    """The sandbox for `--sandbox MODE`; `bwrap` without a working bubblewrap is an error."""
+    if mode not in MODES:
+        raise SandboxError(f"unknown sandbox '{mode}': choose one of {', '.join(MODES)}")
+    notes = []
+    if mode != "none":
+        problem = bwrap_problem()
+        if not problem:
+            return Sandbox("bwrap")
+        if mode == "bwrap":
+            raise SandboxError(f"--sandbox bwrap: {problem}; {INSTALL_HINT}, or grade elsewhere")
+        notes.append(f"no sandbox: {problem}; to isolate the student's code, {INSTALL_HINT}")
+    if os.geteuid() != 0:
+        return Sandbox("none", notes)
+    unreachable = [p for p in (course, *_python_roots()) if not readable_by_others(p)]
+    if not unreachable:
+        return Sandbox("unprivileged-user", notes)
+    notes.append(
+        f"the student's process runs as root: {unreachable[0]} is not readable by others, "
+        f"so it cannot run as {NOBODY}"
+    )
+    return Sandbox("none", notes)
+
+
+@functools.cache
+def bwrap_problem() -> str:
+    """Why bubblewrap cannot be used here ("" when it can): probed once per process, since it
+    is installed but fails in containers that forbid user namespaces."""
+    binary = shutil.which("bwrap")
+    if binary is None:
+        return "bubblewrap (bwrap) is not installed"
+    probe = [binary, *NAMESPACES, "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc"]
+    try:
+        done = subprocess.run(
+            [*probe, "true"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bwrap does not start ({exc})"
+    if done.returncode != 0:
+        reason = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        return f"bwrap cannot make its namespaces here ({reason})"
+    return ""
+
+
+# --- bubblewrap ------------------------------------------------------------------------------
+
+
+def bwrap_command(inner: list[str], course: Path, weights: Path, hidden: list[Path]) -> list[str]:
+    """bwrap's argv around `inner` (whose paths already name the mounts above). `hidden`:
+    grader directories that must not show even if they sit below a bound directory."""
+    args = [shutil.which("bwrap") or "bwrap", *NAMESPACES, "--die-with-parent"]
+    args += ["--uid", "65534", "--gid", "65534"]  # no capabilities, not root even inside
+    # the private /tmp and HOME first: a Python environment that lives under /tmp (a venv in a
+    # temporary clone) is then bound on top of it instead of hidden by it
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", HOME_MOUNT]
+    args += _system_binds() + _python_binds()
+    args += ["--ro-bind", str(course), COURSE_MOUNT]
+    args += ["--ro-bind-try", str(weights), WEIGHTS_MOUNT]
+    args += ["--ro-bind", str(worker_script()), WORKER_MOUNT]
+    for path in filter(Path.is_dir, hidden):  # a tmpfs over it where it would show
+        if any(_below(path, root) for root in _python_roots()):
+            args += ["--tmpfs", str(path)]
+        if _below(path, course):
+            args += ["--tmpfs", str(Path(COURSE_MOUNT) / path.relative_to(course))]
+    return [*args, "--chdir", COURSE_MOUNT, "--", *inner]
+
+
+def bwrap_env(token_var: str, token: str) -> dict[str, str]:
+    """The whole environment inside: nothing of the grader's beyond locale and BLAS tuning."""
+    env = {k: v for k, v in os.environ.items() if k in PASSED_ENV or k.startswith(PASSED_PREFIXES)}
+    return {
+        **env,
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": HOME_MOUNT,
+        "USER": "student",
+        "TMPDIR": "/tmp",
+        "THEINFERENCE_WEIGHTS": WEIGHTS_MOUNT,
+        "PYTHONDONTWRITEBYTECODE": "1",
+        token_var: token,  # lets the grader find and kill anything that escaped the group
+    }
+
+
+def _system_binds() -> list[str]:
+    args = []
+    for name in SYSTEM_DIRS:
+        host = Path("/") / name
+        if host.is_symlink():
+            args += ["--symlink", os.readlink(host), str(host)]
+        elif host.is_dir():
+            args += ["--ro-bind", str(host), str(host)]
+    for name in ETC_FILES:
+        args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    return args
+
+
+def _python_binds() -> list[str]:
+    args = []
+    for root in _python_roots():
+        args += ["--ro-bind", str(root), str(root)]
+    return args
+
+
+@functools.cache
+def _python_roots() -> tuple[Path, ...]:
+    """The interpreter and the environment it imports from (venv and base installation),
+    outside the system directories that are bound anyway; parents absorb their children."""
+    candidates = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    candidates |= set(site.getsitepackages())
+    if site.ENABLE_USER_SITE and os.path.isdir(site.getusersitepackages()):
+        candidates.add(site.getusersitepackages())
+    candidates.add(os.path.dirname(os.path.realpath(sys.executable)))
+    roots = set()
+    for item in candidates:
+        for path in {Path(item), Path(os.path.realpath(item))}:
+            if path.is_dir() and not any(_below(path, Path("/") / d) for d in SYSTEM_DIRS):
+                roots.add(path)
+    return tuple(sorted(r for r in roots if not any(r != o and _below(r, o) for o in roots)))
+
+
+def _below(path: Path, parent: Path) -> bool:
+    return path == parent or parent in path.parents
+
+
+def worker_script() -> Path:
+    return Path(__file__).parent / "worker" / "worker.py"
+
+
+def signal_from_exit(code: int) -> int:
+    """bwrap reports a child killed by signal N as exit code 128 + N; 0 when not that."""
+    return code - 128 if 128 < code < 128 + 65 else 0
+
+
+# --- an unprivileged user, for a root grader without bubblewrap -------------------------------
+
+
+def nobody_ids() -> tuple[int, int]:
+    try:
+        entry = pwd.getpwnam(NOBODY)
+        return entry.pw_uid, entry.pw_gid
+    except KeyError:
+        return 65534, 65534
+
+
+def readable_by_others(path: Path) -> bool:
+    """Every ancestor searchable by others and the directory itself listable: what a process
+    running as nobody needs to import the course."""
+    path = path.resolve()
+    for part in [path, *path.parents]:
+        mode = part.stat().st_mode
+        if not mode & 0o001:
+            return False
+    return bool(path.stat().st_mode & 0o004)
+
+
+def private_run_dir(weights: Path) -> Path:
+    """A directory nobody can read (0o711 root, HOME inside it owned by nobody) holding the
+    weights as a read-only link or copy: the student's process never learns the cache's path."""
+    run_dir = Path(tempfile.mkdtemp(prefix="theinference-run-"))
+    run_dir.chmod(0o711)
+    uid, gid = nobody_ids()
+    home = run_dir / "home"
+    home.mkdir()
+    os.chown(home, uid, gid)
+    target = run_dir / "model.safetensors"
+    try:
+        if weights.stat().st_mode & 0o004:
+            os.link(weights, target)  # same inode, still root's and read-only to nobody
+        else:
+            raise OSError("not readable by others")
+    except OSError:
+        if weights.is_file():
+            shutil.copyfile(weights, target)
+            target.chmod(0o444)
+    return run_dir
+
+
+def hide_grader_environ() -> None:
+    """Make this process non-dumpable: /proc/<grader>/environ (the seed, the cache's path)
+    is then unreadable to other processes without CAP_SYS_PTRACE, same user included."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: nothing to hide this way
