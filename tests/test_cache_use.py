@@ -264,3 +264,15 @@ def test_the_third_layout_passes_every_stage(tmp_path, weights):
     course = make_course(tmp_path / "c", (SOLUTIONS / "preallocated_kvcache.py").read_text())
     run = grade_course(course, weights, timeout=900)
     assert {s.slug: s.status.value for s in run.stages} == {s.slug: "passed" for s in load_stages()}
+
+
+def test_a_call_past_its_cpu_limit_is_stopped_there(tmp_path):
+    """Catches a CPU budget that is not enforced (a recompute would run to the timeout) or that
+    counts wall time (a sleeping call would be stopped)."""
+    course = course_with(tmp_path, adapters=SPIN_AND_NAP)
+    with StudentProcess(course, Path("/nonexistent.safetensors"), Limits()) as process:
+        spun = process.call("spin", [30.0], 60, cpu_limit=0.5)
+        napped = process.call("nap", [1.0], 60, cpu_limit=0.5)
+    assert spun.kind == "cpu_limit", spun.message
+    assert spun.seconds < 15 and "CPU time" in spun.message
+    assert napped.kind == "returned", napped.message

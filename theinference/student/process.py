@@ -65,7 +65,7 @@ class Captured:
 @dataclass
 class Outcome:
     """What one adapter call came to. kind: returned, todo, raised, import_error, missing,
-    signature, timeout, crashed, bad_reply, cancelled."""
+    signature, timeout, cpu_limit, crashed, bad_reply, cancelled."""
 
     kind: str
     value: object = None
@@ -110,6 +110,7 @@ class StudentProcess:
         self.sandbox = chosen.kind  # what this run had: bwrap | unprivileged-user | none
         self.notes = list(chosen.notes)
         self._run_dir: Path | None = None  # unprivileged-user: HOME and the weights' link
+        self._cpu_budget: tuple | None = None  # (root pid, CPU snapshot, seconds) of this call
 
     def __enter__(self) -> "StudentProcess":
         return self
@@ -131,13 +132,17 @@ class StudentProcess:
         timeout: float | None = None,
         probe: dict | None = None,
         discard: bool = False,
+        cpu_limit: float | None = None,
     ) -> Outcome:
         """Ask the student's process for one adapter call and wait for its reply (without the
         returned value when `discard`). Its CPU time is read from /proc by the grader, never
-        taken from the student's own process."""
+        taken from the student's own process; past `cpu_limit` CPU seconds (the whole process
+        tree's, since the request went) the call is stopped: kind cpu_limit."""
         request = {"adapter": adapter, "args": args, "probe": probe, "discard": discard}
+        self._cpu_budget = None  # a restart's hello is not the call's
         started, before = self._send(request)
         root = self._proc.popen.pid if self._proc is not None else None
+        self._cpu_budget = (root, before, cpu_limit) if cpu_limit and before is not None else None
         outcome = self._receive(started, timeout)
         if before is not None and self._proc is not None and self._proc.popen.pid == root:
             outcome.cpu_seconds = cpu_seconds_between(before, tree_cpu(root))
@@ -169,7 +174,7 @@ class StudentProcess:
         if outcome.kind == "timeout":
             outcome.message = f"timed out after {timeout:g} s (the process was killed)"
         outcome.seconds = time.monotonic() - started
-        if outcome.kind in ("timeout", "crashed", "bad_reply", "cancelled"):
+        if outcome.kind in ("timeout", "cpu_limit", "crashed", "bad_reply", "cancelled"):
             self.stop()
         return outcome
 
@@ -292,6 +297,9 @@ class StudentProcess:
                     return self._finish(Outcome("timeout"), out, err)
                 if self.cancel.is_set():
                     return self._finish(Outcome("cancelled"), out, err)
+                if (spent := self._over_budget()) is not None:
+                    message = f"stopped after {spent:.2f} s of CPU time, past its limit"
+                    return self._finish(Outcome("cpu_limit", message=message), out, err)
                 events = sel.select(min(remaining, 0.05))
                 for key, _ in events:
                     chunk = os.read(key.fd, 1 << 20)
@@ -316,6 +324,15 @@ class StudentProcess:
             return self._finish(decode_reply(bytes(reply[8:need])), out, err)
         finally:
             sel.close()
+
+    def _over_budget(self) -> float | None:
+        """The call's CPU seconds so far when past its budget (polled, so a call may overrun
+        it by a poll's worth), else None."""
+        if self._cpu_budget is None:
+            return None
+        root, before, limit = self._cpu_budget
+        spent = cpu_seconds_between(before, tree_cpu(root))
+        return spent if spent > limit else None
 
     def _drain(self, sel, out: Captured, err: Captured) -> None:
         # output written before the reply is already in the pipes: take what is there now
