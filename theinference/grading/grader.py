@@ -5,12 +5,13 @@ The oracle's answers are cached per weights file (answers.py); each case is aske
 in judging.py; a stage's failing answers are diagnosed once (diagnosis.py).
 """
 
+import secrets
 import threading
 import time
 from dataclasses import replace
 from pathlib import Path
 
-from theinference.curriculum.stages import Stage
+from theinference.curriculum.stages import Stage, with_run_draws
 from theinference.diagnosis.stage import Failure, diagnose_stage
 from theinference.grading.answers import Answers
 from theinference.grading.environment import describe
@@ -45,11 +46,15 @@ def grade(
     listener: Listener = ignore,
     policy: RunPolicy = EVERY_CASE,
     sandbox: Sandbox | None = None,
+    seed: int | None = None,
 ) -> RunResult:
     """Grade the stages in order, telling `listener` as stages and cases start and finish.
     `cancel`, set from another thread, stops the run early; its result is then marked
-    cancelled. The result returned (and told in RunFinished) is complete."""
+    cancelled. The result returned (and told in RunFinished) is complete. The cache-use
+    proofs' arguments are drawn from `seed`, else afresh for this run."""
     started = time.monotonic()
+    run_seed = seed if seed is not None else secrets.randbits(63)
+    stages = [with_run_draws(stage, run_seed) for stage in stages]
     answers = answers or Answers(weights)
     cancel = cancel or threading.Event()
     results: dict[str, StageResult] = {}

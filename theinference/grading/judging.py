@@ -1,19 +1,23 @@
 """One case: ask the student's process, then judge what came back against the oracle's answers.
 
-The oracle runs after the student's call, not beside it: both use every core through BLAS, and
-overlapping them on a small machine made each several times slower. It also runs only when
-there is something to compare (a todo or an error costs no oracle time).
+The oracle runs before or after the student's call, never beside it: both use every core
+through BLAS, and overlapping them on a small machine made each several times slower. Where
+the question is the call's own arguments, its answer is fixed before the call starts, so
+nothing the call does can change what it is judged against; generate-loop asks along the
+student's own tokens, after the call, from answers held where the student cannot write.
 """
 
 import time
 from dataclasses import replace
 
-from theinference.curriculum.checks import CHECKS, Verdict
-from theinference.curriculum.checks.cost import call_against_baseline, is_baseline_probe
+from theinference.curriculum.checks import CHECKS, Check, Verdict
+from theinference.curriculum.checks.floor import budget
+from theinference.curriculum.checks.swap import Seen, SwapPlan
 from theinference.curriculum.stages import Case, Stage
 from theinference.diagnosis.fingerprints import BY_ID
 from theinference.grading.answers import Answers
 from theinference.results import CaseResult, Status, finding_of
+from theinference.student.calibration import sgemm_rate
 from theinference.student.process import Outcome, StudentProcess
 
 OUTCOME_STATUS = {
@@ -29,13 +33,14 @@ def grade_case(
     `actual` the stage's diagnosis reads)."""
     check = CHECKS[case.check]
     args = check.arguments(case, answers.runs.config)
-    probe = check.probe(args) if check.probe else None
-    if is_baseline_probe(probe):
-        outcome = call_against_baseline(process, check.adapter, args, stage.timeout, probe)
-    else:
-        outcome = process.call(check.adapter, args, stage.timeout, probe)
     clock = OracleClock()
-    verdict = judge(stage, case, args, outcome, answers, clock)
+    fixed = fix_answer(check, case, args, answers, clock)
+    if check.flop is not None:
+        outcome = measured_call(stage, check, args, process, answers)
+    else:
+        on_hook = fixed.answer if isinstance(fixed, SwapPlan) else None
+        outcome = process.call(check.adapter, args, stage.timeout, check.hook, on_hook)
+    verdict = judge(stage, case, args, outcome, answers, clock, fixed)
     hint = verdict.hint
     if verdict.suspected_bug in BY_ID:  # recognised by the judge itself (shape, probe)
         bug = BY_ID[verdict.suspected_bug]
@@ -54,6 +59,37 @@ def grade_case(
     return result, args, verdict
 
 
+def fix_answer(check: Check, case: Case, args: list, answers: Answers, clock: "OracleClock"):
+    """The answer the call will be judged against, before the call: a swap's plan, the
+    expected value of the call's own arguments, or None where it depends on the answer."""
+    if check.swap is not None:
+        seed = int(case.inputs.get("swap", 0))
+        return clock.timed(check.swap, answers.runs, args, seed)
+    if check.asks_own_arguments and not case.inputs.get("must_raise"):
+        return clock.timed(answers.expected, case.check, args)
+    return None
+
+
+def measured_call(stage: Stage, check: Check, args: list, process, answers: Answers) -> Outcome:
+    """The call alone in a fresh process, stopped at the stage's fraction of the floor: the
+    CPU time a recompute's arithmetic needs at this machine's rate (checks/floor.py)."""
+    rate, why = sgemm_rate(process)
+    if rate is None:
+        outcome = Outcome("returned")
+        outcome.probe = {"error": why}
+        return outcome
+    flop = check.flop(args, answers.runs.config)
+    floor, limit = budget(flop, rate, float(stage.words["floor_fraction"]))
+    process.stop()  # a fresh process: nothing from an earlier call is at hand
+    outcome = process.call(check.adapter, args, stage.timeout, cpu_limit=limit)
+    process.stop()
+    measured = {"cpu_seconds": outcome.cpu_seconds, "floor": floor, "limit": limit}
+    outcome.probe = measured | {"rate": rate, "stopped": outcome.kind == "cpu_limit"}
+    if outcome.kind == "cpu_limit":
+        outcome.kind = "returned"  # judged: a call stopped at the limit recomputes
+    return outcome
+
+
 class OracleClock:
     """Seconds spent asking the oracle for one case."""
 
@@ -69,20 +105,32 @@ class OracleClock:
 
 
 def judge(
-    stage: Stage, case: Case, args: list, outcome: Outcome, answers: Answers, clock: OracleClock
+    stage: Stage,
+    case: Case,
+    args: list,
+    outcome: Outcome,
+    answers: Answers,
+    clock: OracleClock,
+    fixed=None,
 ) -> Verdict:
     check = CHECKS[case.check]
     if case.inputs.get("must_raise"):
         return verdict_for_must_raise(outcome, case)
     if outcome.kind != "returned":
         return verdict_without_value(outcome)
-    value = (outcome.value, outcome.probe) if check.probe else outcome.value
+    value = outcome.value
+    if isinstance(fixed, SwapPlan):
+        value = (outcome.value, Seen(fixed, outcome.probe))
+    elif check.flop is not None:
+        value = (outcome.value, outcome.probe)
 
     def ask(question: list):
+        if fixed is not None and not isinstance(fixed, SwapPlan) and question == args:
+            return fixed
         return clock.timed(answers.expected, case.check, question)
 
     verdict = check.judge(value, args, ask, stage.tolerance, answers.runs.config)
-    if check.second_path is not None and verdict.comparisons:
+    if check.second_path is not None and check.swap is None and verdict.comparisons:
         noise = clock.timed(answers.noise, case.check, args)
         verdict.comparisons = [replace(c, noise=noise) for c in verdict.comparisons]
     return verdict

@@ -44,6 +44,7 @@ class Session:
     policy: RunPolicy = EVERY_CASE
     renderer: Renderer | None = None  # draws each run (the terminal); None: nothing drawn
     sandbox: Sandbox | None = None  # how the student's process runs (sandbox.choose)
+    seed: int | None = None  # --seed: hidden cases and the cache-use proofs' arguments
 
 
 def prepare(
@@ -83,6 +84,7 @@ def prepare(
         answers=answers,
         policy=policy,
         sandbox=sandbox,
+        seed=seed,
     )
 
 
@@ -149,6 +151,7 @@ def run(
             languages.localizing(tell, session.course.language),  # decodeStep in TypeScript
             session.policy,
             session.sandbox,
+            session.seed,
         )
     finally:
         getattr(draw, "close", lambda: None)()  # a live status line must not outlive its run

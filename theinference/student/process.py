@@ -17,6 +17,7 @@ import struct
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from theinference.student.sandbox import Sandbox, hide_grader_environ
 
 WORKER_SCRIPT = Path(__file__).parent / "worker" / "worker.py"
 MAX_REPLY_BYTES = 1 << 30
+MAX_HOOK_WORDS = 1 << 17  # hooked calls in one adapter call (a 1024-token walk makes 1024)
 STARTUP_TIMEOUT = 60.0  # a cold interpreter and NumPy import on a loaded machine
 RUN_TOKEN_VAR = "THEINFERENCE_RUN_TOKEN"
 GRADER_ONLY_ENV = {"THEINFERENCE_CACHE_DIR", "THEINFERENCE_SEED"}  # not the student's business
@@ -96,8 +98,10 @@ class StudentProcess:
         limits: Limits,
         cancel: threading.Event | None = None,
         sandbox: Sandbox | None = None,
+        mode: str = "adapters",
     ):
         self.course_dir = course_dir.resolve()
+        self.mode = mode  # adapters | calibrate (the grader's own code only: calibration.py)
         self.weights_path = weights_path
         self.limits = limits
         self.cancel = cancel or threading.Event()  # set from another thread: abandon the call
@@ -107,16 +111,24 @@ class StudentProcess:
         self.startup_seconds = 0.0
         self.token = secrets.token_hex(8)
         chosen = sandbox or Sandbox("none")
+        self._sandbox = chosen
         self.sandbox = chosen.kind  # what this run had: bwrap | unprivileged-user | none
         self.notes = list(chosen.notes)
         self._run_dir: Path | None = None  # unprivileged-user: HOME and the weights' link
         self._cpu_budget: tuple | None = None  # (root pid, CPU snapshot, seconds) of this call
+        self._outgoing = bytearray()  # request bytes the pipe has not taken yet
 
     def __enter__(self) -> "StudentProcess":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def sibling(self, mode: str) -> "StudentProcess":
+        """Another process started the same way (course, weights, limits, sandbox) in `mode`."""
+        return StudentProcess(
+            self.course_dir, self.weights_path, self.limits, self.cancel, self._sandbox, mode
+        )
 
     def use_limits(self, limits: Limits) -> None:
         """Limits for the calls that follow (a stage's own); a different memory limit needs a
@@ -130,47 +142,45 @@ class StudentProcess:
         adapter: str,
         args: list,
         timeout: float | None = None,
-        probe: dict | None = None,
-        discard: bool = False,
+        hook: str | None = None,
+        on_hook: "HookAnswer | None" = None,
         cpu_limit: float | None = None,
     ) -> Outcome:
-        """Ask the student's process for one adapter call and wait for its reply (without the
-        returned value when `discard`). Its CPU time is read from /proc by the grader, never
-        taken from the student's own process; past `cpu_limit` CPU seconds (the whole process
-        tree's, since the request went) the call is stopped: kind cpu_limit."""
-        request = {"adapter": adapter, "args": args, "probe": probe, "discard": discard}
+        """Ask the student's process for one adapter call and wait for its reply. Its CPU time
+        is read from /proc by the grader, never taken from the student's own process; past
+        `cpu_limit` CPU seconds (the whole process tree's, since the request went) the call is
+        stopped: kind cpu_limit. With `hook`, every function of that name in the course tells
+        the grader when it returns and waits: `on_hook(word)` answers (by default, nothing)."""
+        request = {"adapter": adapter, "args": args, "hook": hook}
         self._cpu_budget = None  # a restart's hello is not the call's
         started, before = self._send(request)
         root = self._proc.popen.pid if self._proc is not None else None
         self._cpu_budget = (root, before, cpu_limit) if cpu_limit and before is not None else None
-        outcome = self._receive(started, timeout)
+        outcome = self._receive(started, timeout, on_hook or no_swap)
         if before is not None and self._proc is not None and self._proc.popen.pid == root:
             outcome.cpu_seconds = cpu_seconds_between(before, tree_cpu(root))
         return outcome
 
     def _send(self, request: dict) -> tuple[float, Snapshot | None]:
-        """When the request went, and the process tree's CPU ticks just before it did."""
+        """When the request went, and the process tree's CPU ticks just before it did. The
+        bytes are written by _collect as the pipe takes them: a process that stops reading
+        cannot block the grader."""
         if self._proc is None or self._proc.popen.poll() is not None:
             self._start()
         if self._proc is None:  # it could not even start: _receive() says why
             return time.monotonic(), None
         payload = json.dumps(request).encode()
-        message = memoryview(struct.pack("<Q", len(payload)) + payload)
+        self._outgoing = bytearray(struct.pack("<Q", len(payload)) + payload)
         before = tree_cpu(self._proc.popen.pid)  # taken before the worker can start on it
-        try:
-            while message:  # a pipe may take a large request in several writes
-                message = message[os.write(self._proc.requests, message) :]
-        except OSError:
-            pass  # it died already; _receive() reports how
         return time.monotonic(), before
 
-    def _receive(self, started: float, timeout: float | None) -> Outcome:
+    def _receive(self, started: float, timeout: float | None, on_hook=None) -> Outcome:
         if self._early_death is not None:  # the worker never said hello
             outcome, self._early_death = self._early_death, None
             self.stop()
             return outcome
         timeout = timeout if timeout is not None else self.limits.timeout
-        outcome = self._collect(started + timeout)
+        outcome = self._collect(started + timeout, on_hook)
         if outcome.kind == "timeout":
             outcome.message = f"timed out after {timeout:g} s (the process was killed)"
         outcome.seconds = time.monotonic() - started
@@ -233,6 +243,8 @@ class StudentProcess:
             return
         os.close(req_read)
         os.close(resp_write)
+        os.set_blocking(req_write, False)  # written as it drains: see _collect
+        self._outgoing = bytearray()
         self._proc = _Process(popen=popen, requests=req_write, replies=resp_read)
         self.startups += 1
         self._await_ready(started)
@@ -246,7 +258,7 @@ class StudentProcess:
             mounts = Path(sandbox.WORKER_MOUNT).parent
             inner = launch.worker_argv(
                 Path(sandbox.COURSE_MOUNT), *fds, memory, language, worker_dir=mounts
-            )
+            ) + self._mode_argv()
             hidden = [cache_dir().resolve(), Path(__file__).parents[1]]
             command = sandbox.bwrap_command(inner, self.course_dir, self.weights_path, hidden)
             command = launch.bind_worker(command, language, mounts)
@@ -267,8 +279,11 @@ class StudentProcess:
             env.update(HOME=home, TMPDIR=home, THEINFERENCE_WEIGHTS=weights)
             uid, gid = sandbox.nobody_ids()
             as_user = {"user": uid, "group": gid, "extra_groups": []}  # root is given up
-        argv = launch.worker_argv(self.course_dir, *fds, memory, language)
+        argv = launch.worker_argv(self.course_dir, *fds, memory, language) + self._mode_argv()
         return argv, env, as_user
+
+    def _mode_argv(self) -> list[str]:
+        return [] if self.mode == "adapters" else [self.mode]
 
     def _await_ready(self, started: float) -> None:
         """Wait for the worker's hello (interpreter and NumPy loaded), so start-up is counted
@@ -281,49 +296,78 @@ class StudentProcess:
         if hello.kind != "ready":
             self._early_death = hello
 
-    def _collect(self, deadline: float) -> Outcome:
+    def _collect(self, deadline: float, on_hook=None) -> Outcome:
+        """The reply (or the hello), writing what is owed to the request pipe meanwhile and
+        answering each hook's word on the way."""
         proc = self._proc
         out, err = Captured(), Captured()
         reply = bytearray()
-        need: int | None = None
+        words = 0  # hook words answered in this call
         sel = selectors.DefaultSelector()
         sel.register(proc.replies, selectors.EVENT_READ, "reply")
         sel.register(proc.popen.stdout, selectors.EVENT_READ, out)
         sel.register(proc.popen.stderr, selectors.EVENT_READ, err)
         try:
-            while need is None or len(reply) < need:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return self._finish(Outcome("timeout"), out, err)
-                if self.cancel.is_set():
-                    return self._finish(Outcome("cancelled"), out, err)
-                if (spent := self._over_budget()) is not None:
-                    message = f"stopped after {spent:.2f} s of CPU time, past its limit"
-                    return self._finish(Outcome("cpu_limit", message=message), out, err)
-                events = sel.select(min(remaining, 0.05))
-                for key, _ in events:
+            while True:
+                frame = next_frame(reply)
+                if isinstance(frame, Outcome):
+                    if frame.kind != "hooked":
+                        self._drain(sel, out, err)
+                        return self._finish(frame, out, err)
+                    words += 1
+                    if words > MAX_HOOK_WORDS or len(self._outgoing) > MAX_REPLY_BYTES:
+                        flood = f"over {MAX_HOOK_WORDS} hooked calls, or their answers unread"
+                        return self._finish(Outcome("bad_reply", message=flood), out, err)
+                    self._outgoing += encode_frame(*(on_hook or no_swap)(frame.probe or {}))
+                    continue
+                if frame == "too big":
+                    bad = Outcome("bad_reply", message="the return value is over 1 GiB")
+                    return self._finish(bad, out, err)
+                if (stop := self._should_stop(deadline)) is not None:
+                    return self._finish(stop, out, err)
+                self._want_writing(sel, proc)
+                for key, _ in sel.select(min(max(deadline - time.monotonic(), 0), 0.05)):
+                    if key.data == "request":
+                        self._write_some(proc)
+                        continue
                     chunk = os.read(key.fd, 1 << 20)
                     if key.data != "reply":
                         if chunk:
                             key.data.add(chunk, self.limits.output_bytes)
                         else:
                             sel.unregister(key.fileobj)
-                        continue
-                    if not chunk:  # the worker died before replying
+                    elif not chunk:  # the worker died before replying
                         return self._finish(self._crash_outcome(), out, err)
-                    reply += chunk
-                    if need is None and len(reply) >= 8:
-                        need = 8 + struct.unpack("<Q", reply[:8])[0]
-                        if need > MAX_REPLY_BYTES:
-                            return self._finish(
-                                Outcome("bad_reply", message="the return value is over 1 GiB"),
-                                out,
-                                err,
-                            )
-            self._drain(sel, out, err)
-            return self._finish(decode_reply(bytes(reply[8:need])), out, err)
+                    else:
+                        reply += chunk
         finally:
             sel.close()
+
+    def _should_stop(self, deadline: float) -> Outcome | None:
+        if deadline - time.monotonic() <= 0:
+            return Outcome("timeout")
+        if self.cancel.is_set():
+            return Outcome("cancelled")
+        if (spent := self._over_budget()) is not None:
+            message = f"stopped after {spent:.2f} s of CPU time, past its limit"
+            return Outcome("cpu_limit", message=message)
+        return None
+
+    def _want_writing(self, sel, proc: _Process) -> None:
+        registered = proc.requests in {k.fd for k in sel.get_map().values()}
+        if self._outgoing and not registered:
+            sel.register(proc.requests, selectors.EVENT_WRITE, "request")
+        elif not self._outgoing and registered:
+            sel.unregister(proc.requests)
+
+    def _write_some(self, proc: _Process) -> None:
+        try:
+            written = os.write(proc.requests, self._outgoing[: 1 << 16])
+        except BlockingIOError:
+            return
+        except OSError:  # it died: the reply pipe's end says how
+            written = len(self._outgoing)
+        del self._outgoing[:written]
 
     def _over_budget(self) -> float | None:
         """The call's CPU seconds so far when past its budget (polled, so a call may overrun
@@ -361,6 +405,36 @@ class StudentProcess:
     def _finish(self, outcome: Outcome, out: Captured, err: Captured) -> Outcome:
         outcome.stdout, outcome.stderr = out.text(), err.text()
         return outcome
+
+
+HookAnswer = Callable[[dict], tuple[dict, list[bytes]]]
+
+
+def no_swap(word: dict) -> tuple[dict, list[bytes]]:
+    """A hook's answer on every call that is not a probe: carry on, nothing changed."""
+    return {"swap": None}, []
+
+
+def next_frame(reply: bytearray):
+    """The first whole frame in `reply` (8-byte length, then the payload), removed from it and
+    decoded; "too big" for a frame over the cap; None while it is incomplete."""
+    if len(reply) < 8:
+        return None
+    size = struct.unpack("<Q", reply[:8])[0]
+    if size > MAX_REPLY_BYTES:
+        return "too big"
+    if len(reply) < 8 + size:
+        return None
+    payload = bytes(reply[8 : 8 + size])
+    del reply[: 8 + size]
+    return decode_reply(payload)
+
+
+def encode_frame(header: dict, blobs: list[bytes]) -> bytes:
+    """The reply framing (8-byte length, 4-byte JSON length, JSON, blobs), for a hook's answer."""
+    text = json.dumps({**header, "blob_sizes": [len(b) for b in blobs]}).encode()
+    head = struct.pack("<QI", 4 + len(text) + sum(map(len, blobs)), len(text))
+    return b"".join([head, text, *blobs])
 
 
 def kill_tagged(token: str) -> None:

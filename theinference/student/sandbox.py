@@ -113,6 +113,8 @@ def bwrap_command(inner: list[str], course: Path, weights: Path, hidden: list[Pa
     args += ["--ro-bind", str(course), COURSE_MOUNT]
     args += ["--ro-bind-try", str(weights), WEIGHTS_MOUNT]
     args += ["--ro-bind", str(worker_script()), WORKER_MOUNT]
+    probe = worker_script().with_name("cache_probe.py")  # loaded by the worker, beside it
+    args += ["--ro-bind", str(probe), str(Path(WORKER_MOUNT).with_name(probe.name))]
     for path in filter(Path.is_dir, hidden):  # a tmpfs over it where it would show
         if any(_below(path, root) for root in _python_roots()):
             args += ["--tmpfs", str(path)]

@@ -7,7 +7,7 @@ import pkgutil
 from theinference.curriculum.checks.common import CHECKS, Check, Verdict
 from theinference.oracle.recompute import Recompute
 
-SHARED = {"common", "recompute", "values", "cost"}  # helpers, not stages
+SHARED = {"common", "recompute", "values", "floor", "swap"}  # helpers, not stages
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name not in SHARED:

@@ -44,8 +44,11 @@ class Check:
     """`arguments` turns a case into the adapter's arguments; `expect` is the recompute's
     answer to a question; `judge` validates the student's value and asks what it needs
     (usually the case's own arguments; generate-loop asks about the student's own tokens).
-    `probe`, given the arguments, asks the student's process to measure or alter something
-    during the call (see worker.py); the judge then gets (value, what the probe saw)."""
+    Cache-use proofs: `hook` names the student's function every call of the stage wraps (so a
+    probe looks like any other call until that function returns); `swap` plans the swapped
+    cache a case asks about (checks/swap.py); `flop` counts the floating-point work a
+    recompute of the case needs (checks/floor.py). A judge with either gets (value, what was
+    measured or seen)."""
 
     name: str
     stage: str  # the slug of the stage whose module declares it
@@ -54,8 +57,11 @@ class Check:
     arguments: Callable[[Case, ModelConfig], list]
     expect: Callable[..., object]  # (Recompute, args) -> the answer
     judge: Judge
-    probe: Callable[[list], dict] | None = None
     second_path: Callable[..., np.ndarray] | None = None  # for the noise floor
+    hook: str | None = None
+    swap: Callable[..., object] | None = None  # (Recompute, args, seed) -> SwapPlan
+    flop: Callable[[list, ModelConfig], float] | None = None
+    asks_own_arguments: bool = True  # its expected value can be fixed before the call
 
 
 CHECKS: dict[str, Check] = {}
@@ -66,8 +72,9 @@ def stage_of(module: str) -> str:
     return module.rsplit(".", 1)[-1].replace("_", "-")
 
 
-def check(name: str, *, adapter: str, arguments, expect, probe=None, second_path=None):
-    """Register the decorated judge as check `name` of its module's stage."""
+def check(name: str, *, adapter: str, arguments, expect, second_path=None, **proofs):
+    """Register the decorated judge as check `name` of its module's stage (`proofs`: hook,
+    swap, flop, asks_own_arguments, as Check says)."""
 
     def register(judge: Judge) -> Judge:
         if name in CHECKS:
@@ -80,8 +87,8 @@ def check(name: str, *, adapter: str, arguments, expect, probe=None, second_path
             arguments=arguments,
             expect=expect,
             judge=judge,
-            probe=probe,
             second_path=second_path,
+            **proofs,
         )
         return judge
 

@@ -27,12 +27,19 @@ def main() -> None:
     import numpy  # noqa: F401  (the worker's own start-up, paid before the student's code)
 
     write_message(replies, {"outcome": "ready"}, [])
+    if sys.argv[5:6] == ["calibrate"]:
+        return calibrate(requests, replies)
     adapters, import_failure = import_adapters(course_dir)
+
+    def exchange(header: dict):  # a hook's word to the grader mid-call, and its answer
+        write_message(replies, header, [])
+        return read_frame(requests)
+
     while (request := read_message(requests)) is not None:
         if import_failure is not None:
             reply = import_failure
         else:
-            reply = call_adapter(adapters, request, course_dir)
+            reply = call_adapter(adapters, request, course_dir, exchange)
         flush_student_output()
         write_message(replies, *encode_reply(reply))
 
@@ -61,7 +68,7 @@ def import_adapters(course_dir: str):
     return adapters, None
 
 
-def call_adapter(adapters, request: dict, course_dir: str) -> dict:
+def call_adapter(adapters, request: dict, course_dir: str, exchange) -> dict:
     name, args = request["adapter"], request["args"]
     fn = getattr(adapters, name, None)
     if not callable(fn):
@@ -75,7 +82,7 @@ def call_adapter(adapters, request: dict, course_dir: str) -> dict:
         }
     except ValueError:
         pass  # builtins without a signature: just call them
-    probe = install_probe(request.get("probe"), course_dir)
+    probe = install_hook(request.get("hook"), course_dir, exchange)
     try:
         value = fn(*args)
     except NotImplementedError as exc:
@@ -89,17 +96,25 @@ def call_adapter(adapters, request: dict, course_dir: str) -> dict:
         }
     finally:
         probe.remove()
-    # a baseline call's value is not wanted: only its CPU time, which the grader reads itself
-    value = None if request.get("discard") else value
     return {"outcome": "returned", "value": value, "probe": probe.report()}
 
 
-# --- the cache-use probes ------------------------------------------------------------------
+# --- the hook through which the grader swaps a cache (cache_probe.py) ---------------------
 
 
-class Probe:
-    """No probe: nothing altered. (CPU time is measured by the grader, from outside.)"""
+def load_cache_probe():
+    """cache_probe.py, beside this script (bound beside it in the sandbox), loaded by path:
+    the script's folder is never put on the student's sys.path."""
+    import importlib.util
 
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cache_probe.py")
+    spec = importlib.util.spec_from_file_location("theinference_cache_probe", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class NoHook:
     def remove(self) -> None:
         pass
 
@@ -107,105 +122,24 @@ class Probe:
         return None
 
 
-class ZeroCacheAfterPrefill(Probe):
-    """After each call of the student's prefill (any function named `prefill` in a module of
-    the course, whatever name the adapter imports it under), zero in place every float array
-    reachable from its cache argument, whatever the layout (mc.layers[l].k, a preallocated
-    buffer, K/V kept per head, a private array behind a `.k` property). A decode that still
-    gives the right logits cannot have read the cache."""
-
-    def __init__(self, course_dir: str):
-        self.patched: list[tuple[object, str, object]] = []
-        self.state = {"applied": False, "reason": "prefill was never called", "zeroed": 0}
-        for module, attr, fn in functions_named("prefill", course_dir):
-            self.patched.append((module, attr, fn))
-            setattr(module, attr, self._wrap(fn))
-        if not self.patched:
-            self.state["reason"] = "src/kvcache.py has no function named prefill"
-
-    def _wrap(self, original):
-        def prefill(prompt_ids, w, *rest, **named):
-            out = original(prompt_ids, w, *rest, **named)
-            zeroed = zero_arrays([*rest, *named.values()], skip=array_ids(w))
-            total = self.state["zeroed"] + zeroed
-            why = "" if total else "prefill left no K/V values in mc: nothing a decode could read"
-            self.state = {"applied": total > 0, "reason": why, "zeroed": total}
-            return out
-
-        return prefill
-
-    def remove(self) -> None:
-        for module, attr, fn in self.patched:
-            setattr(module, attr, fn)
-
-    def report(self):
-        return self.state
+def install_hook(name, course_dir: str, exchange):
+    if not isinstance(name, str) or not name.isidentifier():
+        return NoHook()
+    return load_cache_probe().Hook(name, course_dir, exchange)
 
 
-def install_probe(probe, course_dir: str) -> Probe:
-    kind = probe.get("kind") if isinstance(probe, dict) else None
-    if kind == "zero_cache_after_prefill":
-        return ZeroCacheAfterPrefill(course_dir)
-    return Probe()
-
-
-def functions_named(name: str, course_dir: str) -> list[tuple[object, str, object]]:
-    """(module, attribute, function) for every function called `name` (by its own name, so
-    aliases count) held by a module loaded from the course directory."""
-    root = os.path.realpath(course_dir) + os.sep
-    found = []
-    for module in list(sys.modules.values()):
-        path = getattr(module, "__file__", None) or ""
-        if not os.path.realpath(path).startswith(root):
-            continue
-        for attr, value in list(vars(module).items()):
-            if inspect.isfunction(value) and value.__name__ == name:
-                found.append((module, attr, value))
-    return found
-
-
-def array_ids(root) -> set[int]:
-    """ids of the arrays reachable from the weights, which the probe must never touch."""
-    seen: set[int] = set()
-    arrays: list = []
-    walk(root, arrays, seen, depth=0)
-    return {id(a) for a in arrays}
-
-
-def zero_arrays(roots: list, skip: set[int]) -> int:
-    """Zero, in place, every writeable float array reachable from roots; how many values."""
-    arrays: list = []
-    seen: set[int] = set()
-    for root in roots:
-        walk(root, arrays, seen, depth=0)
-    zeroed = 0
-    for array in arrays:
-        if id(array) not in skip and array.dtype.kind == "f" and array.flags.writeable:
-            array[...] = 0
-            zeroed += array.size
-    return zeroed
-
-
-def walk(obj, arrays: list, seen: set[int], depth: int) -> None:
+def calibrate(requests, replies) -> None:
+    """The calibration mode: no student code is loaded; each request asks for a fixed float32
+    matrix product [m, k] @ [k, n] repeated, whose CPU time the grader reads from outside."""
     import numpy as np
 
-    if id(obj) in seen or depth > 6:
-        return
-    seen.add(id(obj))
-    if isinstance(obj, np.ndarray):
-        arrays.append(obj.base if isinstance(obj.base, np.ndarray) else obj)
-        return
-    if isinstance(obj, (str, bytes, int, float, type)) or callable(obj):
-        return
-    if isinstance(obj, dict):
-        children = list(obj.values())
-    elif isinstance(obj, (list, tuple)):
-        children = list(obj)
-    else:
-        slots = [n for n in getattr(type(obj), "__slots__", ()) if hasattr(obj, n)]
-        children = [*getattr(obj, "__dict__", {}).values(), *(getattr(obj, n) for n in slots)]
-    for child in children:
-        walk(child, arrays, seen, depth + 1)
+    while (request := read_message(requests)) is not None:
+        m, k, n, repeat = (int(x) for x in request["args"])
+        a = np.full((m, k), 0.5, dtype=np.float32)
+        b = np.full((k, n), 0.25, dtype=np.float32)
+        for _ in range(repeat):
+            a @ b
+        write_message(replies, {"outcome": "returned", "value": {"kind": "none"}}, [])
 
 
 def signature_of(fn) -> str:
@@ -340,6 +274,22 @@ def read_message(stream):
         return None
     (size,) = struct.unpack("<Q", prefix)
     return json.loads(stream.read(size))
+
+
+def read_frame(stream) -> tuple[dict, list[bytes]]:
+    """A frame as replies have it (JSON, then raw blobs): a hook's answer. An empty answer when
+    the grader has gone."""
+    prefix = stream.read(12)
+    if len(prefix) < 12:
+        return {}, []
+    size, text_len = struct.unpack("<QI", prefix)
+    body = stream.read(size - 4)
+    header = json.loads(body[:text_len])
+    blobs, offset = [], text_len
+    for n in header.get("blob_sizes", []):
+        blobs.append(body[offset : offset + n])
+        offset += n
+    return header, blobs
 
 
 def write_message(stream, header: dict, blobs: list[bytes]) -> None:
