@@ -74,7 +74,9 @@ def prepare(
     sandbox = choose(sandbox_mode, course.root)
     weights = load_weights(weights_spec or course.weights, course.root)
     sandbox.notes.extend(weights.notes)
-    answers = Answers.cached(weights)
+    # as the grader's own user, the student's process could read the cache's secret: answers
+    # then stay in memory, and the secret is replaced after each run (see `run`)
+    answers = Answers.in_memory(weights) if sandbox.kind == "none" else Answers.cached(weights)
     return Session(
         course,
         chosen,
@@ -155,6 +157,8 @@ def run(
         )
     finally:
         getattr(draw, "close", lambda: None)()  # a live status line must not outlive its run
+        if session.sandbox is not None and session.sandbox.kind == "none":
+            rotate_answer_secret()
     result = languages.localize_result(result, session.course.language)
     if result.cancelled:
         return result
@@ -162,6 +166,18 @@ def run(
         write(result, out.format, out.path)
     record_progress(session.course.root, result)
     return result
+
+
+def rotate_answer_secret() -> None:
+    """After a run whose student process ran as the grader's own user: a new secret, so that
+    nothing it could have signed is believed by a later run (best effort)."""
+    from theinference.grading.answer_cache import rotate_secret
+    from theinference.oracle.weights import cache_dir
+
+    try:
+        rotate_secret(cache_dir())
+    except OSError:
+        pass
 
 
 def exit_code(result: RunResult) -> int:
