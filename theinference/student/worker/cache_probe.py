@@ -210,6 +210,8 @@ def read_as(x, h: int, hd: int, n: int, out: list) -> None:
     elif x.ndim == 1:
         if x.size == hd:
             out.append((x, "run"))
+        elif x.size == d and (y := as_view(x, (h, hd))) is not None:
+            out.append((y, "position"))  # one position's row, heads merged
         elif x.size % d == 0 and (y := as_view(x, (x.size // d, d))) is not None:
             read_as(y, h, hd, n, out)  # a flat buffer: merged rows
             if (z := as_view(x, (h, x.size // d, hd))) is not None and fits(z, h, hd, n):
