@@ -31,6 +31,12 @@ def budget(flop: float, rate: float, fraction: float) -> tuple[float, float]:
     return floor, floor * fraction
 
 
+CANNOT_MEASURE = (
+    "the grader could not measure the CPU time of the call ({why}), and a check that cannot "
+    "apply does not pass"
+)
+
+
 def floor_verdict(
     measured: dict | None, say: Words, figures: dict, bug: str | None = "decode-recomputes"
 ) -> Verdict | str:
@@ -40,7 +46,7 @@ def floor_verdict(
     seconds, floor, limit = (measured.get(k) for k in ("cpu_seconds", "floor", "limit"))
     if not all(isinstance(x, float) for x in (floor, limit)) or not isinstance(seconds, float):
         why = measured.get("error") or "no CPU time was measured"
-        return Verdict(Status.FAILED, message=say("cannot_measure", why=why, **figures))
+        return Verdict(Status.FAILED, message=CANNOT_MEASURE.format(why=why))
     figures = {**figures, "seconds": seconds, "floor": floor, "limit": limit}
     if measured.get("stopped") or seconds > limit:
         return Verdict(

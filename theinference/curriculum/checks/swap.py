@@ -97,6 +97,22 @@ def after_attn_step(recompute, seq: list[int], seed: int) -> SwapPlan:
     return SwapPlan("attn_step", j, [finds], [writes], out[-1], plain)
 
 
+# said by every stage with a swap; each stage's TOML gives its {hook}, {what} and {keep}
+FOLLOWED = (
+    "the answer followed the cache: with its K/V swapped, right after {hook} returned, for keys "
+    "and values that no token sequence has, it was the answer over that cache"
+)
+CANNOT_SWAP = (
+    "the grader could not swap the cache's K/V ({why}), so it cannot tell that the {what} reads "
+    "its cache, and a check that cannot apply does not pass. {keep}"
+)
+DEPARTS = (
+    "with the cache's K/V swapped right after {hook} returned, the answer is neither the one "
+    "over the swapped cache nor the one over the original: part of the cache read and part "
+    "recomputed, or the K/V kept twice and only one copy found?"
+)
+
+
 @dataclass(frozen=True)
 class Seen:
     """What a swap case's judge gets beside the value: the plan, and the hook's own report
@@ -121,9 +137,10 @@ def swap_verdict(returned, seen: Seen, as_array: Callable, say, tol, label: str)
     expected = plan.expected.reshape(actual.shape)
     c = compare(f"{label} over the swapped cache", actual, expected, tol, logits=label == "logits")
     if c.passed:
-        return Verdict(Status.PASSED, message=say("followed"), comparisons=[c])
+        return Verdict(Status.PASSED, message=FOLLOWED.format(hook=say("hook")), comparisons=[c])
     if why := not_applied(plan, seen.report):
-        return Verdict(Status.FAILED, message=say("cannot_probe", why=why))
+        words = {"what": say("what"), "keep": say("keep"), "why": why}
+        return Verdict(Status.FAILED, message=CANNOT_SWAP.format(**words))
     unswapped = compare(label, actual, plan.plain().reshape(actual.shape), tol)
     if unswapped.passed:
         return Verdict(
@@ -133,7 +150,7 @@ def swap_verdict(returned, seen: Seen, as_array: Callable, say, tol, label: str)
             comparisons=[c],
             suspected_bug="decode-recomputes",
         )
-    return Verdict(Status.FAILED, message=say("swapped_mismatch"), comparisons=[c])
+    return Verdict(Status.FAILED, message=DEPARTS.format(hook=say("hook")), comparisons=[c])
 
 
 def not_applied(plan: SwapPlan, report: dict | None) -> str:
