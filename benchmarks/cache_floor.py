@@ -25,9 +25,11 @@ SOLUTIONS = Path(__file__).parents[1] / "tests" / "solutions"
 PROOFS = ("reads the cache", "comes from the cache", "reuse is real")
 
 
-def proof_stages() -> list:
+def proof_stages(slugs: list[str]) -> list:
     stages = []
     for stage in load_stages():
+        if slugs and stage.slug not in slugs:
+            continue
         cases = tuple(c for c in stage.cases if any(p in c.name for p in PROOFS))
         if cases:
             stages.append(replace(stage, cases=cases, timeout=1800))
@@ -38,6 +40,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--solutions", nargs="*", default=["reference_kvcache.py"])
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--stages", nargs="*", default=[], help="default: every proof")
     options = parser.parse_args()
     from tests.helpers import make_course
 
@@ -56,7 +59,7 @@ def main() -> None:
         started = time.monotonic()
         run = grade(
             course,
-            proof_stages(),
+            proof_stages(options.stages),
             weights,
             Limits(timeout=1800),
             listener=ignore,

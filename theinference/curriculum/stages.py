@@ -197,7 +197,7 @@ def with_run_draws(stage: Stage, seed: int) -> Stage:
         template = case.inputs.get("draw")
         if isinstance(template, dict):
             stream = Draws(np.random.PCG64([seed, zlib.crc32(stage.slug.encode()), 1 << 20, i]))
-            fixed = {k: v for k, v in case.inputs.items() if k != "draw"}
+            fixed = {k: v for k, v in case.inputs.items() if k != "draw"} | {"drawn": True}
             case = replace(case, inputs=fixed | {k: stream.draw(v) for k, v in template.items()})
         cases.append(case)
     return replace(stage, cases=tuple(cases))

@@ -55,8 +55,10 @@ def case_size(case: Case) -> int:
 
 
 def is_long(case: Case) -> bool:
-    """A must-raise case is cheap whatever it asks for: a correct solution refuses up front."""
-    return case_size(case) > LONG_CASE_TOKENS and "must_raise" not in case.inputs
+    """A must-raise case is cheap whatever it asks for: a correct solution refuses up front. A
+    cache-use proof (drawn per run) is never left out: a quick run must not pass a recompute."""
+    exempt = "must_raise" in case.inputs or case.inputs.get("drawn")
+    return case_size(case) > LONG_CASE_TOKENS and not exempt
 
 
 def selected(case: Case, wanted: tuple[str, ...]) -> bool:
