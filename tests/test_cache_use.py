@@ -20,6 +20,7 @@ from theinference.curriculum.checks import CHECKS
 from theinference.curriculum.checks.common import Words
 from theinference.curriculum.checks.floor import floor_verdict, forward_flop
 from theinference.curriculum.stages import load_stages, with_run_draws
+from theinference.grading.answer_cache import read_or_make_secret
 from theinference.oracle.config import ModelConfig
 from theinference.results import Status
 from theinference.student import calibration, sandbox
@@ -347,6 +348,7 @@ def test_answers_signed_by_the_student_as_the_graders_user_are_never_believed(tm
     weights = Path(os.environ["THEINFERENCE_CACHE_DIR"]) / "synthetic-gpt2-124m-v1.safetensors"
     if weights.exists():
         os.link(weights, cache / weights.name)
+    read_or_make_secret(cache / "answer-key")  # as an earlier, sandboxed run left it
     hidden = ("THEINFERENCE_CACHE_DIR", "XDG_CACHE_HOME")
     env = {k: v for k, v in os.environ.items() if k not in hidden}
     env["HOME"] = str(home)

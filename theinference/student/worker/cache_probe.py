@@ -105,7 +105,7 @@ def swap_cache(roots: list, weights, plan: dict, blobs: list) -> dict:
     arrays = [np.frombuffer(b, dtype=np.float32).reshape(shape) for b in blobs]
     finds = [arrays[4 * layer + i] for layer in range(layers) for i in (0, 1)]
     writes = [arrays[4 * layer + 2 + i] for layer in range(layers) for i in (0, 1)]
-    candidates = reachable_arrays(roots, skip=weight_ids(weights))
+    candidates = reachable_arrays(roots, skip=weight_addresses(weights))
     places, covered = locate(candidates, finds, h, hd, n)
     missing = [t for t, cells in enumerate(covered) if not cells.all()]
     if missing:
@@ -120,20 +120,22 @@ def swap_cache(roots: list, weights, plan: dict, blobs: list) -> dict:
     return {"applied": True, "reason": "", "places": len(places)}
 
 
-def weight_ids(weights) -> set[int]:
+def weight_addresses(weights) -> set[int]:
+    """Where the weights' arrays start in memory (not their ids: a tensor's NumPy view is a
+    new object each time it is asked for, and a dead one's id is soon another's)."""
     if weights is None:
         return set()
-    return {id(a) for a in reachable_arrays([weights], skip=set())}
+    return {a.ctypes.data for a in reachable_arrays([weights], skip=set())}
 
 
 def reachable_arrays(roots: list, skip: set[int]) -> list:
-    """Every writeable float array reachable from roots (a view's base too), never one in
-    `skip`; PyTorch tensors as NumPy views of the same memory."""
+    """Every writeable float array reachable from roots (a view's base too), never one that
+    starts where an address in `skip` does; PyTorch tensors as NumPy views of their memory."""
     found: dict[int, object] = {}
     seen: set[int] = set()
     for root in roots:
         walk(root, found, seen, 0)
-    return [a for key, a in found.items() if key not in skip]
+    return [a for a in found.values() if a.ctypes.data not in skip]
 
 
 def walk(obj, found: dict, seen: set, depth: int) -> None:
