@@ -56,8 +56,12 @@ def case_size(case: Case) -> int:
 
 def is_long(case: Case) -> bool:
     """A must-raise case is cheap whatever it asks for: a correct solution refuses up front. A
-    cache-use proof (drawn per run) is never left out: a quick run must not pass a recompute."""
-    exempt = "must_raise" in case.inputs or case.inputs.get("drawn")
+    swapped-cache proof is never left out (a quick run must not pass a recompute); the floors'
+    long measured calls are, as every long case (a quick run is partial, never a pass)."""
+    from theinference.curriculum.checks import CHECKS
+
+    swap = case.check in CHECKS and CHECKS[case.check].swap is not None
+    exempt = "must_raise" in case.inputs or swap
     return case_size(case) > LONG_CASE_TOKENS and not exempt
 
 
