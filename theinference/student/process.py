@@ -411,8 +411,8 @@ HookAnswer = Callable[[dict], tuple[dict, list[bytes]]]
 
 
 def no_swap(word: dict) -> tuple[dict, list[bytes]]:
-    """A hook's answer on every call that is not a probe: carry on, nothing changed."""
-    return {"swap": None}, []
+    """A hook's answer on every call that is not a probe: carry on, and do not ask again."""
+    return {"swap": None, "next": None}, []
 
 
 def next_frame(reply: bytearray):

@@ -29,20 +29,22 @@ class SwapPlan:
     writes: list[LayerKV]
     expected: np.ndarray
     plain: Callable[[], np.ndarray]  # the answer had nothing been swapped (for the message)
-    calls: int = 0  # the hook's returns the grader has seen in this call
+    calls: int = 0  # the hook's returns in this call, as far as the grader has heard
     offered: bool = field(default=False)
 
     def answer(self, word: dict) -> tuple[dict, list[bytes]]:
-        """The grader's answer to a hook's word: counted here, not taken from the word."""
-        self.calls += 1
-        if self.calls != self.at_call:
-            return {"swap": None}, []
+        """The grader's answer to a hook's word (the hook asks after its first return, then
+        after the call this answer names): the swap, once, or when to ask again."""
+        call = word.get("call")
+        self.calls = max(self.calls, call if isinstance(call, int) else self.calls + 1)
+        if self.offered or self.calls < self.at_call:
+            return {"swap": None, "next": None if self.offered else self.at_call}, []
         self.offered = True
         h, n, hd = self.finds[0].k.shape
         plan = {"layers": len(self.finds), "heads": h, "head_dim": hd, "n": n}
         pairs = zip(self.finds, self.writes, strict=True)
         blobs = [as_bytes(a) for find, write in pairs for a in (find.k, find.v, write.k, write.v)]
-        return {"swap": plan}, blobs
+        return {"swap": plan, "next": None}, blobs
 
 
 def as_bytes(a: np.ndarray) -> bytes:

@@ -2,10 +2,11 @@
 hook through which the grader swaps the K/V in a student's cache for other K/V.
 
 The grader names a function (`prefill`, `attn_step`); every function of that name in a module
-loaded from the course is wrapped. Each time one returns, the wrapper tells the grader on the
-reply pipe and waits on the request pipe for its answer: nothing (every graded call), or the
-K/V the cache should now hold. Which call is swapped is decided by the grader only after that
-call returned, so before then a probe looks like any other call.
+loaded from the course is wrapped. When it first returns, the wrapper tells the grader on the
+reply pipe and waits on the request pipe for its answer: the K/V the cache should now hold, or
+nothing, with the call after which to ask again (none: a graded call). Until that first return
+a probe looks like any other call; after it, nothing the student's code learns helps it: only
+reading the cache gives the answer over K/V that no token sequence has.
 
 The K/V are located by content, whatever the layout: every array reachable from the cache
 argument (NumPy arrays, PyTorch tensors through a shared NumPy view, through lists, tuples,
@@ -37,6 +38,7 @@ class Hook:
         self.lock = threading.RLock()
         self.patched = []
         self.state = {"hook": name, "calls": 0, "found": 0, "swap": None}
+        self.next_word: int | None = 1  # the call after which to tell the grader next
         for module, attr, fn in functions_named(name, course_dir):
             self.patched.append((module, attr, fn))
             setattr(module, attr, self._wrap(fn))
@@ -47,8 +49,12 @@ class Hook:
             out = original(*args, **named)
             with self.lock:
                 self.state["calls"] += 1
+                if self.next_word is None or self.state["calls"] < self.next_word:
+                    return out  # the grader's answer said not to ask again before then
                 header = {"outcome": "hooked", "probe": {"call": self.state["calls"]}}
                 answer, blobs = self.exchange(header)
+                following = answer.get("next")
+                self.next_word = following if isinstance(following, int) else None
                 if isinstance(answer.get("swap"), dict):
                     roots, weights = cache_arguments(original, args, named)
                     self.state["swap"] = swap_cache(roots, weights, answer["swap"], blobs)
