@@ -117,6 +117,7 @@ class StudentProcess:
         self._run_dir: Path | None = None  # unprivileged-user: HOME and the weights' link
         self._cpu_budget: tuple | None = None  # (root pid, CPU snapshot, seconds) of this call
         self._outgoing = bytearray()  # request bytes the pipe has not taken yet
+        self._spent = 0.0  # CPU seconds of the call, at the last poll of its budget
 
     def __enter__(self) -> "StudentProcess":
         return self
@@ -159,6 +160,8 @@ class StudentProcess:
         outcome = self._receive(started, timeout, on_hook or no_swap)
         if before is not None and self._proc is not None and self._proc.popen.pid == root:
             outcome.cpu_seconds = cpu_seconds_between(before, tree_cpu(root))
+        elif outcome.kind == "cpu_limit":
+            outcome.cpu_seconds = self._spent  # read just before the process was stopped
         return outcome
 
     def _send(self, request: dict) -> tuple[float, Snapshot | None]:
@@ -375,7 +378,7 @@ class StudentProcess:
         if self._cpu_budget is None:
             return None
         root, before, limit = self._cpu_budget
-        spent = cpu_seconds_between(before, tree_cpu(root))
+        self._spent = spent = cpu_seconds_between(before, tree_cpu(root))
         return spent if spent > limit else None
 
     def _drain(self, sel, out: Captured, err: Captured) -> None:

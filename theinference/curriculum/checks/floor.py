@@ -44,6 +44,8 @@ def floor_verdict(
     says so. Never a pass when nothing could be measured."""
     measured = measured or {}
     seconds, floor, limit = (measured.get(k) for k in ("cpu_seconds", "floor", "limit"))
+    if measured.get("stopped") and isinstance(limit, float):
+        seconds = seconds if isinstance(seconds, float) else limit
     if not all(isinstance(x, float) for x in (floor, limit)) or not isinstance(seconds, float):
         why = measured.get("error") or "no CPU time was measured"
         return Verdict(Status.FAILED, message=CANNOT_MEASURE.format(why=why))
