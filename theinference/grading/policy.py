@@ -40,7 +40,8 @@ class Plan:
 def token_count(spec) -> int:
     """Tokens in a token-sequence spec (see stages.token_ids), without expanding it."""
     if isinstance(spec, dict):
-        return int(spec.get("random", spec.get("times", 0)))
+        count = spec.get("random", spec.get("times", 0))
+        return sum(count) // 2 if isinstance(count, list) else int(count)  # a range: mid-way
     if isinstance(spec, list):
         return sum(token_count(item) if isinstance(item, dict | list) else 1 for item in spec)
     return 1
@@ -48,7 +49,7 @@ def token_count(spec) -> int:
 
 def case_size(case: Case) -> int:
     """The tokens a case hands the student's code, new tokens asked for included."""
-    inputs = case.inputs
+    inputs = case.inputs | case.inputs.get("draw", {})  # a proof not yet drawn: its ranges
     size = sum(token_count(inputs[k]) for k in TOKEN_INPUTS if k in inputs)
     size += sum(token_count(p) for p in inputs.get("prompts", []))
     return size + int(inputs.get("max_new_tokens", 0))
