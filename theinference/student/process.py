@@ -20,12 +20,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from theinference.course import languages
 from theinference.oracle.weights import cache_dir
 from theinference.student import launch, sandbox
 from theinference.student.cpu import Snapshot, cpu_seconds_between, tree_cpu
+from theinference.student.replies import Foreign, Outcome, decode_reply  # noqa: F401 (re-exported)
 from theinference.student.sandbox import Sandbox, hide_grader_environ
 
 WORKER_SCRIPT = Path(__file__).parent / "worker" / "worker.py"
@@ -33,7 +32,6 @@ MAX_REPLY_BYTES = 1 << 30
 STARTUP_TIMEOUT = 60.0  # a cold interpreter and NumPy import on a loaded machine
 RUN_TOKEN_VAR = "THEINFERENCE_RUN_TOKEN"
 GRADER_ONLY_ENV = {"THEINFERENCE_CACHE_DIR", "THEINFERENCE_SEED"}  # not the student's business
-ALLOWED_DTYPES = {"b", "i", "u", "f", "c"}
 
 
 @dataclass(frozen=True)
@@ -60,23 +58,6 @@ class Captured:
         if self.dropped:
             out += f"\n[... output cut at {len(self.data) // 1024} KiB: {self.dropped} more bytes]"
         return out
-
-
-@dataclass
-class Outcome:
-    """What one adapter call came to. kind: returned, todo, raised, import_error, missing,
-    signature, timeout, crashed, bad_reply, cancelled."""
-
-    kind: str
-    value: object = None
-    message: str = ""
-    traceback: str = ""
-    exception: str = ""  # the exception's type name, when kind is raised
-    probe: dict | None = None  # what the cache-use probe did, when one was asked for
-    stdout: str = ""
-    stderr: str = ""
-    seconds: float = 0.0  # wall time of the call, measured by the grader
-    cpu_seconds: float | None = None  # the call's CPU time, measured from outside: see tree_cpu
 
 
 @dataclass
@@ -357,48 +338,3 @@ def kill_tagged(token: str) -> None:
                 os.kill(int(entry.name), signal.SIGKILL)
         except (OSError, ValueError):
             continue  # gone already, or not ours to read
-
-
-def decode_reply(payload: bytes) -> Outcome:
-    """Rebuild the reply: JSON fields, and arrays from their raw bytes (never unpickled)."""
-    try:
-        (text_len,) = struct.unpack("<I", payload[:4])
-        header = json.loads(payload[4 : 4 + text_len])
-        blobs, offset = [], 4 + text_len
-        for size in header.get("blob_sizes", []):
-            blobs.append(payload[offset : offset + size])
-            offset += size
-        kind = str(header["outcome"])
-        value = rebuild(header["value"], blobs) if kind == "returned" else None
-    except (KeyError, ValueError, TypeError, IndexError, struct.error) as exc:
-        return Outcome("bad_reply", message=f"unreadable reply from the student process: {exc}")
-    return Outcome(
-        kind=kind,
-        value=value,
-        message=str(header.get("message", "")),
-        traceback=str(header.get("traceback", "")),
-        exception=str(header.get("exception", "")),
-        probe=header.get("probe") if isinstance(header.get("probe"), dict) else None,
-    )
-
-
-@dataclass(frozen=True)
-class Foreign:
-    """A returned value that is not numbers: only its type name crosses over."""
-
-    type: str
-
-
-def rebuild(desc: dict, blobs: list[bytes]):
-    kind = desc["kind"]
-    if kind == "none":
-        return None
-    if kind == "seq":
-        return [rebuild(item, blobs) for item in desc["items"]]
-    if kind == "array":
-        dtype = np.dtype(desc["dtype"])
-        if dtype.kind not in ALLOWED_DTYPES:
-            raise ValueError(f"dtype {dtype} not allowed")
-        shape = tuple(int(n) for n in desc["shape"])
-        return np.frombuffer(blobs[int(desc["blob"])], dtype=dtype).reshape(shape)
-    return Foreign(type=str(desc.get("type", "object")))
