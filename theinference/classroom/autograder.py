@@ -17,6 +17,7 @@ from theinference.classroom.batch import Plan, run_test
 from theinference.classroom.intake import IntakeError, Submission, content_hash, read_files
 from theinference.course.directory import SETTINGS_FILE, TEMPLATE_DIR
 from theinference.course.settings import Settings
+from theinference.results.text import markdown_text
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 SOURCE_DIR = "theinference-src"  # in the bundle: this theinference, installed by setup.sh
@@ -156,8 +157,8 @@ def run_submission(root: Path, plan: Plan) -> dict:
 
 
 def failure_results(message: str) -> dict:
-    return {"score": 0.0, "output": message, "output_format": "md", "visibility": "visible",
-            "stdout_visibility": "hidden", "tests": []}
+    return {"score": 0.0, "output": markdown_text(message), "output_format": "md",
+            "visibility": "visible", "stdout_visibility": "hidden", "tests": []}
 
 
 def write_results(root: Path, data: dict) -> Path:

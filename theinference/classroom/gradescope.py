@@ -1,7 +1,8 @@
 """Gradescope's results.json from the results JSON of `theinference test`: a test per stage
 (and one for its seeded hidden cases, shown after publication), scored and shown as the
 course's [grading] says, each carrying the diagnosis in markdown: status, suspected bug and
-hint, the allclose figures, the student's trimmed traceback, captured output (capped).
+hint, the allclose figures, the student's trimmed traceback, captured output (capped). Every
+piece of text is made inert markdown (results/text.py): the student's cannot render as ours.
 
 Field names and values follow Gradescope's autograder specification; schema/gradescope-
 results.json holds them, and the tests validate every results.json against it.
@@ -9,6 +10,7 @@ results.json holds them, and the tests validate every results.json against it.
 
 from theinference.classroom.records import case_groups, group_score, stage_bug
 from theinference.course.settings import Grading
+from theinference.results.text import markdown_fence, markdown_text
 
 TRACEBACK_LINES = 30
 OUTPUT_CHARS = 2000
@@ -62,14 +64,14 @@ def stage_markdown(stage: dict, group: dict) -> str:
     passed = sum(c["status"] == "passed" for c in cases)
     lines = [f"**Status: {group['status']}**, {passed} of {len(cases)} cases passed"]
     if stage.get("reason"):
-        lines.append(f"\n{stage['reason']}")
+        lines.append(f"\n{markdown_text(stage['reason'])}")
     bug = stage_bug({"cases": cases, "suspected_bug": None if group["hidden"] else
                      stage.get("suspected_bug")})
     if bug:
-        lines.append(f"\n**Suspected bug:** `{bug}`")
+        lines.append(f"\n**Suspected bug:** `{bug}`")  # a catalogue id, never the student's
     hint = stage.get("hint") or next((c["hint"] for c in cases if c.get("hint")), "")
     if hint and group["status"] != "passed":
-        lines.append(f"\n**Hint:** {hint}")
+        lines.append(f"\n**Hint:** {markdown_text(hint)}")
     if cases:
         lines += ["", "| case | status | worst error (× tolerance) | mismatched |",
                   "|---|---|---|---|"]
@@ -87,11 +89,12 @@ def case_row(case: dict) -> str:
     total = sum(c["total"] for c in case.get("comparisons", []))
     figure = "" if worst is None else f"{worst:.3g}"
     count = f"{mismatched} of {total}" if total else ""
-    return f"| {_cell(case['name'])} | {case['status']} | {figure} | {count} |"
+    return f"| {markdown_text(case['name'])} | {case['status']} | {figure} | {count} |"
 
 
 def case_detail(case: dict) -> list[str]:
-    lines = [f"\n#### {case['name']}: {case['status']}", "", _clip(case["message"], MESSAGE_CHARS)]
+    lines = [f"\n#### {markdown_text(case['name'])}: {case['status']}", "",
+             markdown_text(_clip(case["message"], MESSAGE_CHARS))]
     for cmp in case.get("comparisons", []):
         if cmp["mismatched"]:
             lines.append(
@@ -101,10 +104,10 @@ def case_detail(case: dict) -> list[str]:
                 f"{cmp['worst_tolerance_multiple']:.3g}× the tolerance at {cmp['worst_index']}"
             )
     if case.get("traceback"):
-        lines += ["", "Traceback (your code):", "```", trim_traceback(case["traceback"]), "```"]
+        lines += ["", "Traceback (your code):", markdown_fence(trim_traceback(case["traceback"]))]
     for stream in ("stdout", "stderr"):
         if case.get(stream):
-            lines += ["", f"Your {stream}:", "```", _clip(case[stream], OUTPUT_CHARS), "```"]
+            lines += ["", f"Your {stream}:", markdown_fence(_clip(case[stream], OUTPUT_CHARS))]
     return lines
 
 
@@ -122,14 +125,10 @@ def summary(results: dict, tests: list[dict]) -> str:
     stages = results.get("stages", [])
     passed = sum(s["status"] == "passed" for s in stages)
     return (f"**{score:g} of {total:g} points**: {passed} of {len(stages)} stages passed "
-            f"(weights {results.get('weights', {}).get('label', '?')}). Run "
+            f"(weights {markdown_text(results.get('weights', {}).get('label', '?'))}). Run "
             "`theinference test --stage SLUG` in your course for the full report.")
 
 
 def _clip(text: str, limit: int) -> str:
-    text = text.replace("```", "'''")
     return text if len(text) <= limit else text[:limit] + f"\n[... cut at {limit} characters]"
 
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
