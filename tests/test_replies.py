@@ -95,6 +95,8 @@ MALFORMED = {
     "a structured dtype": returned(array_desc([4], [["a", "<f4"]]), [FOUR_FLOATS]),
     "a datetime dtype": returned(array_desc([2], "<M8"), [FOUR_FLOATS]),
     "a dtype numpy does not know": returned(array_desc([4], "<f3"), [FOUR_FLOATS]),
+    "two million lists": frame(b'{"outcome": "todo", "x": [' + b"[]," * 2_000_000 + b"[]]}"),
+    "a header over the size limit": frame({"outcome": "raised", "message": "x" * (17 << 20)}),
     "an integer too long to read": frame(b'{"outcome": "todo", "message": 1' + b"0" * 5000 + b"}"),
 }
 

@@ -20,7 +20,8 @@ import numpy as np
 ALLOWED_DTYPES = {"b", "i", "u", "f", "c"}
 # the worker describes lists at most 4 deep inside a header that is itself 2 deep (value, items)
 MAX_NESTING = 16
-MAX_HEADER_BYTES = 64 << 20  # messages and value descriptions; arrays travel as raw bytes
+MAX_HEADER_BYTES = 16 << 20  # messages and value descriptions; arrays travel as raw bytes
+MAX_CONTAINERS = 1 << 20  # lists and objects in a header; the worker's hold a few thousand
 MAX_DIMS = 32
 MAX_DIM = 1 << 40
 MAX_TYPE_NAME = 200
@@ -116,13 +117,17 @@ def refuse_constant(name: str):
 
 
 def check_nesting(root) -> None:
-    """Refuse containers nested past MAX_NESTING, walking with a stack (never recursing), and
-    replace lone surrogates in every string value, which no output could encode."""
-    stack = [(root, 1)]
+    """Refuse containers nested past MAX_NESTING or more than MAX_CONTAINERS of them, walking
+    with a stack (never recursing), and replace lone surrogates in every string value, which
+    no output could encode."""
+    stack, seen = [(root, 1)], 0
     while stack:
         node, depth = stack.pop()
+        seen += 1
         if depth > MAX_NESTING:
             raise BadReply(f"it is nested more than {MAX_NESTING} deep")
+        if seen > MAX_CONTAINERS:
+            raise BadReply(f"it holds more than {MAX_CONTAINERS} lists and objects")
         keys = node.keys() if isinstance(node, dict) else range(len(node))
         for key in keys:
             child = node[key]
