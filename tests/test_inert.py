@@ -191,3 +191,17 @@ def test_a_submission_that_prints_escapes_gets_inert_reports(tmp_path):
     pages = [md.render(t["output"]) for t in json.loads(scope.read_text())["tests"]]
     assert not any("<img" in page or "<h1>" in page for page in pages)
     assert "\x1b[1A" in case["stdout"]
+
+
+def test_the_class_summary_shows_a_hostile_id_as_text(capsys):
+    """Catches a student id (a file name) read as rich markup or passed raw to the terminal
+    in the instructor's summary table."""
+    from theinference.output.class_screens import print_class_summary
+
+    record = {"id": "[bold red]x[/]\x1b[2J", "status": "rejected", "score": 0.0,
+              "max_score": 1.0, "message": "refused: [link=https://x.test]y[/link]",
+              "stages": []}
+    print_class_summary([record], 0, "gradebook.csv")
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "[bold red]x[/]\\x1b[2J" in err
+    assert "[link=https://x.test]" in err
