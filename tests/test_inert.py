@@ -193,7 +193,7 @@ def test_a_submission_that_prints_escapes_gets_inert_reports(tmp_path):
     assert "\x1b[1A" in case["stdout"]
 
 
-def test_the_class_summary_shows_a_hostile_id_as_text(capsys):
+def test_the_class_summary_shows_a_hostile_id_as_text(capsys, monkeypatch):
     """Catches a student id (a file name) read as rich markup or passed raw to the terminal
     in the instructor's summary table."""
     from theinference.output.class_screens import print_class_summary
@@ -201,6 +201,7 @@ def test_the_class_summary_shows_a_hostile_id_as_text(capsys):
     record = {"id": "[bold red]x[/]\x1b[2J", "status": "rejected", "score": 0.0,
               "max_score": 1.0, "message": "refused: [link=https://x.test]y[/link]",
               "stages": []}
+    monkeypatch.setenv("COLUMNS", "200")  # one line per row: nothing wrapped
     print_class_summary([record], 0, "gradebook.csv")
     err = capsys.readouterr().err
     assert "\x1b" not in err and "[bold red]x[/]\\x1b[2J" in err
