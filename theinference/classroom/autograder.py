@@ -17,6 +17,7 @@ from theinference.classroom.batch import Plan, run_test
 from theinference.classroom.intake import IntakeError, Submission, content_hash, read_files
 from theinference.course.directory import SETTINGS_FILE, TEMPLATE_DIR
 from theinference.course.settings import Settings
+from theinference.grading.provenance import seed_label
 from theinference.results.text import markdown_text
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
@@ -153,6 +154,8 @@ def run_submission(root: Path, plan: Plan) -> dict:
     data = gradescope_results(results, plan.points, plan.grading)
     data["extra_data"]["content_sha256"] = content_hash(files)
     data["extra_data"]["seed"] = plan.seed
+    data["extra_data"]["provenance"] = {**results.get("provenance", {}),
+                                        "seed": seed_label(plan.seed_source, plan.seed)}
     return data
 
 

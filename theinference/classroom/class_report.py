@@ -59,15 +59,16 @@ def student_seconds(record: dict) -> float:
     return float(((record.get("results") or {}).get("timings") or {}).get("student_seconds", 0))
 
 
-def write_report(records: list[dict], out: Path) -> list[Path]:
-    """The class page at `out`, each student's beside it in `<stem>-students/`."""
+def write_report(records: list[dict], out: Path, sections: tuple[str, ...] = ()) -> list[Path]:
+    """The class page at `out` (with `sections`: report_sections.py's, before the students
+    table), each student's beside it in `<stem>-students/`."""
     folder = out.with_name(f"{out.stem}-students")
     written = []
     for record in records:
         path = folder / f"{record['id']}.html"
         atomic_write(path, page(f"{record['id']}", student_body(record)))
         written.append(path)
-    atomic_write(out, page("Class report", class_body(records, folder.name)))
+    atomic_write(out, page("Class report", class_body(records, folder.name, sections)))
     return [out, *written]
 
 
@@ -76,7 +77,7 @@ def page(title: str, body: str) -> str:
             f"</title><style>{STYLE}</style></head><body>\n{body}\n</body></html>\n")
 
 
-def class_body(records: list[dict], folder: str) -> str:
+def class_body(records: list[dict], folder: str, sections: tuple[str, ...] = ()) -> str:
     s = class_summary(records)
     slugs = list(s["pass_rate"])
     worst_logs = [log_tolerances(w) for w in s["worst"]]
@@ -91,7 +92,9 @@ def class_body(records: list[dict], folder: str) -> str:
         histogram(worst_logs, "worst error / tolerance (log scale)", mark=0.0, log=True),
         "</section><section id=run-time><h2>Student code run time (seconds)</h2>",
         histogram(s["seconds"], "seconds in the student's calls"),
-        "</section><section id=students><h2>Students</h2>",
+        "</section>",
+        *sections,
+        "<section id=students><h2>Students</h2>",
         students_table(records, slugs, folder),
         "</section>",
     ]

@@ -26,16 +26,32 @@ def gradescope_results(results: dict, points: dict[str, float], grading: Grading
         for group in groups:
             tests.append(stage_test(stage, group, grading, len(tests) + 1))
     score = round(sum(t["score"] for t in tests), 4)
+    board = leaderboard(results.get("speed")) if grading.speed == "leaderboard" else []
     return {
+        **({"leaderboard": board} if board else {}),
         "score": score,
         "execution_time": int(round(results.get("timings", {}).get("total_seconds", 0))),
         "output": summary(results, tests),
         "output_format": "md",
         "visibility": "visible",
         "stdout_visibility": "hidden",
-        "extra_data": {"weights": results.get("weights", {}), "schema": results.get("schema")},
+        "extra_data": {"weights": results.get("weights", {}), "schema": results.get("schema"),
+                       "provenance": results.get("provenance", {})},
         "tests": tests,
     }
+
+
+def leaderboard(speed: dict | None) -> list[dict]:
+    """Gradescope's leaderboard from the speed figure (grading/speed.py); a submission
+    without a figure posts nothing, never a speed it did not earn. Never part of the score."""
+    if not speed or speed.get("status") != "measured" or speed.get("ratio") is None:
+        return []
+    return [
+        {"name": "Speed (x the oracle's decode step)", "value": speed["ratio"], "order": "desc"},
+        {"name": "Tokens per CPU second", "value": speed["tokens_per_cpu_second"],
+         "order": "desc"},
+        {"name": "Decode step (ms of CPU)", "value": speed["decode_ms"], "order": "asc"},
+    ]
 
 
 def stage_test(stage: dict, group: dict, grading: Grading, number: int) -> dict:

@@ -72,6 +72,15 @@ def resolve_seed(seed: int | None, source) -> int | None:
     return int(text)
 
 
+def seed_source(seed: int | None, source) -> str:
+    """Where resolve_seed's seed comes from, for the records' provenance."""
+    if seed is not None:
+        return "option"
+    if isinstance(source, int):
+        return "fixed"
+    return "none" if source == "none" else "env"
+
+
 def parse_shard(text: str | None) -> tuple[int, int] | None:
     if text is None:
         return None
@@ -116,8 +125,9 @@ def grade(
 
     slice_ = parse_shard(shard)
     settings, toml = instructor_settings(course_dir)
+    spec = weights or settings.weights
     plan = Plan(
-        weights=weights or settings.weights,
+        weights=spec,
         points=stage_points(settings, stage or []),
         grading=settings.grading,
         seed=resolve_seed(seed, settings.grading.seed),
@@ -125,8 +135,9 @@ def grade(
         memory_bytes=int((settings.grading.memory_gb or 8) * 2**30),
         settings_toml=toml,
         submission_timeout=submission_timeout,
+        weights_sha256=warm_weights(spec, course_dir).sha256,
+        seed_source=seed_source(seed, settings.grading.seed),
     )
-    warm_weights(plan.weights, course_dir)
     try:
         found, skipped = discover(submissions)
     except (IntakeError, OSError) as exc:
@@ -149,12 +160,12 @@ def grade(
     raise typer.Exit(exits.OK if all(r["status"] != "grader-error" for r in records) else 1)
 
 
-def warm_weights(spec: str, course_dir: Path | None) -> None:
+def warm_weights(spec: str, course_dir: Path | None):
     """Make or check the weights once, before any submission waits on them."""
     from theinference.oracle.weights import WeightsError, load_weights
 
     try:
-        load_weights(spec, (course_dir or Path.cwd()).expanduser().resolve())
+        return load_weights(spec, (course_dir or Path.cwd()).expanduser().resolve())
     except WeightsError as exc:
         raise fail(str(exc), exits.WEIGHTS) from None
 
@@ -175,3 +186,27 @@ def gradebook_merge(
     except MergeError as exc:
         raise fail(str(exc), exits.USAGE) from None
     typer.echo(f"{len(records)} submissions -> {out / 'gradebook.csv'}")
+
+
+@gradebook_app.command("diff")
+def gradebook_diff(
+    old: Annotated[Path, typer.Argument(help="The earlier results folder.")],
+    new: Annotated[Path, typer.Argument(help="The later results folder (the regrade).")],
+    csv_file: Annotated[Path | None, typer.Option("--csv", help="Also write the changes here.")]
+    = None,
+) -> None:
+    """Whose grade changed between two results folders, per stage, and which recorded
+    inputs (grader, specs, settings, weights, seed, content) differ. Exit 0: no grade
+    changed; 1: some did."""
+    from theinference.atomic import atomic_write
+    from theinference.classroom.records import SUBMISSIONS_DIR, read_records
+    from theinference.classroom.regrade import csv_text, diff_records, text
+
+    for folder in (old, new):
+        if not (folder / SUBMISSIONS_DIR).is_dir():
+            raise fail(f"{folder} holds no graded submissions ({SUBMISSIONS_DIR}/)", exits.USAGE)
+    regrade = diff_records(read_records(old), read_records(new))
+    typer.echo(text(regrade), nl=False)
+    if csv_file is not None:
+        atomic_write(csv_file, csv_text(regrade))
+    raise typer.Exit(exits.NOT_PASSED if regrade.changes else exits.OK)

@@ -65,8 +65,14 @@ def run(
         seed=seed_for(settings, root, os.environ.get("THEINFERENCE_SEED")),
         memory_bytes=int((settings.grading.memory_gb or 8) * 2**30),
         settings_toml=toml,
+        seed_source=gradescope_seed_source(settings.grading.seed),
     )
     data = run_submission(root, plan)
     path = write_results(root, data)
     total = sum(t["max_score"] for t in data["tests"])
     typer.echo(f"{path}: {data['score']:g} of {total:g} ({len(data['tests'])} tests)")
+
+
+def gradescope_seed_source(source) -> str:
+    """[grading] seed as the autograder reads it (seed_for): none, env, submission or fixed."""
+    return "fixed" if isinstance(source, int) else source

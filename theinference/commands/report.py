@@ -14,17 +14,52 @@ from theinference.commands.grade import fail
 def report(
     results: Annotated[Path, typer.Argument(help="A results folder from grade or merge.")],
     html: Annotated[Path, typer.Option("--html", help="The page to write.")] = Path("class.html"),
+    since: Annotated[
+        Path | None, typer.Option(help="An earlier results folder: add what changed since.")
+    ] = None,
+    similarity: Annotated[
+        bool, typer.Option(help="Compare the students' own code (template subtracted).")
+    ] = True,
+    threshold: Annotated[
+        float, typer.Option(help="Similarity at which a pair is listed (0..1).")
+    ] = 0.5,
 ) -> None:
     """The class report: pass rate and common bugs per stage, error and run-time
-    distributions, and a page per student. Static HTML with inline SVG."""
+    distributions, speed ranking, similar code, changes since an earlier run, and a page per
+    student. Static HTML with inline SVG."""
     from theinference.classroom.class_report import write_report
     from theinference.classroom.records import read_records
 
     records = read_records(results)
     if not records:
         raise fail(f"{results} holds no graded submissions (run theinference grade)", exits.USAGE)
-    written = write_report(records, html)
+    if not 0 < threshold <= 1:
+        raise fail(f"--threshold must lie in (0, 1], not {threshold}", exits.USAGE)
+    sections = report_sections(records, since, threshold if similarity else None)
+    written = write_report(records, html, sections)
     typer.echo(f"{html} ({len(records)} students; {len(written) - 1} student pages)")
+
+
+def report_sections(records: list[dict], since: Path | None, threshold: float | None):
+    """Speed, similarity (unless threshold is None) and changes since an earlier run."""
+    from theinference.classroom import report_sections as sections
+    from theinference.classroom.records import read_records
+    from theinference.classroom.regrade import diff_records
+    from theinference.classroom.similarity import SimilarityUnavailable, similar_pairs
+    from theinference.output.report import print_error
+
+    out = [sections.speed_section(records)]
+    if threshold is not None:
+        try:
+            out.append(sections.similarity_section(similar_pairs(records, threshold), threshold))
+        except SimilarityUnavailable as exc:
+            print_error(f"similar code not checked: {exc}")
+    if since is not None:
+        earlier = read_records(since)
+        if not earlier:
+            raise fail(f"{since} holds no graded submissions", exits.USAGE)
+        out.append(sections.changes_section(diff_records(earlier, records), str(since)))
+    return tuple(s for s in out if s)
 
 
 workflow_app = typer.Typer(help="GitHub Actions workflows.", no_args_is_help=True)

@@ -80,6 +80,14 @@ def test(
             "(auto: when it works here; bwrap: refuse to grade without it)."
         ),
     ] = "auto",
+    speed: Annotated[
+        bool,
+        typer.Option(
+            "--speed",
+            help="After generate-loop passes, time your cached generation against the "
+            "oracle's (a ratio; in the report and JSON).",
+        ),
+    ] = False,
     files: dict[str, Path] | None = None,  # --json FILE etc., from formats.FORMATS
 ) -> None:
     """Grade the course directory's stages against the recompute oracle."""
@@ -88,13 +96,29 @@ def test(
 
     outputs = outputs_for(fmt.value, output, files or {})
     policy = policy_for(watch, quick, all_cases, case or [], machine=bool(outputs))
-    session = prepare(course_dir, stage or [], weights, timeout, seed, outputs, policy, sandbox)
+    if speed and watch:
+        raise Abort("--speed times a finished run: it cannot be used with --watch")
+    session = prepare(course_dir, stage or [], weights, timeout, seed, outputs, policy, sandbox,
+                      speed)
     override_limits(session, memory_gb, output_kb)
     if fmt.value == TERMINAL:
         order = [s.slug for s in session.all_stages]
         root, label = str(session.course.root), session.weights.label
         session.renderer = terminal.renderer(root, label, order)
+    if speed:
+        raise typer.Exit(graded_with_speed(session, terminal_shown=fmt.value == TERMINAL))
     raise typer.Exit(grade_session(session, watch, poll, clear=not no_clear))
+
+
+def graded_with_speed(session, terminal_shown: bool) -> int:
+    """One run, then its speed figure (measured after the run) under the report."""
+    from theinference.grading.session import exit_code, run
+    from theinference.output.report import console, print_speed
+
+    result = run(session)
+    if terminal_shown and result.speed is not None:
+        print_speed(console(), result.speed)
+    return exit_code(result)
 
 
 def outputs_for(fmt: str, output: Path | None, files: dict[str, Path]) -> list:

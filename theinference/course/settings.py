@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
 LANGUAGES = ("python", "ts")
 SEED_SOURCES = ("none", "env", "submission")  # or a whole number
+SPEED_MODES = ("off", "report", "leaderboard")
 TOP_KEYS = ("weights", "language", "grading")
 GRADING_KEYS = (
     "stages",
@@ -25,6 +26,7 @@ GRADING_KEYS = (
     "memory_gb",
     "output_kb",
     "sandbox",
+    "speed",
 )
 
 
@@ -47,6 +49,7 @@ class Grading:
     memory_gb: float | None = None
     output_kb: int | None = None
     sandbox: str | None = None  # passed on as `theinference test --sandbox`
+    speed: str = "off"  # off | report (JSON, class report) | leaderboard (and Gradescope's)
 
     def points(self, slug: str, spec_score: float) -> float:
         return float(self.scores.get(slug, spec_score))
@@ -110,6 +113,7 @@ def parse_grading(table: dict) -> Grading:
         memory_gb=_positive(table.get("memory_gb"), "memory_gb"),
         output_kb=_whole(table.get("output_kb"), "output_kb"),
         sandbox=_string(table.get("sandbox"), "sandbox"),
+        speed=_choice(table.get("speed", "off"), "speed", SPEED_MODES),
     )
 
 
@@ -136,10 +140,12 @@ def _numbers(value, name: str) -> dict:
 
 
 def _visibility(value, name: str) -> str:
-    if value not in VISIBILITIES:
-        raise SettingsError(
-            f"[grading] {name} must be one of {', '.join(VISIBILITIES)}, not {value!r}"
-        )
+    return _choice(value, name, VISIBILITIES)
+
+
+def _choice(value, name: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise SettingsError(f"[grading] {name} must be one of {', '.join(choices)}, not {value!r}")
     return value
 
 

@@ -12,11 +12,13 @@ from pathlib import Path
 
 from theinference import exits
 from theinference.course import languages
-from theinference.course.directory import Course, open_course
+from theinference.course.directory import SETTINGS_FILE, Course, open_course
 from theinference.curriculum.stages import Stage, StageError, load_stages, select, with_hidden_cases
 from theinference.grading.answers import Answers
 from theinference.grading.grader import grade
 from theinference.grading.policy import EVERY_CASE, RunPolicy, selected
+from theinference.grading.provenance import provenance, test_seed_source, with_run
+from theinference.grading.speed import speed_after
 from theinference.oracle.weights import Weights, load_weights
 from theinference.results import RunResult
 from theinference.results.events import Event, Listener, ignore
@@ -44,6 +46,8 @@ class Session:
     policy: RunPolicy = EVERY_CASE
     renderer: Renderer | None = None  # draws each run (the terminal); None: nothing drawn
     sandbox: Sandbox | None = None  # how the student's process runs (sandbox.choose)
+    provenance: dict = field(default_factory=dict)  # what produces the grade (provenance.py)
+    speed: bool = False  # also time the cached generation against the oracle's (speed.py)
 
 
 def prepare(
@@ -55,6 +59,7 @@ def prepare(
     outputs: list[Output],
     policy: RunPolicy = EVERY_CASE,
     sandbox_mode: str = "auto",
+    speed: bool = False,
 ) -> Session:
     """Everything a run needs, checked up front: course, stages, case filter, sandbox,
     weights."""
@@ -74,6 +79,14 @@ def prepare(
     weights = load_weights(weights_spec or course.weights, course.root)
     sandbox.notes.extend(weights.notes)
     answers = Answers.cached(weights)
+    settings = course.root / SETTINGS_FILE
+    produced = provenance(
+        [s.slug for s in chosen],
+        settings.read_bytes() if settings.is_file() else None,
+        weights.sha256,
+        test_seed_source(seed),
+        seed,
+    )
     return Session(
         course,
         chosen,
@@ -83,6 +96,8 @@ def prepare(
         answers=answers,
         policy=policy,
         sandbox=sandbox,
+        provenance=produced,
+        speed=speed,
     )
 
 
@@ -155,6 +170,10 @@ def run(
     result = languages.localize_result(result, session.course.language)
     if result.cancelled:
         return result
+    result.provenance = with_run(session.provenance, result.sandbox)
+    if session.speed:
+        result.speed = speed_after(result, session.stages, session.course.root, session.weights,
+                                   session.limits, session.sandbox, cancel)
     for out in session.outputs:
         write(result, out.format, out.path)
     record_progress(session.course.root, result)

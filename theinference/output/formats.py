@@ -37,6 +37,8 @@ def to_json(run: RunResult) -> dict:
         "environment": run.environment,
         "timings": timings(run),
         "stages": [stage_json(s) for s in run.stages],
+        "provenance": run.provenance,
+        **({"speed": run.speed} if run.speed is not None else {}),
     }, no_surrogates)
 
 

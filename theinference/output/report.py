@@ -65,6 +65,21 @@ def print_run_end(out: Console, run: RunResult, next_step: str = "") -> None:
         out.print(Text(next_step, style="bold"))
 
 
+def print_speed(out: Console, speed: dict) -> None:
+    """The speed figure (grading/speed.py): a ratio to the oracle, or why there is none."""
+    if speed.get("status") != "measured":
+        out.print(Text(f"speed: not measured ({speed['status']}): {speed['reason']}", style="dim"))
+        return
+    ratio = speed["ratio"]
+    shown = "?" if ratio is None else f"{ratio:.2f}x"
+    steps, generate = speed["workload"]["decode"], speed["workload"]["generate"]
+    out.print(Text(
+        f"speed: {shown} the oracle's cached decode step at a {steps[0]}-token context "
+        f"({speed['decode_ms']:.1f} ms of CPU against {speed['oracle_decode_ms']:.1f} ms); "
+        f"{speed['tokens_per_cpu_second']:.1f} tokens per CPU second generating {generate[1]} "
+        f"(the oracle {speed['oracle_tokens_per_cpu_second']:.1f})", style="bold"))
+
+
 def print_cancelled(out: Console, reason: str) -> None:
     out.print(Text(f"run stopped: {reason}", style="dim"))
 

@@ -84,6 +84,8 @@ class RunResult:
     environment: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # e.g. the oracle cache switched off
     sandbox: str = "none"  # how the student's process was isolated: bwrap | none
+    provenance: dict = field(default_factory=dict)  # what produced it (grading/provenance.py)
+    speed: dict | None = None  # the cached generation against the oracle's (grading/speed.py)
 
     @property
     def student_seconds(self) -> float:

@@ -77,8 +77,10 @@ class StudentProcess:
         limits: Limits,
         cancel: threading.Event | None = None,
         sandbox: Sandbox | None = None,
+        env: dict[str, str] | None = None,
     ):
         self.course_dir = course_dir.resolve()
+        self.env = dict(env or {})  # set in the process's environment (e.g. BLAS threads)
         self.weights_path = weights_path
         self.limits = limits
         self.cancel = cancel or threading.Event()  # set from another thread: abandon the call
@@ -226,12 +228,13 @@ class StudentProcess:
             hidden = [cache_dir().resolve(), Path(__file__).parents[1]]
             command = sandbox.bwrap_command(inner, self.course_dir, self.weights_path, hidden)
             command = launch.bind_worker(command, language, mounts)
-            return command, sandbox.bwrap_env(RUN_TOKEN_VAR, self.token), {}
+            return command, {**sandbox.bwrap_env(RUN_TOKEN_VAR, self.token), **self.env}, {}
         hide_grader_environ()
         env = {
             **{k: v for k, v in os.environ.items() if k not in GRADER_ONLY_ENV},
             "THEINFERENCE_WEIGHTS": str(self.weights_path),
             "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ writes in the course directory
+            **self.env,
             RUN_TOKEN_VAR: self.token,  # inherited by every descendant: see kill_tagged
         }
         as_user = {}
