@@ -120,6 +120,7 @@ def grade(
     from theinference.classroom.batch import Plan, default_jobs, grade_class, in_shard
     from theinference.classroom.gradebook import write_gradebook
     from theinference.classroom.intake import IntakeError, discover
+    from theinference.classroom.records import SUBMISSIONS_DIR
     from theinference.output.class_screens import grading_progress, print_class_summary
     from theinference.output.report import print_error
 
@@ -151,6 +152,8 @@ def grade(
     if jobs is not None and jobs > allowed:
         print_error(f"--jobs {jobs} would oversubscribe this machine: using {allowed}")
     jobs = min(jobs or allowed, allowed)
+    # a shard that draws no student is still a results folder `gradebook merge` accepts
+    (out / SUBMISSIONS_DIR).mkdir(parents=True, exist_ok=True)
     with grading_progress(len(chosen)) as on_done:
         reused = []
         records = grade_class(chosen, plan, out, jobs,

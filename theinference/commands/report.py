@@ -62,28 +62,71 @@ def report_sections(records: list[dict], since: Path | None, threshold: float | 
     return tuple(s for s in out if s)
 
 
-workflow_app = typer.Typer(help="GitHub Actions workflows.", no_args_is_help=True)
+workflow_app = typer.Typer(
+    help="Grading a class in parallel: GitHub Actions, Slurm, Kubernetes.", no_args_is_help=True
+)
+Shards = Annotated[int, typer.Option(help="Parallel jobs (shards).")]
+Submissions = Annotated[str, typer.Option(help="The submissions folder.")]
+CourseFolder = Annotated[str, typer.Option(help="The folder with theinference.toml.")]
+Out = Annotated[Path | None, typer.Option("--out", "-o", help="Default: stdout.")]
 
 
-@workflow_app.command("matrix")
-def matrix(
-    shards: Annotated[int, typer.Option(help="Parallel jobs.")] = 4,
-    submissions: Annotated[str, typer.Option(help="The submissions folder.")] = "submissions",
-    course: Annotated[str, typer.Option(help="The folder with theinference.toml.")] = "course",
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Default: stdout.")] = None,
-) -> None:
-    """A workflow grading a class as a matrix of `grade --shard I/N` jobs, then merging."""
+def emit(text: str, out: Path | None) -> None:
     from theinference.atomic import atomic_write
-    from theinference.classroom.workflow import matrix_workflow
 
-    if shards < 1:
-        raise fail("--shards must be at least 1", exits.USAGE)
-    text = matrix_workflow(shards, submissions, course)
     if out is None:
         typer.echo(text, nl=False)
     else:
         atomic_write(out, text)
         typer.echo(f"wrote {out}", err=True)
+
+
+def check_shards(shards: int) -> None:
+    if shards < 1:
+        raise fail("--shards must be at least 1", exits.USAGE)
+
+
+@workflow_app.command("matrix")
+def matrix(shards: Shards = 4, submissions: Submissions = "submissions",
+           course: CourseFolder = "course", out: Out = None) -> None:
+    """A GitHub Actions workflow grading a class as a matrix of `grade --shard I/N` jobs,
+    then merging."""
+    from theinference.classroom.workflow import matrix_workflow
+
+    check_shards(shards)
+    emit(matrix_workflow(shards, submissions, course), out)
+
+
+@workflow_app.command("slurm")
+def slurm(shards: Shards = 4, submissions: Submissions = "submissions",
+          course: CourseFolder = "course", out: Out = None) -> None:
+    """A Slurm script: `bash FILE` submits an array job (task I: `grade --shard I/N`) and a
+    merge job that runs after it."""
+    from theinference.classroom.clusters import slurm_script
+
+    check_shards(shards)
+    emit(slurm_script(shards, submissions, course, out.name if out else "grade-class.slurm"),
+         out)
+
+
+@workflow_app.command("kubernetes")
+def kubernetes(
+    shards: Shards = 4,
+    submissions: Submissions = "submissions",
+    course: CourseFolder = "course",
+    out: Out = None,
+    claim: Annotated[str, typer.Option(help="The volume claim holding both folders.")]
+    = "theinference-class",
+    image: Annotated[str, typer.Option(help="The pods' image (Python 3.11 or later).")]
+    = "python:3.11-slim",
+) -> None:
+    """Kubernetes Jobs: an Indexed Job of N completions (index K: `grade --shard K+1/N`) and
+    a merge Job, applied one after the other."""
+    from theinference.classroom.clusters import kubernetes_jobs
+
+    check_shards(shards)
+    name = out.name if out else "grade-class.yaml"
+    emit(kubernetes_jobs(shards, submissions, course, name, claim, image), out)
 
 
 def summary(
