@@ -9,7 +9,7 @@ from theinference.classroom.similarity import Pair
 from theinference.classroom.svg import histogram
 
 
-def speed_of(record: dict) -> dict | None:
+def record_speed(record: dict) -> dict | None:
     return (record.get("results") or {}).get("speed")
 
 
@@ -17,7 +17,7 @@ def speed_rows(records: list[dict]) -> tuple[list[tuple[str, dict]], list[tuple[
     """(student, figure) ranked fastest first; (student, status) for those without one."""
     ranked, unranked = [], []
     for r in records:
-        speed = speed_of(r)
+        speed = record_speed(r)
         if speed is None:
             continue
         if speed.get("status") == "measured" and speed.get("ratio") is not None:
