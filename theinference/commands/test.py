@@ -84,7 +84,7 @@ def test(
         bool,
         typer.Option(
             "--speed",
-            help="After generate-loop passes, time your cached generation against the "
+            help="After the generate loop passes, time your cached generation against the "
             "oracle's (a ratio; in the report and JSON).",
         ),
     ] = False,
