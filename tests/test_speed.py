@@ -103,19 +103,20 @@ def test_the_speed_setting_is_checked():
 
 
 def test_the_class_report_ranks_figures_and_shows_statuses():
-    """Would catch the ranked table out of order, or a failing submission given a rank."""
+    """Would catch the ranked table out of order, a failing or refused submission given a
+    rank, or a section shown for a class graded without speed."""
     records = [
         {"id": "slow", "results": {"speed": {**MEASURED, "ratio": 0.4}}},
         {"id": "fast", "results": {"speed": MEASURED}},
         {"id": "broken", "results": {"speed": {"status": "failed", "reason": "..."}}},
-        {"id": "off", "results": {}},
+        {"id": "refused", "status": "rejected", "results": None},
     ]
     html = speed_section(records)
     assert html.index("fast") < html.index("slow") < html.index("broken")
     assert "<td>1</td><td>fast</td><td>0.90x</td>" in html
     assert "<td>-</td><td>broken</td><td class=failed>failed</td>" in html
-    assert "<td>off</td>" not in html  # speed was not on for it: no row
-    assert speed_section([{"id": "a", "results": {}}]) == ""
+    assert "<td>-</td><td>refused</td><td class=rejected>rejected</td>" in html
+    assert speed_section([{"id": "a", "status": "graded", "results": {}}]) == ""  # speed off
 
 
 def test_a_partial_run_gets_no_speed_through_the_command_line(tmp_path, weights):

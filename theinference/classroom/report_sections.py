@@ -14,12 +14,14 @@ def record_speed(record: dict) -> dict | None:
 
 
 def speed_rows(records: list[dict]) -> tuple[list[tuple[str, dict]], list[tuple[str, str]]]:
-    """(student, figure) ranked fastest first; (student, status) for those without one."""
+    """(student, figure) ranked fastest first; (student, status) for those without one: the
+    generate loop's status, or the record's own when it was never graded (rejected). Empty
+    when no record was timed (speed was off)."""
+    if not any(record_speed(r) is not None for r in records):
+        return [], []
     ranked, unranked = [], []
     for r in records:
-        speed = record_speed(r)
-        if speed is None:
-            continue
+        speed = record_speed(r) or {"status": r["status"]}
         if speed.get("status") == "measured" and speed.get("ratio") is not None:
             ranked.append((r["id"], speed))
         else:
