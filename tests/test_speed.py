@@ -135,6 +135,17 @@ def test_a_partial_run_gets_no_speed_through_the_command_line(tmp_path, weights)
     assert list(data["provenance"]["specs"]) == ["generate-loop"]
 
 
+def test_made_up_tokens_earn_no_figure(tmp_path, weights):
+    """Would catch a figure for a run_generate that answers the timed calls fast and wrong
+    (the timed calls' tokens must be the oracle's)."""
+    course = make_course(tmp_path / "course", reference_text())
+    adapters = course / "tests" / "adapters.py"
+    adapters.write_text(adapters.read_text() + "\n\ndef run_generate(prompt_ids, max_new_tokens):"
+                        "\n    return [0] * max_new_tokens\n")
+    speed = speed_of(course, weights, Limits(timeout=300), choose("auto", course), repeats=1)
+    assert speed["status"] == "unverified" and "ratio" not in speed, speed
+
+
 @pytest.mark.slow
 def test_the_reference_ranks_above_a_slower_correct_cache(tmp_path, weights):
     """Would catch a figure that cannot tell a cache that copies itself at every step from

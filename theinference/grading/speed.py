@@ -9,8 +9,13 @@ prompt: tokens per CPU second, prefill included) and decode steps at a long cont
 step after a 512-token prompt: (generate 33 - generate 1) / 32). Both processes run BLAS on
 one thread: CPU time then counts the work done, not threads spinning while they wait for a
 core. Only a submission whose generate loop passed is timed; any other shows its status.
+
+Every timed call gets a prompt drawn afresh for this job (no two share a prefix), and its
+tokens must be the oracle's for the same prompt: an answer looked up (precomputed, or kept
+from an earlier call) or made up fast earns no figure.
 """
 
+import secrets
 import shutil
 import tempfile
 import threading
@@ -29,6 +34,8 @@ STAGE = "generate-loop"  # the stage whose pass makes a speed figure meaningful
 SHORT_PROMPT, GENERATED = 16, 32
 LONG_PROMPT, DECODE_STEPS = 512, 32
 WARM_UP = [[464, 2068], 2]  # imports and the weights' pages, before anything is timed
+CALLS = {"generate": (SHORT_PROMPT, GENERATED), "long_one": (LONG_PROMPT, 1),
+         "long_many": (LONG_PROMPT, 1 + DECODE_STEPS)}  # name -> (prompt length, new tokens)
 REPEATS = 3
 ONE_THREAD = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                                      "MKL_NUM_THREADS")}
@@ -64,7 +71,7 @@ class Workloads:
     long_many: float = float("inf")  # 1 + DECODE_STEPS tokens after LONG_PROMPT
 
     def decode_seconds(self) -> float:
-        # per decode step at the long context; never below one clock tick's worth of nothing
+        # per decode step at the long context; never negative (noise can invert two runs)
         return max(self.long_many - self.long_one, 0.0) / DECODE_STEPS
 
     def tokens_per_second(self) -> float:
@@ -85,10 +92,6 @@ def speed_of(
     repeats: int = REPEATS,
 ) -> dict:
     """Time the student's cached generation against the oracle's; the JSON's `speed`."""
-    short = token_ids({"random": SHORT_PROMPT, "seed": 71}, weights.config)
-    long = token_ids({"random": LONG_PROMPT, "seed": 72}, weights.config)
-    calls = {"generate": [short, GENERATED], "long_one": [long, 1],
-             "long_many": [long, 1 + DECODE_STEPS]}
     limits = replace(limits, timeout=max(limits.timeout, 120.0))
     yard = yardstick_course()
     try:
@@ -96,7 +99,7 @@ def speed_of(
             StudentProcess(course_dir, weights.path, limits, cancel, sandbox, ONE_THREAD) as you,
             StudentProcess(yard, weights.path, limits, cancel, sandbox, ONE_THREAD) as oracle,
         ):
-            yours, theirs = timed_pair(you, oracle, calls, repeats)
+            yours, theirs = timed_pair(you, oracle, weights.config, repeats)
             kind = you.sandbox
     except SpeedError as exc:
         return not_measured(exc.status, str(exc))
@@ -105,30 +108,42 @@ def speed_of(
     return figures(yours, theirs, repeats, kind)
 
 
-def timed_pair(you, oracle, calls: dict, repeats: int) -> tuple[Workloads, Workloads]:
+def timed_pair(you, oracle, config, repeats: int) -> tuple[Workloads, Workloads]:
     """A small call each, untimed (imports, the weights' pages), then `repeats` rounds in
-    which the oracle and the student take turns, call by call: whatever loads the machine
-    meanwhile falls on both."""
+    which the oracle and the student take turns, call by call, on the same fresh prompt:
+    whatever loads the machine meanwhile falls on both."""
     yours, theirs = Workloads(), Workloads()
-    cpu(oracle, WARM_UP, "the oracle's yardstick")
-    cpu(you, WARM_UP, "your run_generate")
+    timed(oracle, WARM_UP, "the oracle's yardstick")
+    timed(you, WARM_UP, "your run_generate")
     for _ in range(repeats):
-        for name, args in calls.items():
-            setattr(theirs, name, min(getattr(theirs, name), cpu(oracle, args, "the oracle")))
-            setattr(yours, name, min(getattr(yours, name), cpu(you, args, "run_generate")))
+        for name, (length, count) in CALLS.items():
+            args = [token_ids({"random": length, "seed": secrets.randbits(31)}, config), count]
+            their_cpu, expected = timed(oracle, args, "the oracle's yardstick")
+            your_cpu, tokens = timed(you, args, "your run_generate")
+            if tokens != expected:
+                raise SpeedError("unverified", f"your run_generate({length}-token prompt, "
+                                 f"{count}) returned other tokens than the oracle's greedy "
+                                 "ones for the same prompt: no figure without the right answer")
+            setattr(theirs, name, min(getattr(theirs, name), their_cpu))
+            setattr(yours, name, min(getattr(yours, name), your_cpu))
     return yours, theirs
 
 
-def cpu(process: StudentProcess, args: list, who: str) -> float:
-    """CPU seconds of one run_generate call, read from outside the process."""
-    outcome = process.call("run_generate", args, discard=True)
+def timed(process: StudentProcess, args: list, who: str) -> tuple[float, list[int] | None]:
+    """CPU seconds of one run_generate call, read from outside the process, and the token
+    ids it returned (None: not a list of ids)."""
+    outcome = process.call("run_generate", args)
     if outcome.kind != "returned":
         status = "timeout" if outcome.kind == "timeout" else "error"
         raise SpeedError(status, f"{who}({len(args[0])}-token prompt, {args[1]}): "
                                  f"{outcome.kind}: {outcome.message}")
     if outcome.cpu_seconds is None:
         raise SpeedError("error", f"{who}: no CPU time could be read")
-    return outcome.cpu_seconds
+    try:
+        tokens = [int(t) for t in outcome.value]
+    except (TypeError, ValueError, OverflowError):
+        tokens = None
+    return outcome.cpu_seconds, tokens
 
 
 def figures(yours: Workloads, theirs: Workloads, repeats: int, sandbox: str) -> dict:
