@@ -13,7 +13,6 @@ lists the pairs at or above the threshold with the shared fragments side by side
 
 import io
 import itertools
-import logging
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import PurePosixPath
@@ -61,7 +60,6 @@ def detector():
         raise SimilarityUnavailable(
             "the similarity check needs copydetect: pip install 'theinference[similarity]'"
         ) from None
-    logging.getLogger().setLevel(max(logging.getLogger().level, logging.ERROR))
     return copydetect
 
 
