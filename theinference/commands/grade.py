@@ -198,9 +198,11 @@ def gradebook_diff(
     csv_file: Annotated[Path | None, typer.Option("--csv", help="Also write the changes here.")]
     = None,
 ) -> None:
-    """Whose grade changed between two results folders, per stage, and which recorded
-    inputs (grader, specs, settings, weights, seed, content) differ. Exit 0: no grade
-    changed; 1: some did."""
+    """Whose grade changed between two results folders, and why.
+
+    Per student and stage: old and new status and score, suspected bug, worst error, cases
+    added or removed, and the recorded inputs that differ (grader, specs, settings, weights,
+    seed; content for a resubmission). Exit 0: no grade changed; 1: some did."""
     from theinference.atomic import atomic_write
     from theinference.classroom.records import SUBMISSIONS_DIR, read_records
     from theinference.classroom.regrade import csv_text, diff_records, text

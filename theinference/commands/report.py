@@ -24,9 +24,10 @@ def report(
         float, typer.Option(help="Similarity at which a pair is listed (0..1).")
     ] = 0.5,
 ) -> None:
-    """The class report: pass rate and common bugs per stage, error and run-time
-    distributions, speed ranking, similar code, changes since an earlier run, and a page per
-    student. Static HTML with inline SVG."""
+    """The class report: one static page, and a page per student.
+
+    Pass rate and common bugs per stage, error and run-time distributions, the speed ranking,
+    similar code (template subtracted) and changes since an earlier run."""
     from theinference.classroom.class_report import write_report
     from theinference.classroom.records import read_records
 
@@ -89,8 +90,7 @@ def check_shards(shards: int) -> None:
 @workflow_app.command("matrix")
 def matrix(shards: Shards = 4, submissions: Submissions = "submissions",
            course: CourseFolder = "course", out: Out = None) -> None:
-    """A GitHub Actions workflow grading a class as a matrix of `grade --shard I/N` jobs,
-    then merging."""
+    """A GitHub Actions workflow: a matrix of `grade --shard I/N` jobs, then a merge."""
     from theinference.classroom.workflow import matrix_workflow
 
     check_shards(shards)
@@ -100,8 +100,9 @@ def matrix(shards: Shards = 4, submissions: Submissions = "submissions",
 @workflow_app.command("slurm")
 def slurm(shards: Shards = 4, submissions: Submissions = "submissions",
           course: CourseFolder = "course", out: Out = None) -> None:
-    """A Slurm script: `bash FILE` submits an array job (task I: `grade --shard I/N`) and a
-    merge job that runs after it."""
+    """A Slurm script: an array job of `grade --shard I/N` tasks, then a merge job.
+
+    `bash FILE` submits both; task I takes its shard from SLURM_ARRAY_TASK_ID."""
     from theinference.classroom.clusters import slurm_script
 
     check_shards(shards)
@@ -120,8 +121,10 @@ def kubernetes(
     image: Annotated[str, typer.Option(help="The pods' image (Python 3.11 or later).")]
     = "python:3.11-slim",
 ) -> None:
-    """Kubernetes Jobs: an Indexed Job of N completions (index K: `grade --shard K+1/N`) and
-    a merge Job, applied one after the other."""
+    """Kubernetes Jobs: an Indexed Job of `grade --shard I/N` pods, then a merge Job.
+
+    The pod with JOB_COMPLETION_INDEX K grades shard K+1; apply -l step=grade, wait, then
+    apply -l step=merge."""
     from theinference.classroom.clusters import kubernetes_jobs
 
     check_shards(shards)
