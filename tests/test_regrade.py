@@ -126,3 +126,18 @@ def test_diff_refuses_a_folder_without_results(tmp_path):
     """Would catch a traceback, or exit 0, for a folder that is not a results folder."""
     result = runner.invoke(app, ["gradebook", "diff", str(tmp_path), str(tmp_path)])
     assert result.exit_code == 2 and "Traceback" not in result.output
+
+
+def test_a_hostile_student_id_stays_text(regraded):
+    """Would catch a student id (a file name) reaching the terminal as an escape sequence or
+    a spreadsheet as a formula through the diff."""
+    from theinference.classroom.regrade import csv_text, text
+
+    old = json.loads((regraded / "before" / "submissions" / "window.json").read_text())
+    new = json.loads(json.dumps(old))
+    for record in (old, new):
+        record["id"] = "=HYPERLINK(1)\x1b[2K"
+    new["stages"][0].update(status="failed", score=0.0)
+    regrade = diff_records([old], [new])
+    assert "\x1b" not in text(regrade) and "\\x1b[2K" in text(regrade)
+    assert "\n'=HYPERLINK(1)" in csv_text(regrade)

@@ -12,6 +12,7 @@ import io
 from dataclasses import dataclass, field
 
 from theinference.grading.provenance import flatten
+from theinference.results.text import csv_cell, terminal_text
 
 ABSENT = "absent"
 
@@ -118,9 +119,9 @@ def csv_text(regrade: Regrade) -> str:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for c in regrade.changes:
-        writer.writerow([c.student, c.stage, c.old_status, c.new_status, f"{c.old_score:g}",
-                         f"{c.new_score:g}", c.old_bug or "", c.new_bug or "",
-                         "" if c.worst_error is None else f"{c.worst_error:.4g}",
+        writer.writerow([csv_cell(c.student), c.stage, c.old_status, c.new_status,
+                         f"{c.old_score:g}", f"{c.new_score:g}", c.old_bug or "",
+                         c.new_bug or "", "" if c.worst_error is None else f"{c.worst_error:.4g}",
                          "; ".join(c.cases_added), "; ".join(c.cases_removed),
                          "; ".join(c.because)])
     return out.getvalue()
@@ -143,7 +144,7 @@ def text(regrade: Regrade) -> str:
 
 
 def change_line(c: StageChange) -> str:
-    where = f"{c.student} {c.stage}".strip()
+    where = f"{terminal_text(c.student)} {c.stage}".strip()  # a student id is a file name
     parts = [f"{where}: {c.old_status} -> {c.new_status}, score {c.old_score:g} -> "
              f"{c.new_score:g}"]
     if c.old_bug or c.new_bug:

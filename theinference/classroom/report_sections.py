@@ -2,11 +2,10 @@
 (regrade.py), whose cache is fastest (grading/speed.py's figure in each record) and whose code
 is shared (similarity.py). Each returns HTML with every student-made string escaped."""
 
-from html import escape
-
 from theinference.classroom.regrade import Regrade
 from theinference.classroom.similarity import Pair
 from theinference.classroom.svg import histogram
+from theinference.results.text import html_text as escape  # controls shown, not kept
 
 
 def record_speed(record: dict) -> dict | None:

@@ -19,6 +19,7 @@ from pathlib import PurePosixPath
 
 from theinference.course.directory import template_files
 from theinference.course.languages import TEMPLATES
+from theinference.results.text import terminal_text
 
 THRESHOLD = 0.5  # measured: independent solutions share 0.14-0.34, a renamed copy 1.0
 MIN_SHARED = 200  # normalised characters: below this a pair shares idioms, not a solution
@@ -83,8 +84,9 @@ def fingerprints(code: dict[str, str]) -> dict:
         language = LANGUAGE_OF.get(PurePosixPath(path).suffix)
         if language is None:
             continue
-        out[path] = copydetect.CodeFingerprint(
-            path, NOISE, WINDOW, boilerplate=boilerplate(language), fp=io.StringIO(text))
+        # controls made visible first: the fragments shown are cut from this very text
+        out[path] = copydetect.CodeFingerprint(path, NOISE, WINDOW, boilerplate=boilerplate(
+            language), fp=io.StringIO(terminal_text(text)))
     return out
 
 

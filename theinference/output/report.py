@@ -68,7 +68,8 @@ def print_run_end(out: Console, run: RunResult, next_step: str = "") -> None:
 def print_speed(out: Console, speed: dict) -> None:
     """The speed figure (grading/speed.py): a ratio to the oracle, or why there is none."""
     if speed.get("status") != "measured":
-        out.print(Text(f"speed: not measured ({speed['status']}): {speed['reason']}", style="dim"))
+        why = terminal_text(speed["reason"])  # may quote the student's exception
+        out.print(Text(f"speed: not measured ({speed['status']}): {why}", style="dim"))
         return
     ratio = speed["ratio"]
     shown = "?" if ratio is None else f"{ratio:.2f}x"
