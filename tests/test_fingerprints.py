@@ -3,11 +3,11 @@ second case, every candidate when several fit, and two bugs at once when both ar
 
 import numpy as np
 import pytest
+from theinference.diagnosis.simulator import simulate
 
 from tests.bugs import BUGS
 from tests.helpers import oracle_answer
 from theinference.diagnosis.fingerprints import BY_ID, CATALOGUE, combined, diagnose
-from theinference.diagnosis.simulator import simulate
 from theinference.results.compare import Tolerance
 
 STEP_TOL = Tolerance(atol=1e-4, rtol=1e-3)

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from theinference.classroom.gradescope import gradescope_results
 from typer.testing import CliRunner
 
 from tests.bugs import planted
 from tests.helpers import make_course
 from theinference import __version__
-from theinference.classroom.gradescope import gradescope_results
 from theinference.cli import app
 from theinference.course.settings import Grading
 

@@ -54,8 +54,9 @@ def run(
     ),
 ) -> None:
     """Grade ROOT/submission with ROOT/source's settings; write ROOT/results/results.json."""
-    from theinference.classroom.autograder import run_submission, seed_for, write_results
+    from theinference.classroom.autograder import grade_submission, seed_for, write_results
     from theinference.classroom.batch import Plan
+    from theinference.output.gradescope import failure_results, gradescope_results
 
     settings, toml = instructor_settings(root / "source")
     plan = Plan(
@@ -66,7 +67,12 @@ def run(
         memory_bytes=int((settings.grading.memory_gb or 8) * 2**30),
         settings_toml=toml,
     )
-    data = run_submission(root, plan)
+    graded = grade_submission(root, plan)
+    if graded.results is None:
+        data = failure_results(graded.failure)
+    else:  # the same rendering as `theinference test --format gradescope`
+        data = gradescope_results(graded.results, plan.points, plan.grading)
+        data["extra_data"].update(graded.extra or {})
     path = write_results(root, data)
     total = sum(t["max_score"] for t in data["tests"])
     typer.echo(f"{path}: {data['score']:g} of {total:g} ({len(data['tests'])} tests)")

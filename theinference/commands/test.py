@@ -73,12 +73,13 @@ def test(
 ) -> None:
     """Grade the course directory's stages against the recompute oracle."""
     from theinference.grading.session import override_limits, prepare
-    from theinference.output import terminal
+    from theinference.output import formats, terminal
 
     outputs = outputs_for(fmt.value, output, files or {})
     policy = policy_for(watch, quick, all_cases, case or [], machine=bool(outputs))
     session = prepare(course_dir, stage or [], weights, timeout, seed, outputs, policy, sandbox)
     override_limits(session, memory_gb, output_kb)
+    session.writer = formats.writer(session.outputs, session.course.grading)
     if fmt.value == TERMINAL:
         order = [s.slug for s in session.all_stages]
         root, label = str(session.course.root), session.weights.label

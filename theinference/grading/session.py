@@ -24,6 +24,7 @@ from theinference.student.process import Limits
 from theinference.student.sandbox import Sandbox, choose
 
 Renderer = Callable[[str, threading.Event | None], Listener]  # (trigger, cancel) -> drawing
+Writer = Callable[[RunResult], None]  # writes a finished run's machine outputs
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class Session:
     answers: Answers | None = None  # kept across watch reruns: answers stay in memory
     policy: RunPolicy = EVERY_CASE
     renderer: Renderer | None = None  # draws each run (the terminal); None: nothing drawn
+    writer: Writer | None = None  # writes `outputs` (output/formats.py); None: nothing written
     sandbox: Sandbox | None = None  # how the student's process runs (sandbox.choose)
 
 
@@ -130,7 +132,6 @@ def run(
     """Grade (the session's renderer and `listener` both hear every event), then write every
     requested output and record progress. A cancelled run writes nothing."""
     from theinference.grading.progress import record_progress
-    from theinference.output.formats import write
 
     draw = session.renderer(trigger, cancel) if session.renderer else ignore
 
@@ -155,8 +156,8 @@ def run(
     result = languages.localize_result(result, session.course.language)
     if result.cancelled:
         return result
-    for out in session.outputs:
-        write(result, out.format, out.path)
+    if session.writer is not None:
+        session.writer(result)
     record_progress(session.course.root, result)
     return result
 
