@@ -13,7 +13,6 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from theinference.classroom.gradescope import gradescope_results
 from typer.testing import CliRunner
 
 from tests.bugs import planted
@@ -21,6 +20,7 @@ from tests.helpers import make_course
 from theinference import __version__
 from theinference.cli import app
 from theinference.course.settings import Grading
+from theinference.output.gradescope import gradescope_results
 
 runner = CliRunner()
 SCHEMA = json.loads(
