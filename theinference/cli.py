@@ -14,11 +14,11 @@ from theinference import __version__, exits
 from theinference.commands import bench, gradescope, init, stages, test, verify
 from theinference.commands import grade as classroom
 from theinference.commands import report as class_report
+from theinference.commands.options import command_group
 
-app = typer.Typer(
+app = command_group(
+    "Grade a KV cache for GPT-2, stage by stage, against a NumPy recompute oracle.",
     add_completion=False,
-    no_args_is_help=True,
-    help="Grade a KV cache for GPT-2, stage by stage, against a NumPy recompute oracle.",
 )
 
 

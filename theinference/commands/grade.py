@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from theinference import exits
+from theinference.commands.options import command_group
 
 CourseOpt = Annotated[
     Path | None,
@@ -91,7 +92,9 @@ def grade(
     course_dir: CourseOpt = None,
     stage: StageOpt = None,
     case: Annotated[list[str] | None, typer.Option(help="Only cases naming this.")] = None,
-    weights: Annotated[str | None, typer.Option(help="Default: [grading]'s course.")] = None,
+    weights: Annotated[
+        str | None, typer.Option(help="Default: the weights the course's theinference.toml names.")
+    ] = None,
     seed: Annotated[int | None, typer.Option(help="Hidden cases' seed (wins over [grading]).")]
     = None,
     submission_timeout: Annotated[
@@ -151,7 +154,7 @@ def warm_weights(spec: str, course_dir: Path | None) -> None:
         raise fail(str(exc), exits.WEIGHTS) from None
 
 
-gradebook_app = typer.Typer(help="Gradebooks of graded classes.", no_args_is_help=True)
+gradebook_app = command_group("Gradebooks of graded classes.")
 
 
 @gradebook_app.command("merge")

@@ -8,8 +8,9 @@ import typer
 
 from theinference import exits
 from theinference.commands.grade import CourseOpt, fail, instructor_settings, stage_points
+from theinference.commands.options import command_group
 
-gradescope_app = typer.Typer(help="A Gradescope autograder for the course.", no_args_is_help=True)
+gradescope_app = command_group("A Gradescope autograder for the course.")
 
 
 @gradescope_app.command("build")

@@ -9,6 +9,7 @@ import typer
 
 from theinference import exits
 from theinference.commands.grade import fail
+from theinference.commands.options import command_group
 
 
 def report(
@@ -27,7 +28,7 @@ def report(
     typer.echo(f"{html} ({len(records)} students; {len(written) - 1} student pages)")
 
 
-workflow_app = typer.Typer(help="GitHub Actions workflows.", no_args_is_help=True)
+workflow_app = command_group("GitHub Actions workflows.")
 
 
 @workflow_app.command("matrix")
