@@ -1,6 +1,7 @@
-"""The instructor's commands, registered in cli.py: grade, gradebook merge, gradescope build,
-report, workflow. Each gathers plain data, hands it to the classroom modules, and prints
-through screens.py; errors the instructor can fix are one line and an exit code (exits.py)."""
+"""The instructor's commands, registered in cli.py: grade, gradebook merge (gradescope.py and
+report.py hold the rest). Each gathers plain data, hands it to the classroom modules, and
+prints through output/class_screens.py; errors the instructor can fix are one line and an exit
+code (exits.py)."""
 
 import os
 from pathlib import Path
@@ -22,11 +23,9 @@ StageOpt = Annotated[
 ]
 
 
-def fail(message: str, code: int) -> typer.Exit:
-    from theinference.output.report import print_error
-
-    print_error(message)
-    return typer.Exit(code)
+def fail(message: str, code: int) -> exits.Abort:
+    """The error to raise: `handled` (options.py) prints it and exits with its code."""
+    return exits.Abort(message, code)
 
 
 def instructor_settings(course_dir: Path | None, name: str = ""):
@@ -141,7 +140,8 @@ def grade(
                              lambda r, again: (reused.append(again), on_done(r, again)))
     path = write_gradebook(out, records)
     print_class_summary(records, sum(reused), str(path))
-    raise typer.Exit(exits.OK if all(r["status"] != "grader-error" for r in records) else 1)
+    finished = all(r["status"] != "grader-error" for r in records)
+    raise typer.Exit(exits.OK if finished else exits.UNFINISHED)
 
 
 def warm_weights(spec: str, course_dir: Path | None) -> None:

@@ -17,7 +17,6 @@ import hashlib
 import hmac
 import io
 import json
-import os
 import secrets
 import zipfile
 from collections import OrderedDict
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from theinference.atomic import atomic_write
+from theinference.atomic import atomic_file, atomic_write
 from theinference.oracle.gpt2 import LayerKV
 
 ORACLE_VERSION = 2  # bump whenever an answer or a noise floor would come out differently
@@ -123,17 +122,9 @@ def read_or_make_secret(path: Path) -> bytes:
             return secret
     except FileNotFoundError:
         pass
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(secrets.token_bytes(32))
-    try:
-        os.replace(tmp, path) if path.exists() else os.link(tmp, path)
-    except FileExistsError:
-        pass  # another grader made it first: use theirs
-    finally:
-        tmp.unlink(missing_ok=True)
+    damaged = path.exists()  # a secret of the wrong size is replaced; an absent one, made once
+    with atomic_file(path, 0o600, first_wins=not damaged) as tmp:
+        tmp.write_bytes(secrets.token_bytes(32))
     return path.read_bytes()
 
 

@@ -64,9 +64,8 @@ def prepare(
     every = load_stages()
     if timeout is not None:
         every = [replace(s, timeout=timeout) for s in every]
-    else:  # a stage's own timeout, scaled for a language slower than NumPy
-        factor = languages.TIMEOUT_FACTOR[course.language]
-        every = [replace(s, timeout=s.timeout * factor) for s in every]
+    else:
+        every = timed_for(every, course.language)
     if seed is not None:
         every = [with_hidden_cases(s, seed) for s in every]
     chosen = select(every, slugs)
@@ -86,6 +85,12 @@ def prepare(
         policy=policy,
         sandbox=sandbox,
     )
+
+
+def timed_for(stages: list[Stage], language: str) -> list[Stage]:
+    """Each stage's own timeout, scaled for a course language slower than NumPy."""
+    factor = languages.TIMEOUT_FACTOR[language]
+    return [replace(s, timeout=s.timeout * factor) for s in stages]
 
 
 def filtered(stages: list[Stage], wanted: tuple[str, ...], named: bool) -> list[Stage]:

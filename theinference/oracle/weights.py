@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from theinference.atomic import atomic_file
 from theinference.oracle import synthetic
 from theinference.oracle.config import ModelConfig, expected_shapes
 from theinference.oracle.safetensors_io import SafetensorsError, map_tensors, tensors_in, write_file
@@ -299,19 +300,15 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def _write_atomically(path: Path, tensors: dict[str, np.ndarray], sha256: str | None = None):
-    """Write to a temporary name, check, then rename: a half-written file is never used."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """Write under a temporary name, check, then move into place (read-only): a half-written
+    or unexpected file is never used."""
     try:
-        write_file(tmp, tensors)
-        digest = _sha256_of(tmp)
-        if sha256 is not None and digest != sha256:
-            raise WeightsError(
-                f"generated synthetic weights do not match their recorded sha256 {sha256[:12]}; "
-                "this NumPy build computes differently, please report it"
-            )
-        tmp.chmod(0o444)
-        os.replace(tmp, path)
+        with atomic_file(path, mode=0o444) as tmp:
+            write_file(tmp, tensors)
+            if sha256 is not None and _sha256_of(tmp) != sha256:
+                raise WeightsError(
+                    f"generated synthetic weights do not match their recorded sha256 "
+                    f"{sha256[:12]}; this NumPy build computes differently, please report it"
+                )
     except OSError as exc:
         raise WeightsError(f"cannot write {path}: {exc.strerror} (is the disk full?)") from None
-    finally:
-        tmp.unlink(missing_ok=True)

@@ -28,7 +28,6 @@ from theinference.student import launch, sandbox
 from theinference.student.cpu import Snapshot, cpu_seconds_between, tree_cpu
 from theinference.student.sandbox import Sandbox, hide_grader_environ
 
-WORKER_SCRIPT = Path(__file__).parent / "worker" / "worker.py"
 MAX_REPLY_BYTES = 1 << 30
 STARTUP_TIMEOUT = 60.0  # a cold interpreter and NumPy import on a loaded machine
 RUN_TOKEN_VAR = "THEINFERENCE_RUN_TOKEN"
