@@ -14,7 +14,8 @@ from theinference.curriculum.stages import Case, Stage
 from theinference.diagnosis.errors import lesson_for
 from theinference.grading.answers import Answers
 from theinference.results import CaseResult, Status, finding_of
-from theinference.student.process import Outcome, StudentProcess
+from theinference.student.process import StudentProcess
+from theinference.student.replies import Outcome
 
 OUTCOME_STATUS = {
     "todo": Status.TODO,

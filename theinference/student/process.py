@@ -4,7 +4,8 @@ One worker process serves a whole run (start-up is paid once); a crash or a time
 the call it happened in, and the next call starts a fresh worker. Limits are enforced from
 outside: the timeout kills the worker's whole process group with SIGKILL, which no student
 code can catch, and its output is read through pipes and capped, never buffered whole.
-Where the process runs (inside bubblewrap, as nobody, or as the grader's user) is sandbox.py's.
+Where the process runs (inside bubblewrap, as an unprivileged user, or as the grader's user) is
+sandbox.py's; what a reply holds, and its decoding, replies.py's.
 """
 
 import json
@@ -17,22 +18,16 @@ import struct
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from theinference.course import languages
-from theinference.oracle.weights import cache_dir
 from theinference.student import launch, sandbox
 from theinference.student.cpu import Snapshot, cpu_seconds_between, tree_cpu
-from theinference.student.sandbox import Sandbox, hide_grader_environ
+from theinference.student.replies import MAX_REPLY_BYTES, Captured, Outcome, decode_reply
+from theinference.student.sandbox import RUN_TOKEN_VAR, Sandbox, hide_grader_environ, kill_tagged
 
-MAX_REPLY_BYTES = 1 << 30
 STARTUP_TIMEOUT = 60.0  # a cold interpreter and NumPy import on a loaded machine
-RUN_TOKEN_VAR = "THEINFERENCE_RUN_TOKEN"
-GRADER_ONLY_ENV = {"THEINFERENCE_CACHE_DIR", "THEINFERENCE_SEED"}  # not the student's business
-ALLOWED_DTYPES = {"b", "i", "u", "f", "c"}
 
 
 @dataclass(frozen=True)
@@ -40,42 +35,6 @@ class Limits:
     timeout: float = 60.0  # seconds per adapter call
     memory_bytes: int = 8 << 30  # heap and anonymous memory of the student's process
     output_bytes: int = 64 << 10  # captured stdout and stderr kept per call, each
-
-
-@dataclass
-class Captured:
-    """The head of one stream, and how much was cut."""
-
-    data: bytearray = field(default_factory=bytearray)
-    dropped: int = 0
-
-    def add(self, chunk: bytes, cap: int) -> None:
-        room = max(cap - len(self.data), 0)
-        self.data += chunk[:room]
-        self.dropped += max(len(chunk) - room, 0)
-
-    def text(self) -> str:
-        out = self.data.decode("utf-8", errors="replace")
-        if self.dropped:
-            out += f"\n[... output cut at {len(self.data) // 1024} KiB: {self.dropped} more bytes]"
-        return out
-
-
-@dataclass
-class Outcome:
-    """What one adapter call came to. kind: returned, todo, raised, import_error, missing,
-    signature, timeout, crashed, bad_reply, cancelled."""
-
-    kind: str
-    value: object = None
-    message: str = ""
-    traceback: str = ""
-    exception: str = ""  # the exception's type name, when kind is raised
-    probe: dict | None = None  # what the cache-use probe did, when one was asked for
-    stdout: str = ""
-    stderr: str = ""
-    seconds: float = 0.0  # wall time of the call, measured by the grader
-    cpu_seconds: float | None = None  # the call's CPU time, measured from outside: see tree_cpu
 
 
 @dataclass
@@ -237,21 +196,10 @@ class StudentProcess:
         memory = str(self.limits.memory_bytes)
         language = languages.course_language(self.course_dir)  # python | ts: which worker
         if self.sandbox == "bwrap":
-            mounts = Path(sandbox.WORKER_MOUNT).parent
-            inner = launch.worker_argv(
-                Path(sandbox.COURSE_MOUNT), *fds, memory, language, worker_dir=mounts
-            )
-            hidden = [cache_dir().resolve(), Path(__file__).parents[1]]
-            command = sandbox.bwrap_command(inner, self.course_dir, self.weights_path, hidden)
-            command = launch.bind_worker(command, language, mounts)
-            return command, sandbox.bwrap_env(RUN_TOKEN_VAR, self.token), {}
+            argv = launch.in_bwrap(self.course_dir, self.weights_path, fds, memory, language)
+            return argv, sandbox.bwrap_env(RUN_TOKEN_VAR, self.token), {}
         hide_grader_environ()
-        env = {
-            **{k: v for k, v in os.environ.items() if k not in GRADER_ONLY_ENV},
-            "THEINFERENCE_WEIGHTS": str(self.weights_path),
-            "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ writes in the course directory
-            RUN_TOKEN_VAR: self.token,  # inherited by every descendant: see kill_tagged
-        }
+        env = launch.plain_env(self.weights_path, RUN_TOKEN_VAR, self.token)
         as_user = {}
         if self.sandbox == "unprivileged-user":
             if self._run_dir is None:
@@ -343,61 +291,3 @@ class StudentProcess:
     def _finish(self, outcome: Outcome, out: Captured, err: Captured) -> Outcome:
         outcome.stdout, outcome.stderr = out.text(), err.text()
         return outcome
-
-
-def kill_tagged(token: str) -> None:
-    """SIGKILL every process whose environment carries this run's token (Linux /proc)."""
-    needle = f"{RUN_TOKEN_VAR}={token}".encode()
-    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                os.kill(int(entry.name), signal.SIGKILL)
-        except (OSError, ValueError):
-            continue  # gone already, or not ours to read
-
-
-def decode_reply(payload: bytes) -> Outcome:
-    """Rebuild the reply: JSON fields, and arrays from their raw bytes (never unpickled)."""
-    try:
-        (text_len,) = struct.unpack("<I", payload[:4])
-        header = json.loads(payload[4 : 4 + text_len])
-        blobs, offset = [], 4 + text_len
-        for size in header.get("blob_sizes", []):
-            blobs.append(payload[offset : offset + size])
-            offset += size
-        kind = str(header["outcome"])
-        value = rebuild(header["value"], blobs) if kind == "returned" else None
-    except (KeyError, ValueError, TypeError, IndexError, struct.error) as exc:
-        return Outcome("bad_reply", message=f"unreadable reply from the student process: {exc}")
-    return Outcome(
-        kind=kind,
-        value=value,
-        message=str(header.get("message", "")),
-        traceback=str(header.get("traceback", "")),
-        exception=str(header.get("exception", "")),
-        probe=header.get("probe") if isinstance(header.get("probe"), dict) else None,
-    )
-
-
-@dataclass(frozen=True)
-class Foreign:
-    """A returned value that is not numbers: only its type name crosses over."""
-
-    type: str
-
-
-def rebuild(desc: dict, blobs: list[bytes]):
-    kind = desc["kind"]
-    if kind == "none":
-        return None
-    if kind == "seq":
-        return [rebuild(item, blobs) for item in desc["items"]]
-    if kind == "array":
-        dtype = np.dtype(desc["dtype"])
-        if dtype.kind not in ALLOWED_DTYPES:
-            raise ValueError(f"dtype {dtype} not allowed")
-        shape = tuple(int(n) for n in desc["shape"])
-        return np.frombuffer(blobs[int(desc["blob"])], dtype=dtype).reshape(shape)
-    return Foreign(type=str(desc.get("type", "object")))

@@ -13,6 +13,7 @@ import functools
 import os
 import pwd
 import shutil
+import signal
 import site
 import subprocess
 import sys
@@ -26,6 +27,7 @@ COURSE_MOUNT = "/course"
 WEIGHTS_MOUNT = "/weights/model.safetensors"
 WORKER_MOUNT = "/grader/worker.py"
 HOME_MOUNT = "/home/student"
+RUN_TOKEN_VAR = "THEINFERENCE_RUN_TOKEN"  # in every student process's environment: kill_tagged
 NAMESPACES = (
     "--unshare-user",
     "--unshare-pid",
@@ -238,3 +240,16 @@ def hide_grader_environ() -> None:
         libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     except (OSError, AttributeError):
         pass  # not Linux: nothing to hide this way
+
+
+def kill_tagged(token: str) -> None:
+    """SIGKILL every process whose environment carries this run's token (Linux /proc)."""
+    needle = f"{RUN_TOKEN_VAR}={token}".encode()
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue  # gone already, or not ours to read
