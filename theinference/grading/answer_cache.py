@@ -39,7 +39,6 @@ class AnswerCache:
         self.directory = directory / "answers" / weights_sha256[:16] if directory else None
         self._memory: OrderedDict[str, object] = OrderedDict()
         self.notes: list[str] = []
-        self.hits = self.misses = 0
         self.rejected = 0  # files on disk whose MAC did not hold: forged, swapped or damaged
         self._secret = self._open_secret(directory) if directory else None
 
@@ -51,15 +50,11 @@ class AnswerCache:
         key = self.key(check, args)
         if key in self._memory:
             self._memory.move_to_end(key)
-            self.hits += 1
             return self._memory[key]
         value = self._load(key)
         if value is None:
-            self.misses += 1
             value = compute()
             self._store(key, value)
-        else:
-            self.hits += 1
         self._remember(key, value)
         return value
 

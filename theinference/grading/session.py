@@ -110,11 +110,6 @@ def filtered(stages: list[Stage], wanted: tuple[str, ...], named: bool) -> list[
     return kept
 
 
-def only_cases(stage: Stage, wanted: list[str]) -> Stage:
-    """The stage with only the cases whose names contain one of `wanted`."""
-    return replace(stage, cases=tuple(c for c in stage.cases if selected(c, tuple(wanted))))
-
-
 def override_limits(session: Session, memory_gb: float | None, output_kb: int | None) -> None:
     """Limits given on the command line win over every stage spec's."""
     changes = {}
