@@ -25,7 +25,8 @@ MODES = ("auto", "bwrap", "none")
 INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap)"
 COURSE_MOUNT = "/course"
 WEIGHTS_MOUNT = "/weights/model.safetensors"
-WORKER_MOUNT = "/grader/worker.py"
+WORKER_DIR = Path(__file__).parent / "worker"  # the worker's folder: Python's and Node's
+WORKER_MOUNT = "/grader/worker"  # where the sandbox binds it, whole and read-only
 HOME_MOUNT = "/home/student"
 RUN_TOKEN_VAR = "THEINFERENCE_RUN_TOKEN"  # in every student process's environment: kill_tagged
 NAMESPACES = (
@@ -114,7 +115,7 @@ def bwrap_command(inner: list[str], course: Path, weights: Path, hidden: list[Pa
     args += _system_binds() + _python_binds()
     args += ["--ro-bind", str(course), COURSE_MOUNT]
     args += ["--ro-bind-try", str(weights), WEIGHTS_MOUNT]
-    args += ["--ro-bind", str(worker_script()), WORKER_MOUNT]
+    args += ["--ro-bind", str(WORKER_DIR), WORKER_MOUNT]
     for path in filter(Path.is_dir, hidden):  # a tmpfs over it where it would show
         if any(_below(path, root) for root in _python_roots()):
             args += ["--tmpfs", str(path)]
@@ -177,10 +178,6 @@ def _python_roots() -> tuple[Path, ...]:
 
 def _below(path: Path, parent: Path) -> bool:
     return path == parent or parent in path.parents
-
-
-def worker_script() -> Path:
-    return Path(__file__).parent / "worker" / "worker.py"
 
 
 def signal_from_exit(code: int) -> int:
