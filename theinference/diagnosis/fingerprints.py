@@ -95,6 +95,8 @@ class _Case:
     pair) lands from them, in tolerances."""
 
     def __init__(self, check: str, args: list, actual: np.ndarray, path: CachedPath, tol):
+        if actual.ndim == 2 and path.steps is not None:
+            actual = actual[: path.steps]  # a decode's first steps: the path runs only those
         self.check, self.args, self.actual, self.path, self.tol = check, args, actual, path, tol
         self._errors: dict = {}
 
@@ -111,8 +113,6 @@ class _Case:
 
     def _error(self, variant: Variant) -> float:
         out = self.path.answer(CHECKS[self.check].simulate, self.args, variant)
-        if out is not None and out.ndim == 2 and self.actual.ndim == 2:
-            self.actual = self.actual[: len(out)]  # a decode simulated over its first steps
         if out is None or out.shape != self.actual.shape:
             return math.inf
         return compare("variant", self.actual, out, self.tol).worst
