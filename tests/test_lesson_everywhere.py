@@ -80,6 +80,8 @@ def test_every_output_says_the_same_suspected_bug_lesson_and_hint(tmp_path, weig
         assert stage.suspected_bug == "attend-old-length" and stage.diagnosed
     else:
         assert stage.shared_error and "softmax got zero scores" in stage.hint
+        names = "; ".join(c.name for c in stage.cases)  # a name may hold a comma: 3, not 4
+        assert f"every case that ran (3: {names}) raised" in every_output(run)["terminal"]
     for name, text in every_output(run).items():
         for said in (stage.bug_name, stage.hint):
             assert (folded(said) if name in ("json", "gradescope") else said) in text, (name, said)
