@@ -6,13 +6,13 @@ Every figure is computed from the submission records, the same ones gradebook.cs
 
 import math
 from collections import Counter
-from html import escape
 from pathlib import Path
 
 from theinference.atomic import atomic_write
 from theinference.classroom.gradebook import stage_slugs
 from theinference.classroom.svg import bar_chart, histogram
 from theinference.results import where_text
+from theinference.results.text import html_text as escape  # controls shown, not kept
 
 STYLE = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:60em;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.2em .6em}

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from theinference.atomic import atomic_write
 from theinference.classroom.records import SUBMISSIONS_DIR, read_records, record_path
+from theinference.results.text import csv_cell
 
 GRADEBOOK = "gradebook.csv"
 
@@ -39,7 +40,7 @@ def gradebook_text(records: list[dict]) -> str:
     for record in records:
         by_slug = {row["slug"]: row for row in record["stages"]}
         writer.writerow([
-            record["id"],
+            csv_cell(record["id"]),  # a file name: never a spreadsheet formula
             record["status"],
             *(_cell(by_slug.get(slug)) for slug in slugs),
             _number(record["score"]),
@@ -47,7 +48,7 @@ def gradebook_text(records: list[dict]) -> str:
             f"{sum(r['status'] == 'passed' for r in record['stages'])}/{len(record['stages'])}",
             "; ".join(f"{r['slug']}: {r['suspected_bug']}"
                       for r in record["stages"] if r["suspected_bug"]),
-            record["message"][:300],
+            csv_cell(record["message"][:300]),
             record["content_sha256"],
         ])
     return out.getvalue()

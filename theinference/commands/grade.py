@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from theinference import exits
+from theinference.commands import limits
 from theinference.commands.options import command_group
 
 CourseOpt = Annotated[
@@ -86,7 +87,9 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
 def grade(
     submissions: Annotated[Path, typer.Argument(help="A folder: one entry per student.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="The results folder.")],
-    jobs: Annotated[int | None, typer.Option(help="At once (default: what fits).")] = None,
+    jobs: Annotated[
+        int | None, typer.Option(help="At once (default: what fits).", callback=limits.at_least_one)
+    ] = None,
     shard: Annotated[str | None, typer.Option(help="Grade slice I of N only, e.g. 1/4.")] = None,
     course_dir: CourseOpt = None,
     stage: StageOpt = None,
@@ -94,10 +97,15 @@ def grade(
     weights: Annotated[
         str | None, typer.Option(help="Default: the weights the course's theinference.toml names.")
     ] = None,
-    seed: Annotated[int | None, typer.Option(help="Hidden cases' seed (wins over [grading]).")]
-    = None,
+    seed: Annotated[
+        int | None,
+        typer.Option(help="Hidden cases' seed (wins over [grading]).", callback=limits.seed),
+    ] = None,
     submission_timeout: Annotated[
-        float, typer.Option(help="Seconds a whole submission may take (a backstop).")
+        float,
+        typer.Option(
+            help="Seconds a whole submission may take (a backstop).", callback=limits.positive
+        ),
     ] = 1800.0,
 ) -> None:
     """Grade a folder of submissions (course folders, .zip/.tar.gz, loose files) into RESULTS:

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from theinference.commands import limits
 from theinference.commands.options import CourseDir, StageOpt, WeightsOpt
 from theinference.exits import Abort
 from theinference.output.formats import FORMATS
@@ -49,18 +50,28 @@ def test(
         typer.Option(
             envvar="THEINFERENCE_SEED",
             help="Add hidden random cases drawn with this seed (graders).",
+            callback=limits.seed,
         ),
     ] = None,
     timeout: Annotated[
-        float | None, typer.Option(help="Seconds per adapter call (default: each stage's).")
+        float | None,
+        typer.Option(
+            help="Seconds per adapter call (default: each stage's).", callback=limits.positive
+        ),
     ] = None,
     memory_gb: Annotated[
         float | None,
-        typer.Option(help="Heap limit of the student's process, GiB (default: each stage's, 8)."),
+        typer.Option(
+            help="Heap limit of the student's process, GiB (default: each stage's, 8).",
+            callback=limits.gibibytes,
+        ),
     ] = None,
     output_kb: Annotated[
         int | None,
-        typer.Option(help="Output kept per call and stream, KiB (default: each stage's, 64)."),
+        typer.Option(
+            help="Output kept per call and stream, KiB (default: each stage's, 64).",
+            callback=limits.kibibytes,
+        ),
     ] = None,
     sandbox: Annotated[
         str,

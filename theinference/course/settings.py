@@ -6,6 +6,7 @@ meaning are documented in README.md's "Course settings" table.
 """
 
 import difflib
+import math
 from dataclasses import dataclass, field
 
 from theinference.course.languages import LANGUAGES, PYTHON
@@ -163,7 +164,7 @@ def _seed(value) -> str | int:
 def _positive(value, name: str) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
         raise SettingsError(f"[grading] {name} must be a number > 0, not {value!r}")
     return float(value)
 

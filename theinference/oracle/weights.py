@@ -33,6 +33,7 @@ from theinference.oracle.checkpoint import (
     is_canonical,
 )
 from theinference.oracle.config import ModelConfig
+from theinference.oracle.hub import HubUnavailable, hub_file
 from theinference.oracle.safetensors_io import SafetensorsError, map_tensors, tensors_in, write_file
 
 HF_REPO = "openai-community/gpt2"
@@ -124,16 +125,13 @@ def _read_if_intact(path: Path) -> np.ndarray | None:
 
 
 def download_gpt2() -> Path:
-    """openai-community/gpt2 at a pinned revision, from the Hugging Face cache when present."""
+    """openai-community/gpt2 at a pinned revision, from the Hugging Face cache when present;
+    with no network, said at once (hub.py), never after the hub client's retries."""
     try:
-        from huggingface_hub import hf_hub_download
-
-        return Path(hf_hub_download(HF_REPO, HF_FILENAME, revision=HF_REVISION))
-    except Exception as exc:  # the hub raises many types: offline, DNS, HTTP, missing cache
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return hub_file(HF_REPO, HF_FILENAME, HF_REVISION)
+    except HubUnavailable as reason:
         raise WeightsError(
-            f"could not get {HF_REPO}/{HF_FILENAME} (revision {HF_REVISION[:8]}) from the "
-            f"Hugging Face Hub or its local cache: {reason}\n"
+            f"could not get {HF_REPO}/{HF_FILENAME} (revision {HF_REVISION[:8]}): {reason}\n"
             "Use --weights synthetic (the built-in default, made locally), or download the file "
             "elsewhere and pass its path with --weights path/to/model.safetensors."
         ) from None

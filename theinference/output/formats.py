@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from theinference.atomic import atomic_write
 from theinference.course.settings import Grading
 from theinference.results import CaseResult, RunResult, StageResult, Status, where_text
+from theinference.results.text import inert_copy, no_surrogates, xml_text
 
 if TYPE_CHECKING:  # NumPy stays out of the command line's start-up
     from theinference.results.compare import Comparison
@@ -27,7 +28,8 @@ SCHEMA_FILE = Path(__file__).with_name("schema") / "results-v3.json"
 
 
 def to_json(run: RunResult) -> dict:
-    return {
+    # the student's text stays as written (JSON escapes every control), less lone surrogates
+    return inert_copy({
         "schema": SCHEMA,
         "passed": run.passed,
         "partial": run.partial,
@@ -37,7 +39,7 @@ def to_json(run: RunResult) -> dict:
         "environment": run.environment,
         "timings": timings(run),
         "stages": [stage_json(s) for s in run.stages],
-    }
+    }, no_surrogates)
 
 
 def timings(run: RunResult) -> dict:
@@ -119,7 +121,9 @@ def comparison_json(c: Comparison) -> dict:
 
 
 def to_junit(run: RunResult) -> str:
-    """One testsuite per stage, one testcase per case (a skipped stage: one skipped case)."""
+    """One testsuite per stage, one testcase per case (a skipped stage: one skipped case).
+    Every string is made XML 1.0 text first: the student's output may hold any control."""
+    run = inert_copy(run, xml_text)
     suites = ET.Element("testsuites", name="theinference", time=f"{run.seconds:.3f}")
     for stage in run.stages:
         cases = stage.cases or [

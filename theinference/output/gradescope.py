@@ -3,7 +3,8 @@
 course's [grading] says, each carrying the diagnosis in markdown: status, suspected bug, error
 lesson and hint, where it departs, the allclose figures, the student's trimmed traceback,
 captured output (capped). The one rendering: `test --format gradescope` and `gradescope run`
-both call `gradescope_results`.
+both call `gradescope_results`. Every piece of text is made inert markdown (results/text.py):
+the student's cannot render as ours.
 
 Field names and values follow Gradescope's autograder specification; schema/gradescope-
 results.json holds them, and the tests validate every results.json against it.
@@ -12,6 +13,7 @@ results.json holds them, and the tests validate every results.json against it.
 from theinference.course.settings import Grading
 from theinference.grading.scores import case_groups, group_score, suspected_bug_of
 from theinference.results import where_text
+from theinference.results.text import markdown_fence, markdown_text
 
 TRACEBACK_LINES = 30
 OUTPUT_CHARS = 2000
@@ -65,7 +67,7 @@ def stage_markdown(stage: dict, group: dict) -> str:
     passed = sum(c["status"] == "passed" for c in cases)
     lines = [f"**Status: {group['status']}**, {passed} of {len(cases)} cases passed"]
     if stage.get("reason"):
-        lines.append(f"\n{stage['reason']}")
+        lines.append(f"\n{markdown_text(stage['reason'])}")
     if group["status"] != "passed":
         lines += diagnosis_markdown(stage, group)
     if cases:
@@ -87,15 +89,16 @@ def diagnosis_markdown(stage: dict, group: dict) -> list[str]:
     name, lesson = said.get("bug_name", ""), said.get("lesson")
     lines = []
     if bug or name:
-        tag = f"`{bug}`" if bug else f"`{lesson}`" if lesson else ""
-        lines.append(f"\n**Suspected bug:** {': '.join(x for x in (tag, name) if x)}")
+        tag = f"`{bug}`" if bug else f"`{lesson}`" if lesson else ""  # the table's ids
+        named = ": ".join(x for x in (tag, markdown_text(name)) if x)
+        lines.append(f"\n**Suspected bug:** {named}")
     if lesson:
         lines.append(f"\n**Error lesson:** `{lesson}`")
     if said.get("where"):
         lines.append(f"\n**First departs at:** {where_text(said['where'])}")
     hint = said.get("hint") or next((c["hint"] for c in cases if c.get("hint")), "")
     if hint:
-        lines.append(f"\n**Hint:** {hint}")
+        lines.append(f"\n**Hint:** {markdown_text(hint)}")
     return lines
 
 
@@ -106,11 +109,12 @@ def case_row(case: dict) -> str:
     total = sum(c["total"] for c in case.get("comparisons", []))
     figure = "" if worst is None else f"{worst:.3g}"
     count = f"{mismatched} of {total}" if total else ""
-    return f"| {_cell(case['name'])} | {case['status']} | {figure} | {count} |"
+    return f"| {markdown_text(case['name'])} | {case['status']} | {figure} | {count} |"
 
 
 def case_detail(case: dict) -> list[str]:
-    lines = [f"\n#### {case['name']}: {case['status']}", "", _clip(case["message"], MESSAGE_CHARS)]
+    lines = [f"\n#### {markdown_text(case['name'])}: {case['status']}", "",
+             markdown_text(_clip(case["message"], MESSAGE_CHARS))]
     for cmp in case.get("comparisons", []):
         if cmp["mismatched"]:
             lines.append(
@@ -120,10 +124,10 @@ def case_detail(case: dict) -> list[str]:
                 f"{cmp['worst_tolerance_multiple']:.3g}× the tolerance at {cmp['worst_index']}"
             )
     if case.get("traceback"):
-        lines += ["", "Traceback (your code):", "```", trim_traceback(case["traceback"]), "```"]
+        lines += ["", "Traceback (your code):", markdown_fence(trim_traceback(case["traceback"]))]
     for stream in ("stdout", "stderr"):
         if case.get(stream):
-            lines += ["", f"Your {stream}:", "```", _clip(case[stream], OUTPUT_CHARS), "```"]
+            lines += ["", f"Your {stream}:", markdown_fence(_clip(case[stream], OUTPUT_CHARS))]
     return lines
 
 
@@ -141,20 +145,15 @@ def summary(results: dict, tests: list[dict]) -> str:
     stages = results.get("stages", [])
     passed = sum(s["status"] == "passed" for s in stages)
     return (f"**{score:g} of {total:g} points**: {passed} of {len(stages)} stages passed "
-            f"(weights {results.get('weights', {}).get('label', '?')}). Run "
+            f"(weights {markdown_text(results.get('weights', {}).get('label', '?'))}). Run "
             "`theinference test --stage SLUG` in your course for the full report.")
 
 
 def _clip(text: str, limit: int) -> str:
-    text = text.replace("```", "'''")
     return text if len(text) <= limit else text[:limit] + f"\n[... cut at {limit} characters]"
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
 
 
 def failure_results(message: str) -> dict:
     """results.json for a submission that could not be graded: no points, and why."""
-    return {"score": 0.0, "output": message, "output_format": "md", "visibility": "visible",
-            "stdout_visibility": "hidden", "tests": []}
+    return {"score": 0.0, "output": markdown_text(message), "output_format": "md",
+            "visibility": "visible", "stdout_visibility": "hidden", "tests": []}

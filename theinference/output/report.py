@@ -12,6 +12,7 @@ from rich.text import Text
 
 from theinference.results import CaseResult, RunResult, StageResult, Status
 from theinference.results.compare import Comparison
+from theinference.results.text import inert_copy, terminal_text
 
 STYLE = {
     Status.PASSED: ("✓", "green"),
@@ -39,6 +40,7 @@ def console(stderr: bool = False) -> Console:
 def print_header(
     out: Console, course: str, weights: str, stages: list[str], trigger: str = ""
 ) -> None:
+    course, weights, trigger = map(terminal_text, (course, weights, trigger))  # file names
     if trigger and out.is_terminal:
         out.rule(escape(trigger), style="dim")
     elif trigger:
@@ -55,6 +57,7 @@ def print_run(out: Console, run: RunResult, next_step: str = "") -> None:
 
 
 def print_run_end(out: Console, run: RunResult, next_step: str = "") -> None:
+    run = inert_copy(run, terminal_text)
     for note in run.notes:
         out.print(Text("note: " + note, style="yellow"))
     out.print(summary_line(run))
@@ -91,6 +94,7 @@ def stage_block(stage: StageResult, seen: dict[str, str] | None = None) -> Group
     """A stage in the log form. `seen` (traceback -> where it was first shown) spans the run,
     so an error every case shares is shown once per stage, and an import failure once per run."""
     seen = {} if seen is None else seen
+    stage = inert_copy(stage, terminal_text)  # the student's text shown, never acted on
     head = stage_head(stage)
     if stage.status == Status.SKIPPED:
         return Group(Text(""), head, Text(f"    {stage.reason}", style="dim"))
@@ -266,7 +270,8 @@ def summary_line(run: RunResult) -> Text:
 
 def print_error(message: str) -> None:
     # never hard-wrapped: paths in it must survive copy and paste
-    console(stderr=True).print(Text("error: ", style="bold red") + Text(message), soft_wrap=True)
+    line = Text("error: ", style="bold red") + Text(terminal_text(message))
+    console(stderr=True).print(line, soft_wrap=True)
 
 
 def next_stage(run: RunResult, order: list[str]) -> str | None:

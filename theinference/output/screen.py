@@ -17,6 +17,7 @@ from theinference.output.report import (
     summary_line,
 )
 from theinference.results import CaseResult, RunResult, StageResult, Status
+from theinference.results.text import inert_copy, terminal_text
 
 KEYS = "r: rerun · a: all stages · n: next stage · h: hint · q: quit"
 OUTPUT_LINES = 12  # the student's captured output shown on the screen; the log form has all
@@ -24,6 +25,7 @@ OUTPUT_LINES = 12  # the student's captured output shown on the screen; the log 
 
 def draw(out: Console, header: Group, run: RunResult, order: list[str], keys: bool) -> None:
     """The whole screen for a finished run, cleared first when out is a terminal."""
+    run = inert_copy(run, terminal_text)  # the student's text shown, never acted on
     if out.is_terminal:
         out.clear()
     out.print(header)
@@ -42,6 +44,7 @@ def draw(out: Console, header: Group, run: RunResult, order: list[str], keys: bo
 
 def stage_summary(stage: StageResult) -> Group:
     """A stage in a few lines: passed cases in one, each other case in one."""
+    stage = inert_copy(stage, terminal_text)
     head = stage_head(stage)
     if stage.status in (Status.PASSED, Status.SKIPPED) or not stage.cases:
         return Group(head, *([Text(f"    {stage.reason}", "dim")] if stage.reason else []))
@@ -121,6 +124,7 @@ def verdict_block(focus: StageResult | None, run: RunResult, order: list[str]) -
 def hint_block(slug: str, title: str, guidance: str, stage: StageResult | None) -> Group:
     """Key h: the stage's guidance from the course, and the diagnosis of its last run."""
     parts = [Text(f"── hint: {slug} · {title} ──", "bold cyan"), Text(guidance)]
+    stage = inert_copy(stage, terminal_text)
     if stage is not None and stage.status not in (Status.PASSED, Status.TODO, Status.SKIPPED):
         if stage.bug_name:
             parts.append(Text(f"your last run: suspected bug: {stage.bug_name}", "magenta"))
@@ -133,6 +137,7 @@ def header(course: str, weights: str, trigger: str) -> Group:
     import time
 
     when = time.strftime("%H:%M:%S")
+    course, weights, trigger = map(terminal_text, (course, weights, trigger))  # file names
     return Group(
         Text.assemble(("theinference", "bold"), f" · course {course} · weights {weights}"),
         Text(f"{trigger or 'first run'} · {when}", "dim"),
