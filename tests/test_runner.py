@@ -14,7 +14,8 @@ import pytest
 from tests.helpers import alive
 from tests.test_hostile import ESCAPEE, escapees
 from theinference.student import sandbox
-from theinference.student.process import Foreign, Limits, StudentProcess
+from theinference.student.process import Limits, StudentProcess
+from theinference.student.replies import Foreign
 from theinference.student.sandbox import Sandbox
 
 

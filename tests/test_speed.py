@@ -13,13 +13,13 @@ from typer.testing import CliRunner
 
 from tests.helpers import make_course, reference_text
 from tests.solutions.slow_cache import slow_cache_text
-from theinference.classroom.gradescope import gradescope_results
 from theinference.classroom.report_sections import speed_section
 from theinference.cli import app
 from theinference.course.settings import Grading, SettingsError, parse_settings
 from theinference.grading.speed import speed_after, speed_of, yardstick_course
 from theinference.oracle import gpt2 as oracle
 from theinference.output.formats import SCHEMA_FILE
+from theinference.output.gradescope import gradescope_results
 from theinference.results import RunResult, StageResult, Status
 from theinference.student.process import Limits, StudentProcess
 from theinference.student.sandbox import choose

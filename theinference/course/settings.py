@@ -9,8 +9,9 @@ import difflib
 import math
 from dataclasses import dataclass, field
 
+from theinference.course.languages import LANGUAGES, PYTHON
+
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
-LANGUAGES = ("python", "ts")
 SEED_SOURCES = ("none", "env", "submission")  # or a whole number
 SPEED_MODES = ("off", "report", "leaderboard")
 TOP_KEYS = ("weights", "language", "grading")
@@ -61,7 +62,7 @@ class Grading:
 @dataclass(frozen=True)
 class Settings:
     weights: str = "synthetic"
-    language: str = "python"
+    language: str = PYTHON
     grading: Grading = field(default_factory=Grading)
 
 
@@ -82,7 +83,7 @@ def parse_settings(data: dict) -> Settings:
     weights = data.get("weights", "synthetic")
     if not isinstance(weights, str) or not weights:
         raise SettingsError("'weights' must be a non-empty string (synthetic, gpt2 or a path)")
-    language = data.get("language", "python")
+    language = data.get("language", PYTHON)
     if language not in LANGUAGES:
         raise SettingsError(f"'language' must be one of {', '.join(LANGUAGES)}, not {language!r}")
     grading = data.get("grading", {})

@@ -26,6 +26,7 @@ from theinference.student.process import Limits
 from theinference.student.sandbox import Sandbox, choose
 
 Renderer = Callable[[str, threading.Event | None], Listener]  # (trigger, cancel) -> drawing
+Writer = Callable[[RunResult], None]  # writes a finished run's machine outputs
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class Session:
     answers: Answers | None = None  # kept across watch reruns: answers stay in memory
     policy: RunPolicy = EVERY_CASE
     renderer: Renderer | None = None  # draws each run (the terminal); None: nothing drawn
+    writer: Writer | None = None  # writes `outputs` (output/formats.py); None: nothing written
     sandbox: Sandbox | None = None  # how the student's process runs (sandbox.choose)
     provenance: dict = field(default_factory=dict)  # what produces the grade (provenance.py)
     speed: bool = False  # also time the cached generation against the oracle's (speed.py)
@@ -67,9 +69,8 @@ def prepare(
     every = load_stages()
     if timeout is not None:
         every = [replace(s, timeout=timeout) for s in every]
-    else:  # a stage's own timeout, scaled for a language slower than NumPy
-        factor = languages.TIMEOUT_FACTOR[course.language]
-        every = [replace(s, timeout=s.timeout * factor) for s in every]
+    else:
+        every = timed_for(every, course.language)
     if seed is not None:
         every = [with_hidden_cases(s, seed) for s in every]
     chosen = select(every, slugs)
@@ -101,6 +102,12 @@ def prepare(
     )
 
 
+def timed_for(stages: list[Stage], language: str) -> list[Stage]:
+    """Each stage's own timeout, scaled for a course language slower than NumPy."""
+    factor = languages.TIMEOUT_FACTOR[language]
+    return [replace(s, timeout=s.timeout * factor) for s in stages]
+
+
 def filtered(stages: list[Stage], wanted: tuple[str, ...], named: bool) -> list[Stage]:
     """The stages `--case` selects cases in. A stage named with --stage where it selects none
     is a usage error (a run of nothing must never pass); with no --stage, stages it selects
@@ -116,11 +123,6 @@ def filtered(stages: list[Stage], wanted: tuple[str, ...], named: bool) -> list[
             f"The cases of {where.slug} are: {names}"
         )
     return kept
-
-
-def only_cases(stage: Stage, wanted: list[str]) -> Stage:
-    """The stage with only the cases whose names contain one of `wanted`."""
-    return replace(stage, cases=tuple(c for c in stage.cases if selected(c, tuple(wanted))))
 
 
 def override_limits(session: Session, memory_gb: float | None, output_kb: int | None) -> None:
@@ -145,7 +147,6 @@ def run(
     """Grade (the session's renderer and `listener` both hear every event), then write every
     requested output and record progress. A cancelled run writes nothing."""
     from theinference.grading.progress import record_progress
-    from theinference.output.formats import write
 
     draw = session.renderer(trigger, cancel) if session.renderer else ignore
 
@@ -174,8 +175,8 @@ def run(
     if session.speed:
         result.speed = speed_after(result, session.stages, session.course.root, session.weights,
                                    session.limits, session.sandbox, cancel)
-    for out in session.outputs:
-        write(result, out.format, out.path)
+    if session.writer is not None:
+        session.writer(result)
     record_progress(session.course.root, result)
     return result
 

@@ -4,7 +4,8 @@ One worker process serves a whole run (start-up is paid once); a crash or a time
 the call it happened in, and the next call starts a fresh worker. Limits are enforced from
 outside: the timeout kills the worker's whole process group with SIGKILL, which no student
 code can catch, and its output is read through pipes and capped, never buffered whole.
-Where the process runs (inside bubblewrap, as nobody, or as the grader's user) is sandbox.py's.
+Where the process runs (inside bubblewrap, as an unprivileged user, or as the grader's user) is
+sandbox.py's; what a reply holds, and its decoding, replies.py's.
 """
 
 import json
@@ -17,21 +18,16 @@ import struct
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from theinference.course import languages
-from theinference.oracle.weights import cache_dir
 from theinference.student import launch, sandbox
 from theinference.student.cpu import Snapshot, cpu_seconds_between, tree_cpu
-from theinference.student.replies import Foreign, Outcome, decode_reply  # noqa: F401 (re-exported)
-from theinference.student.sandbox import Sandbox, hide_grader_environ
+from theinference.student.replies import MAX_REPLY_BYTES, Captured, Outcome, decode_reply
+from theinference.student.sandbox import RUN_TOKEN_VAR, Sandbox, hide_grader_environ, kill_tagged
 
-WORKER_SCRIPT = Path(__file__).parent / "worker" / "worker.py"
-MAX_REPLY_BYTES = 1 << 30
 STARTUP_TIMEOUT = 60.0  # a cold interpreter and NumPy import on a loaded machine
-RUN_TOKEN_VAR = "THEINFERENCE_RUN_TOKEN"
-GRADER_ONLY_ENV = {"THEINFERENCE_CACHE_DIR", "THEINFERENCE_SEED"}  # not the student's business
 
 
 @dataclass(frozen=True)
@@ -39,25 +35,6 @@ class Limits:
     timeout: float = 60.0  # seconds per adapter call
     memory_bytes: int = 8 << 30  # heap and anonymous memory of the student's process
     output_bytes: int = 64 << 10  # captured stdout and stderr kept per call, each
-
-
-@dataclass
-class Captured:
-    """The head of one stream, and how much was cut."""
-
-    data: bytearray = field(default_factory=bytearray)
-    dropped: int = 0
-
-    def add(self, chunk: bytes, cap: int) -> None:
-        room = max(cap - len(self.data), 0)
-        self.data += chunk[:room]
-        self.dropped += max(len(chunk) - room, 0)
-
-    def text(self) -> str:
-        out = self.data.decode("utf-8", errors="replace")
-        if self.dropped:
-            out += f"\n[... output cut at {len(self.data) // 1024} KiB: {self.dropped} more bytes]"
-        return out
 
 
 @dataclass
@@ -221,22 +198,10 @@ class StudentProcess:
         memory = str(self.limits.memory_bytes)
         language = languages.course_language(self.course_dir)  # python | ts: which worker
         if self.sandbox == "bwrap":
-            mounts = Path(sandbox.WORKER_MOUNT).parent
-            inner = launch.worker_argv(
-                Path(sandbox.COURSE_MOUNT), *fds, memory, language, worker_dir=mounts
-            )
-            hidden = [cache_dir().resolve(), Path(__file__).parents[1]]
-            command = sandbox.bwrap_command(inner, self.course_dir, self.weights_path, hidden)
-            command = launch.bind_worker(command, language, mounts)
-            return command, {**sandbox.bwrap_env(RUN_TOKEN_VAR, self.token), **self.env}, {}
+            argv = launch.in_bwrap(self.course_dir, self.weights_path, fds, memory, language)
+            return argv, {**sandbox.bwrap_env(RUN_TOKEN_VAR, self.token), **self.env}, {}
         hide_grader_environ()
-        env = {
-            **{k: v for k, v in os.environ.items() if k not in GRADER_ONLY_ENV},
-            "THEINFERENCE_WEIGHTS": str(self.weights_path),
-            "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ writes in the course directory
-            **self.env,
-            RUN_TOKEN_VAR: self.token,  # inherited by every descendant: see kill_tagged
-        }
+        env = {**launch.plain_env(self.weights_path, RUN_TOKEN_VAR, self.token), **self.env}
         as_user = {}
         if self.sandbox == "unprivileged-user":
             if self._run_dir is None:
@@ -328,16 +293,3 @@ class StudentProcess:
     def _finish(self, outcome: Outcome, out: Captured, err: Captured) -> Outcome:
         outcome.stdout, outcome.stderr = out.text(), err.text()
         return outcome
-
-
-def kill_tagged(token: str) -> None:
-    """SIGKILL every process whose environment carries this run's token (Linux /proc)."""
-    needle = f"{RUN_TOKEN_VAR}={token}".encode()
-    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                os.kill(int(entry.name), signal.SIGKILL)
-        except (OSError, ValueError):
-            continue  # gone already, or not ours to read

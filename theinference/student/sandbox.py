@@ -13,6 +13,7 @@ import functools
 import os
 import pwd
 import shutil
+import signal
 import site
 import subprocess
 import sys
@@ -24,8 +25,10 @@ MODES = ("auto", "bwrap", "none")
 INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap)"
 COURSE_MOUNT = "/course"
 WEIGHTS_MOUNT = "/weights/model.safetensors"
-WORKER_MOUNT = "/grader/worker.py"
+WORKER_DIR = Path(__file__).parent / "worker"  # the worker's folder: Python's and Node's
+WORKER_MOUNT = "/grader/worker"  # where the sandbox binds it, whole and read-only
 HOME_MOUNT = "/home/student"
+RUN_TOKEN_VAR = "THEINFERENCE_RUN_TOKEN"  # in every student process's environment: kill_tagged
 NAMESPACES = (
     "--unshare-user",
     "--unshare-pid",
@@ -112,7 +115,7 @@ def bwrap_command(inner: list[str], course: Path, weights: Path, hidden: list[Pa
     args += _system_binds() + _python_binds()
     args += ["--ro-bind", str(course), COURSE_MOUNT]
     args += ["--ro-bind-try", str(weights), WEIGHTS_MOUNT]
-    args += ["--ro-bind", str(worker_script()), WORKER_MOUNT]
+    args += ["--ro-bind", str(WORKER_DIR), WORKER_MOUNT]
     for path in filter(Path.is_dir, hidden):  # a tmpfs over it where it would show
         if any(_below(path, root) for root in _python_roots()):
             args += ["--tmpfs", str(path)]
@@ -177,10 +180,6 @@ def _below(path: Path, parent: Path) -> bool:
     return path == parent or parent in path.parents
 
 
-def worker_script() -> Path:
-    return Path(__file__).parent / "worker" / "worker.py"
-
-
 def signal_from_exit(code: int) -> int:
     """bwrap reports a child killed by signal N as exit code 128 + N; 0 when not that."""
     return code - 128 if 128 < code < 128 + 65 else 0
@@ -238,3 +237,16 @@ def hide_grader_environ() -> None:
         libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     except (OSError, AttributeError):
         pass  # not Linux: nothing to hide this way
+
+
+def kill_tagged(token: str) -> None:
+    """SIGKILL every process whose environment carries this run's token (Linux /proc)."""
+    needle = f"{RUN_TOKEN_VAR}={token}".encode()
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue  # gone already, or not ours to read
