@@ -26,6 +26,7 @@ from theinference.student import launch, sandbox
 from theinference.student.cpu import Snapshot, cpu_seconds_between, tree_cpu
 from theinference.student.replies import Foreign, Outcome, decode_reply  # noqa: F401 (re-exported)
 from theinference.student.sandbox import Sandbox, hide_grader_environ
+from theinference.student.watchdog import Watchdog
 
 WORKER_SCRIPT = Path(__file__).parent / "worker" / "worker.py"
 MAX_REPLY_BYTES = 1 << 30
@@ -114,14 +115,19 @@ class StudentProcess:
         timeout: float | None = None,
         probe: dict | None = None,
         discard: bool = False,
+        cpu_limit: float | None = None,
     ) -> Outcome:
         """Ask the student's process for one adapter call and wait for its reply (without the
         returned value when `discard`). Its CPU time is read from /proc by the grader, never
-        taken from the student's own process."""
+        taken from the student's own process. Past `cpu_limit` CPU-seconds (the whole tree's,
+        since the call started) the process is killed and the outcome is `cpu_limit`."""
         request = {"adapter": adapter, "args": args, "probe": probe, "discard": discard}
         started, before = self._send(request)
         root = self._proc.popen.pid if self._proc is not None else None
-        outcome = self._receive(started, timeout)
+        watchdog = None
+        if before is not None and root is not None:
+            watchdog = Watchdog(lambda: tree_cpu(root), before, cpu_limit)
+        outcome = self._receive(started, timeout, watchdog)
         if before is not None and self._proc is not None and self._proc.popen.pid == root:
             outcome.cpu_seconds = cpu_seconds_between(before, tree_cpu(root))
         return outcome
@@ -142,17 +148,19 @@ class StudentProcess:
             pass  # it died already; _receive() reports how
         return time.monotonic(), before
 
-    def _receive(self, started: float, timeout: float | None) -> Outcome:
+    def _receive(
+        self, started: float, timeout: float | None, watchdog: Watchdog | None = None
+    ) -> Outcome:
         if self._early_death is not None:  # the worker never said hello
             outcome, self._early_death = self._early_death, None
             self.stop()
             return outcome
         timeout = timeout if timeout is not None else self.limits.timeout
-        outcome = self._collect(started + timeout)
+        outcome = self._collect(started + timeout, watchdog)
         if outcome.kind == "timeout":
             outcome.message = f"timed out after {timeout:g} s (the process was killed)"
         outcome.seconds = time.monotonic() - started
-        if outcome.kind in ("timeout", "crashed", "bad_reply", "cancelled"):
+        if outcome.kind in ("timeout", "cpu_limit", "crashed", "bad_reply", "cancelled"):
             self.stop()
         return outcome
 
@@ -260,7 +268,7 @@ class StudentProcess:
         if hello.kind != "ready":
             self._early_death = hello
 
-    def _collect(self, deadline: float) -> Outcome:
+    def _collect(self, deadline: float, watchdog: Watchdog | None = None) -> Outcome:
         proc = self._proc
         out, err = Captured(), Captured()
         reply = bytearray()
@@ -276,6 +284,10 @@ class StudentProcess:
                     return self._finish(Outcome("timeout"), out, err)
                 if self.cancel.is_set():
                     return self._finish(Outcome("cancelled"), out, err)
+                if watchdog is not None and (breach := watchdog.poll()) is not None:
+                    outcome = Outcome(breach.kind, message=breach.message)
+                    outcome.cpu_seconds = breach.cpu_seconds  # read before the kill
+                    return self._finish(outcome, out, err)
                 events = sel.select(min(remaining, 0.05))
                 for key, _ in events:
                     chunk = os.read(key.fd, 1 << 20)
