@@ -22,8 +22,15 @@ from pathlib import Path
 
 from theinference.course import languages
 from theinference.oracle.weights import cache_dir
-from theinference.student import launch, sandbox
-from theinference.student.cpu import Snapshot, cpu_seconds_between, tree_cpu
+from theinference.student import holdings, identity, launch, reaper, sandbox
+from theinference.student.cpu import (
+    WORKER_ROOTS,
+    Snapshot,
+    cpu_seconds_between,
+    read_stat,
+    tree_cpu,
+    tree_look,
+)
 from theinference.student.replies import Foreign, Outcome, decode_reply  # noqa: F401 (re-exported)
 from theinference.student.sandbox import Sandbox, hide_grader_environ
 from theinference.student.watchdog import Watchdog
@@ -32,7 +39,6 @@ WORKER_SCRIPT = Path(__file__).parent / "worker" / "worker.py"
 MAX_REPLY_BYTES = 1 << 30
 STARTUP_TIMEOUT = 60.0  # a cold interpreter and NumPy import on a loaded machine
 RUN_TOKEN_VAR = "THEINFERENCE_RUN_TOKEN"
-GRADER_ONLY_ENV = {"THEINFERENCE_CACHE_DIR", "THEINFERENCE_SEED"}  # not the student's business
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,13 @@ class _Process:
     popen: subprocess.Popen
     requests: int  # fd the grader writes requests to
     replies: int  # fd the grader reads replies from
+    since: int = 0  # the root's start time (clock ticks): what started later under us is its
+    keep: frozenset[int] = frozenset()  # the worker and, under bwrap, bwrap's own processes
+    worker: int = 0  # the worker's pid (under bwrap, inside the sandbox, seen from outside)
+
+    @property
+    def root(self) -> int:
+        return self.popen.pid
 
 
 class StudentProcess:
@@ -94,6 +107,7 @@ class StudentProcess:
         self.sandbox = chosen.kind  # what this run had: bwrap | unprivileged-user | none
         self.notes = list(chosen.notes)
         self._run_dir: Path | None = None  # unprivileged-user: HOME and the weights' link
+        self.uid: int | None = None  # unprivileged-user: the uid of this process's own
 
     def __enter__(self) -> "StudentProcess":
         return self
@@ -123,13 +137,21 @@ class StudentProcess:
         since the call started) the process is killed and the outcome is `cpu_limit`."""
         request = {"adapter": adapter, "args": args, "probe": probe, "discard": discard}
         started, before = self._send(request)
-        root = self._proc.popen.pid if self._proc is not None else None
+        proc = self._proc
         watchdog = None
-        if before is not None and root is not None:
-            watchdog = Watchdog(lambda: tree_cpu(root), before, cpu_limit)
+        if before is not None and proc is not None:
+            watchdog = Watchdog(
+                lambda: tree_look(proc.root, proc.since),
+                before,
+                cpu_limit,
+                self.limits.memory_bytes or None,
+                lambda: self._file_bytes(proc),
+            )
         outcome = self._receive(started, timeout, watchdog)
-        if before is not None and self._proc is not None and self._proc.popen.pid == root:
-            outcome.cpu_seconds = cpu_seconds_between(before, tree_cpu(root))
+        if before is not None and proc is not None and self._proc is proc:
+            outcome.cpu_seconds = cpu_seconds_between(before, tree_cpu(proc.root, proc.since))
+            # nothing the call started outlives it: the next call starts from the worker alone
+            reaper.kill_tree(proc.root, proc.since, proc.keep, self.uid)
         return outcome
 
     def _send(self, request: dict) -> tuple[float, Snapshot | None]:
@@ -140,7 +162,7 @@ class StudentProcess:
             return time.monotonic(), None
         payload = json.dumps(request).encode()
         message = memoryview(struct.pack("<Q", len(payload)) + payload)
-        before = tree_cpu(self._proc.popen.pid)  # taken before the worker can start on it
+        before = tree_cpu(self._proc.root, self._proc.since)  # before the worker starts on it
         try:
             while message:  # a pipe may take a large request in several writes
                 message = message[os.write(self._proc.requests, message) :]
@@ -165,11 +187,13 @@ class StudentProcess:
         return outcome
 
     def stop(self) -> None:
-        """Kill the worker and everything it started: its process group, and any process
-        that left the group (setsid, double fork) but still carries this run's token."""
+        """Kill the worker and everything it started: its process group, its whole tree
+        (however it detached: see reaper.py), every process of its own uid, and any process
+        still carrying this run's token."""
         if self._proc is None:
             return
         proc, self._proc = self._proc, None
+        reaper.kill_tree(proc.root, proc.since, uid=self.uid)
         for fd in (proc.requests, proc.replies):
             try:
                 os.close(fd)
@@ -182,27 +206,33 @@ class StudentProcess:
         except (ProcessLookupError, PermissionError):
             pass
         proc.popen.wait()
-        kill_tagged(self.token)
+        WORKER_ROOTS.discard(proc.root)
+        reaper.kill_tree(proc.root, proc.since, uid=self.uid)  # and reap what the root left
+        reaper.kill_tagged(RUN_TOKEN_VAR, self.token)
 
     def close(self) -> None:
-        """Stop the process and remove what its runs needed (unprivileged-user's directory)."""
+        """Stop the process and remove what its runs needed (unprivileged-user's directory,
+        and what its uid left in the host's shared memory-backed folders)."""
         self.stop()
         if self._run_dir is not None:
             shutil.rmtree(self._run_dir, ignore_errors=True)
             self._run_dir = None
+        if self.uid is not None:
+            holdings.remove_owned(self.uid, holdings.writable_folders())
 
     # --- internals ---------------------------------------------------------------------------
 
     def _start(self) -> None:
         self.stop()
+        reaper.become_subreaper()
         started = time.monotonic()
         req_read, req_write = os.pipe()
         resp_read, resp_write = os.pipe()
         try:
-            argv, env, as_user = self._command(req_read, resp_write)
+            argv, env, as_user, cwd = self._command(req_read, resp_write)
             popen = subprocess.Popen(
                 argv,
-                cwd=self.course_dir,
+                cwd=cwd,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -219,12 +249,27 @@ class StudentProcess:
             return
         os.close(req_read)
         os.close(resp_write)
-        self._proc = _Process(popen=popen, requests=req_write, replies=resp_read)
+        WORKER_ROOTS.add(popen.pid)
+        stat = read_stat(popen.pid)
+        since = stat.start if stat is not None else 0
+        self._proc = _Process(popen=popen, requests=req_write, replies=resp_read, since=since)
         self.startups += 1
         self._await_ready(started)
+        if self._proc is not None:  # bwrap's outer process, its PID 1, then the worker
+            chain = reaper.worker_chain(popen.pid, 2 if self.sandbox == "bwrap" else 0)
+            self._proc.keep, self._proc.worker = frozenset(chain), chain[-1]
+
+    def _file_bytes(self, proc: _Process) -> int:
+        """What the student's files hold in memory-backed folders (see holdings.py)."""
+        if self.sandbox == "bwrap":
+            return holdings.sandbox_bytes(proc.worker, sandbox.PRIVATE_TMPFS)
+        if self.uid is not None:
+            return holdings.owned_bytes(self.uid, holdings.shared_folders())
+        return 0  # as the grader's own user: its files cannot be told from the grader's
 
     def _command(self, req_read: int, resp_write: int):
-        """argv, environment and the user to run as (Popen's arguments), per sandbox."""
+        """argv, environment, the user to run as (Popen's arguments) and the course folder
+        the process works in, per sandbox."""
         fds = [str(req_read), str(resp_write)]
         memory = str(self.limits.memory_bytes)
         language = languages.course_language(self.course_dir)  # python | ts: which worker
@@ -236,26 +281,37 @@ class StudentProcess:
             hidden = [cache_dir().resolve(), Path(__file__).parents[1]]
             command = sandbox.bwrap_command(inner, self.course_dir, self.weights_path, hidden)
             command = launch.bind_worker(command, language, mounts)
-            return command, {**sandbox.bwrap_env(RUN_TOKEN_VAR, self.token), **self.env}, {}
+            env = {**sandbox.bwrap_env(RUN_TOKEN_VAR, self.token), **self.env}
+            return command, env, {}, self.course_dir
         hide_grader_environ()
-        env = {
-            **{k: v for k, v in os.environ.items() if k not in GRADER_ONLY_ENV},
-            "THEINFERENCE_WEIGHTS": str(self.weights_path),
-            "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ writes in the course directory
-            **self.env,
-            RUN_TOKEN_VAR: self.token,  # inherited by every descendant: see kill_tagged
-        }
-        as_user = {}
-        if self.sandbox == "unprivileged-user":
-            if self._run_dir is None:
-                self._run_dir = sandbox.private_run_dir(self.weights_path)
-            home = str(self._run_dir / "home")
-            weights = str(self._run_dir / "model.safetensors")
-            env.update(HOME=home, TMPDIR=home, THEINFERENCE_WEIGHTS=weights)
-            uid, gid = sandbox.nobody_ids()
-            as_user = {"user": uid, "group": gid, "extra_groups": []}  # root is given up
-        argv = launch.worker_argv(self.course_dir, *fds, memory, language)
-        return argv, env, as_user
+        token = (RUN_TOKEN_VAR, self.token)  # inherited by every descendant: reaper.kill_tagged
+        if self.sandbox != "unprivileged-user":
+            home, tmp = os.environ.get("HOME", "/"), os.environ.get("TMPDIR", "/tmp")
+            path = os.environ.get("PATH", sandbox.SYSTEM_PATH)
+            env = sandbox.student_env(token, home, tmp, str(self.weights_path), path)
+            env = {**env, **self.env, token[0]: token[1]}
+            argv = launch.worker_argv(self.course_dir, *fds, memory, language)
+            return argv, env, {}, self.course_dir
+        run_dir, course = self._private_world()
+        home = str(run_dir / "home")
+        weights = str(run_dir / "model.safetensors")
+        env = sandbox.student_env(token, home, home, weights, sandbox.SYSTEM_PATH)
+        env = {**env, **self.env, token[0]: token[1]}
+        as_user = {"user": self.uid, "group": self.uid, "extra_groups": []}  # root is given up
+        return launch.worker_argv(course, *fds, memory, language), env, as_user, course
+
+    def _private_world(self) -> tuple[Path, Path]:
+        """unprivileged-user: a fresh uid, its private directory, and the course as it reads
+        it (a read-only copy when the course itself is not readable by others)."""
+        if self._run_dir is None:
+            self.uid, gid = identity.fresh_ids()
+            self._run_dir = identity.private_run_dir(self.weights_path, self.uid, gid)
+        course = self.course_dir
+        if not sandbox.readable_by_others(course):
+            course = self._run_dir / "course"
+            if not course.is_dir():
+                identity.readable_copy(self.course_dir, self._run_dir, [cache_dir()])
+        return self._run_dir, course
 
     def _await_ready(self, started: float) -> None:
         """Wait for the worker's hello (interpreter and NumPy loaded), so start-up is counted
@@ -340,16 +396,3 @@ class StudentProcess:
     def _finish(self, outcome: Outcome, out: Captured, err: Captured) -> Outcome:
         outcome.stdout, outcome.stderr = out.text(), err.text()
         return outcome
-
-
-def kill_tagged(token: str) -> None:
-    """SIGKILL every process whose environment carries this run's token (Linux /proc)."""
-    needle = f"{RUN_TOKEN_VAR}={token}".encode()
-    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                os.kill(int(entry.name), signal.SIGKILL)
-        except (OSError, ValueError):
-            continue  # gone already, or not ours to read

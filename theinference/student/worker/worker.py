@@ -20,6 +20,7 @@ MAX_ITEMS = 4096  # items described per list when a return value is not one nume
 def main() -> None:
     req_fd, resp_fd, course_dir, memory_bytes = (*map(int, sys.argv[1:3]), *sys.argv[3:5])
     limit_memory(int(memory_bytes))
+    not_dumpable()
     os.chdir(course_dir)
     sys.path.insert(0, course_dir)
     requests = os.fdopen(req_fd, "rb")
@@ -47,6 +48,20 @@ def limit_memory(limit: int) -> None:
     if limit > 0:
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
         MEMORY_LIMIT = limit
+
+
+PR_SET_DUMPABLE = 4
+
+
+def not_dumpable() -> None:
+    # before the student's code loads: another process of the same uid (one it left behind,
+    # or a later submission's) can then neither ptrace this one nor take its pipes from /proc
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux
 
 
 def import_adapters(course_dir: str):
