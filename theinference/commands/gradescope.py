@@ -54,10 +54,22 @@ def run(
     ),
 ) -> None:
     """Grade ROOT/submission with ROOT/source's settings; write ROOT/results/results.json."""
-    from theinference.classroom.autograder import run_submission, seed_for, write_results
+    from theinference.classroom.autograder import (
+        failure_results,
+        run_submission,
+        seed_for,
+        write_results,
+    )
     from theinference.classroom.batch import Plan
+    from theinference.student.sandbox import SandboxError, choose
 
     settings, toml = instructor_settings(root / "source")
+    try:
+        choose(settings.grading.sandbox or "auto")
+    except SandboxError as exc:  # the student still learns why nothing was graded
+        message = f"The autograder refuses to grade below its sandbox setting: {exc}"
+        write_results(root, failure_results(message))
+        raise fail(message, exits.USAGE) from None
     plan = Plan(
         weights=settings.weights,
         points=stage_points(settings, []),

@@ -83,7 +83,7 @@ class RunResult:
     cancelled: bool = False  # watch mode: a save arrived mid-run, results are incomplete
     environment: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # e.g. the oracle cache switched off
-    sandbox: str = "none"  # how the student's process was isolated: bwrap | none
+    sandbox: str = "none"  # bwrap | unprivileged-user | none: how the student's process ran
     provenance: dict = field(default_factory=dict)  # what produced it (grading/provenance.py)
     speed: dict | None = None  # the cached generation against the oracle's (grading/speed.py)
 
