@@ -99,9 +99,10 @@ def test_class_grading_without_bubblewrap_drops_to_a_uid_of_its_own(tmp_path, pl
     assert done.returncode == 0, done.stderr
     assert "sandbox: unprivileged-user" in done.stderr
     record = json.loads((out / "submissions" / "spy.json").read_text())
-    assert record["sandbox"] == "unprivileged-user" and record["results"]["sandbox"] == record[
-        "sandbox"
-    ]
+    assert (
+        record["sandbox"] == "unprivileged-user"
+        and record["results"]["sandbox"] == record["sandbox"]
+    )
     (case,) = record["results"]["stages"][0]["cases"]
     assert case["status"] == "passed", case["message"]
     assert "no key" in case["stdout"] and "seed in []" in case["stdout"], case["stdout"]
@@ -129,7 +130,10 @@ def test_grading_below_the_instructors_minimum_is_refused(tmp_path, place):
     command = [sys.executable, "-m", "theinference", "grade", str(folder), "--out"]
     done = subprocess.run(
         [*command, str(tmp_path / "out"), "-C", str(course)],
-        env=env, capture_output=True, text=True, timeout=300,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 2, done.stderr
     assert "refusing to grade below [grading] sandbox = 'bwrap'" in " ".join(done.stderr.split())

@@ -98,10 +98,47 @@ def tree_cpu(root: int, since: int | None = None) -> Snapshot:
 
 def tree_look(root: int, since: int | None = None) -> tuple[Snapshot, set[int]]:
     """The tree's ticks so far (tree_cpu) and its live processes' pids, from one look."""
-    table = process_table()
-    members = tree_members(root, table, since)
-    ticks = {(pid, table[pid].start): table[pid].ticks for pid in members}
-    return ticks, {pid for pid in members if table[pid].state not in "ZX"}
+    table = tree_table(root, since)
+    ticks = {(pid, stat.start): stat.ticks for pid, stat in table.items()}
+    return ticks, {pid for pid, stat in table.items() if stat.state not in "ZX"}
+
+
+def tree_table(root: int, since: int | None = None) -> dict[int, Stat]:
+    """The stat of every process of root's tree (tree_members). Where the grader is a
+    subreaper, every process of the tree descends from root or from one of the grader's own
+    children, so following the kernel's child lists from those finds it all, reading a few
+    files instead of every process's on the machine (a look every 0.1 s stays cheap)."""
+    if not (SUBREAPER and CHILD_LISTS):
+        table = process_table()
+        return {pid: table[pid] for pid in tree_members(root, table, since)}
+    tops = [root]
+    if since is not None:
+        for pid in children(os.getpid()):
+            stat = read_stat(pid)
+            if pid != root and pid not in WORKER_ROOTS and stat and stat.start >= since:
+                tops.append(pid)
+    found: dict[int, Stat] = {}
+    while tops:
+        pid = tops.pop()
+        if pid not in found and (stat := read_stat(pid)) is not None:
+            found[pid] = stat
+            tops += children(pid)
+    return found
+
+
+SUBREAPER = False  # set by reaper.become_subreaper: orphans then come to the grader
+CHILD_LISTS = (PROC / "thread-self" / "children").exists()  # CONFIG_PROC_CHILDREN
+
+
+def children(pid: int) -> list[int]:
+    """The pids of pid's children, from /proc/<pid>/task/<tid>/children (every thread's)."""
+    kids: list[int] = []
+    try:
+        for task in (PROC / str(pid) / "task").iterdir():
+            kids += map(int, (task / "children").read_text().split())
+    except (OSError, ValueError):
+        pass
+    return kids
 
 
 def descends_from(pid: int, root: int, stats: dict) -> bool:

@@ -90,9 +90,7 @@ def readable_copy(course: Path, into: Path, hidden: list[Path]) -> Path:
     hidden = [p.resolve() for p in hidden]
 
     def skip(folder: str, names: list[str]) -> set[str]:
-        return {
-            n for n in names if n in COURSE_SKIP or (Path(folder) / n).resolve() in hidden
-        }
+        return {n for n in names if n in COURSE_SKIP or (Path(folder) / n).resolve() in hidden}
 
     target = into / "course"
     shutil.copytree(course, target, symlinks=True, ignore=skip)
@@ -103,3 +101,12 @@ def readable_copy(course: Path, into: Path, hidden: list[Path]) -> Path:
             if not os.path.islink(path):
                 os.chmod(path, 0o644)
     return target
+
+
+def readable_worker(source: Path, target: Path) -> None:
+    """The worker scripts, copied where the uid can read them (root's, read-only)."""
+    target.mkdir(mode=0o755)
+    for script in source.iterdir():
+        if script.suffix in (".py", ".mjs") and script.name != "__init__.py":
+            shutil.copyfile(script, target / script.name)
+            (target / script.name).chmod(0o644)

@@ -11,7 +11,6 @@ import json
 import os
 import secrets
 import selectors
-import shutil
 import signal
 import struct
 import subprocess
@@ -20,9 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from theinference.course import languages
-from theinference.oracle.weights import cache_dir
-from theinference.student import holdings, identity, launch, reaper, sandbox
+from theinference.student import reaper, sandbox
 from theinference.student.cpu import (
     WORKER_ROOTS,
     Snapshot,
@@ -31,8 +28,9 @@ from theinference.student.cpu import (
     tree_cpu,
     tree_look,
 )
+from theinference.student.placement import Placement
 from theinference.student.replies import Foreign, Outcome, decode_reply  # noqa: F401 (re-exported)
-from theinference.student.sandbox import Sandbox, hide_grader_environ
+from theinference.student.sandbox import Sandbox
 from theinference.student.watchdog import Watchdog
 
 WORKER_SCRIPT = Path(__file__).parent / "worker" / "worker.py"
@@ -106,8 +104,13 @@ class StudentProcess:
         chosen = sandbox or Sandbox("none")
         self.sandbox = chosen.kind  # what this run had: bwrap | unprivileged-user | none
         self.notes = list(chosen.notes)
-        self._run_dir: Path | None = None  # unprivileged-user: HOME and the weights' link
-        self.uid: int | None = None  # unprivileged-user: the uid of this process's own
+        token = (RUN_TOKEN_VAR, self.token)
+        self._place = Placement(self.sandbox, self.course_dir, weights_path, token, self.env)
+
+    @property
+    def uid(self) -> int | None:
+        """unprivileged-user: the uid of the student's own (None in other modes)."""
+        return self._place.uid
 
     def __enter__(self) -> "StudentProcess":
         return self
@@ -145,13 +148,13 @@ class StudentProcess:
                 before,
                 cpu_limit,
                 self.limits.memory_bytes or None,
-                lambda: self._file_bytes(proc),
+                lambda: self._place.file_bytes(proc.worker),
             )
         outcome = self._receive(started, timeout, watchdog)
         if before is not None and proc is not None and self._proc is proc:
             outcome.cpu_seconds = cpu_seconds_between(before, tree_cpu(proc.root, proc.since))
             # nothing the call started outlives it: the next call starts from the worker alone
-            reaper.kill_tree(proc.root, proc.since, proc.keep, self.uid)
+            reaper.kill_tree(proc.root, proc.since, proc.keep)
         return outcome
 
     def _send(self, request: dict) -> tuple[float, Snapshot | None]:
@@ -214,11 +217,7 @@ class StudentProcess:
         """Stop the process and remove what its runs needed (unprivileged-user's directory,
         and what its uid left in the host's shared memory-backed folders)."""
         self.stop()
-        if self._run_dir is not None:
-            shutil.rmtree(self._run_dir, ignore_errors=True)
-            self._run_dir = None
-        if self.uid is not None:
-            holdings.remove_owned(self.uid, holdings.writable_folders())
+        self._place.close()
 
     # --- internals ---------------------------------------------------------------------------
 
@@ -259,59 +258,11 @@ class StudentProcess:
             chain = reaper.worker_chain(popen.pid, 2 if self.sandbox == "bwrap" else 0)
             self._proc.keep, self._proc.worker = frozenset(chain), chain[-1]
 
-    def _file_bytes(self, proc: _Process) -> int:
-        """What the student's files hold in memory-backed folders (see holdings.py)."""
-        if self.sandbox == "bwrap":
-            return holdings.sandbox_bytes(proc.worker, sandbox.PRIVATE_TMPFS)
-        if self.uid is not None:
-            return holdings.owned_bytes(self.uid, holdings.shared_folders())
-        return 0  # as the grader's own user: its files cannot be told from the grader's
-
     def _command(self, req_read: int, resp_write: int):
         """argv, environment, the user to run as (Popen's arguments) and the course folder
-        the process works in, per sandbox."""
+        the process works in, per sandbox (placement.py)."""
         fds = [str(req_read), str(resp_write)]
-        memory = str(self.limits.memory_bytes)
-        language = languages.course_language(self.course_dir)  # python | ts: which worker
-        if self.sandbox == "bwrap":
-            mounts = Path(sandbox.WORKER_MOUNT).parent
-            inner = launch.worker_argv(
-                Path(sandbox.COURSE_MOUNT), *fds, memory, language, worker_dir=mounts
-            )
-            hidden = [cache_dir().resolve(), Path(__file__).parents[1]]
-            command = sandbox.bwrap_command(inner, self.course_dir, self.weights_path, hidden)
-            command = launch.bind_worker(command, language, mounts)
-            env = {**sandbox.bwrap_env(RUN_TOKEN_VAR, self.token), **self.env}
-            return command, env, {}, self.course_dir
-        hide_grader_environ()
-        token = (RUN_TOKEN_VAR, self.token)  # inherited by every descendant: reaper.kill_tagged
-        if self.sandbox != "unprivileged-user":
-            home, tmp = os.environ.get("HOME", "/"), os.environ.get("TMPDIR", "/tmp")
-            path = os.environ.get("PATH", sandbox.SYSTEM_PATH)
-            env = sandbox.student_env(token, home, tmp, str(self.weights_path), path)
-            env = {**env, **self.env, token[0]: token[1]}
-            argv = launch.worker_argv(self.course_dir, *fds, memory, language)
-            return argv, env, {}, self.course_dir
-        run_dir, course = self._private_world()
-        home = str(run_dir / "home")
-        weights = str(run_dir / "model.safetensors")
-        env = sandbox.student_env(token, home, home, weights, sandbox.SYSTEM_PATH)
-        env = {**env, **self.env, token[0]: token[1]}
-        as_user = {"user": self.uid, "group": self.uid, "extra_groups": []}  # root is given up
-        return launch.worker_argv(course, *fds, memory, language), env, as_user, course
-
-    def _private_world(self) -> tuple[Path, Path]:
-        """unprivileged-user: a fresh uid, its private directory, and the course as it reads
-        it (a read-only copy when the course itself is not readable by others)."""
-        if self._run_dir is None:
-            self.uid, gid = identity.fresh_ids()
-            self._run_dir = identity.private_run_dir(self.weights_path, self.uid, gid)
-        course = self.course_dir
-        if not sandbox.readable_by_others(course):
-            course = self._run_dir / "course"
-            if not course.is_dir():
-                identity.readable_copy(self.course_dir, self._run_dir, [cache_dir()])
-        return self._run_dir, course
+        return self._place.command(fds, str(self.limits.memory_bytes))
 
     def _await_ready(self, started: float) -> None:
         """Wait for the worker's hello (interpreter and NumPy loaded), so start-up is counted

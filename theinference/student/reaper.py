@@ -15,7 +15,8 @@ import signal
 import time
 from pathlib import Path
 
-from theinference.student.cpu import WORKER_ROOTS, Stat, process_table, tree_members
+from theinference.student import cpu
+from theinference.student.cpu import WORKER_ROOTS, Stat, process_table, tree_table
 
 PR_SET_CHILD_SUBREAPER = 36
 KILL_ROUNDS = 100  # a process forking as fast as it can is outrun in a few
@@ -28,9 +29,10 @@ def become_subreaper() -> bool:
     had (not Linux), and then only the process group, the token and bwrap hold the tree."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        cpu.SUBREAPER = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (OSError, AttributeError):
-        return False
+        cpu.SUBREAPER = False
+    return cpu.SUBREAPER
 
 
 def kill_tree(root: int, since: int, keep: frozenset[int] = frozenset(), uid: int | None = None):
@@ -39,9 +41,11 @@ def kill_tree(root: int, since: int, keep: frozenset[int] = frozenset(), uid: in
     that are the grader's children. A process that forks while it is killed is found in the
     next round: its child is still in the tree."""
     for _ in range(KILL_ROUNDS):
-        table = process_table()
-        victims = (tree_members(root, table, since) | running_as(uid, table)) - keep
-        victims = {pid for pid in victims if table[pid].state not in "ZX"}
+        table = tree_table(root, since)
+        if uid is not None:  # a look at every process: only when the worker stops
+            everything = process_table()
+            table |= {pid: everything[pid] for pid in running_as(uid, everything)}
+        victims = {pid for pid, stat in table.items() if stat.state not in "ZX"} - keep
         if not victims:
             break
         for pid in victims:
@@ -56,11 +60,10 @@ def reap_orphans(root: int, since: int, keep: frozenset[int]) -> None:
     """Wait for every process of the tree that is now the grader's own child (re-parented to
     it) and not the worker's root: it was killed above, or ended by itself."""
     grader, deadline = os.getpid(), time.monotonic() + REAP_WAIT
-    table = process_table()
     waiting = {
         pid
-        for pid in tree_members(root, table, since)
-        if table[pid].ppid == grader and pid not in keep | {root} and pid not in WORKER_ROOTS
+        for pid, stat in tree_table(root, since).items()
+        if stat.ppid == grader and pid not in keep | {root} and pid not in WORKER_ROOTS
     }
     while waiting:
         for pid in list(waiting):
