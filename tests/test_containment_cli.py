@@ -159,3 +159,42 @@ def test_the_seed_never_reaches_a_command_line(tmp_path):
     assert SEED not in " ".join(command) and "--seed" not in command
     assert plan.test_env()["THEINFERENCE_SEED"] == SEED
     assert "THEINFERENCE_SEED" not in Plan(weights="synthetic", points={}).test_env()
+
+
+def test_every_report_names_the_mode(tmp_path, reference_course):
+    """Would catch a format that leaves out how the student's process was isolated: the
+    terminal's summary line, the JSON, a JUnit property, Gradescope's output and extra data."""
+    from xml.etree import ElementTree
+
+    from typer.testing import CliRunner
+
+    from theinference.cli import app
+    from theinference.student.sandbox import choose
+
+    files = {name: tmp_path / f"r.{name}" for name in ("json", "junit", "gradescope")}
+    command = ["test", "-C", str(reference_course), "-s", "single-step-attention"]
+    command += ["--case", "two tokens"]
+    for name, path in files.items():
+        command += [f"--{name}", str(path)]
+    result = CliRunner().invoke(app, command)
+    kind = choose("auto").kind
+    assert result.exit_code == 0, result.output
+    assert f"sandbox {kind}" in " ".join(result.output.split())
+    data = json.loads(files["json"].read_text())
+    assert data["sandbox"] == kind and isinstance(data["notes"], list)
+    suite = ElementTree.parse(files["junit"]).getroot().find("testsuite")
+    props = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert props["sandbox"] == kind and "sandbox_notes" in props
+    gradescope = json.loads(files["gradescope"].read_text())
+    assert gradescope["extra_data"]["sandbox"] == kind
+    assert f"Sandbox: {kind}." in gradescope["output"]
+
+
+def test_an_unknown_minimum_sandbox_is_a_clear_error(tmp_path):
+    """Would catch a typo in [grading] sandbox (e.g. "bubblewrap") accepted and ignored,
+    grading in whatever mode the machine gives instead of the one asked for."""
+    from theinference.course.settings import SettingsError, parse_settings
+
+    with pytest.raises(SettingsError, match="auto, unprivileged-user, bwrap"):
+        parse_settings({"grading": {"sandbox": "bubblewrap"}})
+    assert parse_settings({"grading": {"sandbox": "bwrap"}}).grading.sandbox == "bwrap"
