@@ -255,7 +255,7 @@ class StudentProcess:
         self.startups += 1
         self._await_ready(started)
         if self._proc is not None:  # bwrap's outer process, its PID 1, then the worker
-            chain = reaper.worker_chain(popen.pid, 2 if self.sandbox == "bwrap" else 0)
+            chain = reaper.worker_chain(popen.pid, "bwrap" if self.sandbox == "bwrap" else None)
             self._proc.keep, self._proc.worker = frozenset(chain), chain[-1]
 
     def _command(self, req_read: int, resp_write: int):

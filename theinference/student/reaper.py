@@ -94,18 +94,30 @@ def running_as(uid: int | None, table: dict[int, Stat]) -> set[int]:
     return found
 
 
-def worker_chain(root: int, depth: int) -> tuple[int, ...]:
-    """root and the first-started process at each of `depth` levels below it: under bwrap
-    (depth 2) its PID namespace's init and the worker, which the end-of-call sweep spares."""
-    table = process_table()
+def worker_chain(root: int, wrapper: str | None, depth: int = 3) -> tuple[int, ...]:
+    """root and the first-started process of each level below it, down to the first that is
+    not `wrapper` (None: root is the worker): under bwrap, its outer process, its PID
+    namespace's init and the worker, which the end-of-call sweep spares."""
     chain, pid = [root], root
-    for _ in range(depth):
+    for _ in range(depth if wrapper is not None else 0):
+        if program(pid) != wrapper:
+            break
+        table = process_table()
         children = [p for p, s in table.items() if s.ppid == pid]
         if not children:
             break
         pid = min(children, key=lambda p: (table[p].start, p))
         chain.append(pid)
     return tuple(chain)
+
+
+def program(pid: int) -> str:
+    """The name of the program pid runs (its argv[0]'s last part), "" when unreadable."""
+    try:
+        argv0 = (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")[0]
+    except OSError:
+        return ""
+    return os.path.basename(argv0.decode(errors="replace"))
 
 
 def kill_tagged(token_var: str, token: str) -> None:
