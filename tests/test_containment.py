@@ -146,6 +146,9 @@ def shared(ids):
     time.sleep(5)  # held
     return [1.0]
 
+def small(ids):
+    return [2.0]
+
 def in_file(folder):
     folder = os.environ.get(folder, folder)
     path = os.path.join(folder, "ballast")
@@ -164,12 +167,16 @@ CAP = {"memory_bytes": int(0.2 * 2**30)}
 @pytest.mark.parametrize("kind", MODES)
 def test_a_shared_anonymous_mapping_counts_against_the_memory_cap(kind, tmp_path):
     """Attack 9: would catch 500 MiB held through MAP_SHARED|MAP_ANONYMOUS (which
-    RLIMIT_DATA does not count) under a 0.2 GiB cap."""
+    RLIMIT_DATA does not count) under a 0.2 GiB cap, or a worker left running after the
+    breach (the next call would then read the old call's late reply)."""
     course = course_with(tmp_path / "c", SHARED_MAPPING)
     with process(course, kind, **CAP) as student:
         out = student.call("shared", [[1]])
+        after = student.call("small", [[1]])
+        startups = student.startups
     assert out.kind == "memory_limit", (out.kind, out.message)
     assert "the grader's limit: 0.2 GiB" in out.message and out.seconds < 5
+    assert after.kind == "returned" and after.value.tolist() == [2.0] and startups == 2
 
 
 @pytest.mark.parametrize(

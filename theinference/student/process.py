@@ -37,6 +37,8 @@ WORKER_SCRIPT = Path(__file__).parent / "worker" / "worker.py"
 MAX_REPLY_BYTES = 1 << 30
 STARTUP_TIMEOUT = 60.0  # a cold interpreter and NumPy import on a loaded machine
 RUN_TOKEN_VAR = "THEINFERENCE_RUN_TOKEN"
+# outcomes after which the worker cannot be trusted to be idle: it is stopped, restarted later
+STOPPING = ("timeout", "cpu_limit", "memory_limit", "crashed", "bad_reply", "cancelled")
 
 
 @dataclass(frozen=True)
@@ -185,7 +187,7 @@ class StudentProcess:
         if outcome.kind == "timeout":
             outcome.message = f"timed out after {timeout:g} s (the process was killed)"
         outcome.seconds = time.monotonic() - started
-        if outcome.kind in ("timeout", "cpu_limit", "crashed", "bad_reply", "cancelled"):
+        if outcome.kind in STOPPING:
             self.stop()
         return outcome
 

@@ -34,7 +34,7 @@ LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 @dataclass
 class Outcome:
     """What one adapter call came to. kind: returned, todo, raised, import_error, missing,
-    signature, timeout, cpu_limit, crashed, bad_reply, cancelled."""
+    signature, timeout, cpu_limit, memory_limit, crashed, bad_reply, cancelled."""
 
     kind: str
     value: object = None
