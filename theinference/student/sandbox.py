@@ -4,8 +4,10 @@
 made only of read-only system and Python directories, the course (read-only, at /course), the
 weights (read-only, at /weights/model.safetensors) and a private /tmp and HOME: it cannot see
 the grader's processes, its cache, other courses, the host's /tmp or any network.
-Without bubblewrap a grader running as root at least drops the student's process to `nobody`;
-otherwise it runs as the grader's own user (`none`), which protects nothing on the filesystem.
+Without bubblewrap a grader running as root drops the student's process to a fresh uid of its
+own (`unprivileged-user`, identity.py); otherwise it runs as the grader's own user (`none`),
+which protects nothing on the filesystem. Containment of its processes and memory holds in
+every mode (reaper.py, watchdog.py).
 """
 
 import ctypes
