@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_hostile import ESCAPEE, escapees
+from tests.test_hostile import ESCAPEE, NAME_ME, escapees
 from theinference.student import sandbox
 from theinference.student.process import Limits, StudentProcess
 from theinference.student.sandbox import Sandbox
@@ -270,3 +270,47 @@ def test_the_environment_is_clean_in_every_mode(kind, tmp_path, monkeypatch):
     names = set(json.loads(out.stdout))
     assert not {"THEINFERENCE_SEED", "SOME_CI_SECRET", "THEINFERENCE_CACHE_DIR"} & names
     assert {"HOME", "PATH", "TMPDIR", "THEINFERENCE_WEIGHTS", "THEINFERENCE_RUN_TOKEN"} <= names
+
+
+GRADER = """
+import sys, time
+from pathlib import Path
+from theinference.student.process import Limits, StudentProcess
+from theinference.student.sandbox import Sandbox
+course, kind = Path(sys.argv[1]), sys.argv[2]
+student = StudentProcess(course, Path("/nonexistent"), Limits(), sandbox=Sandbox(kind))
+student.call("busy", [[1]], timeout=600)  # killed during this call
+"""
+
+
+@pytest.mark.parametrize("kind", MODES)
+def test_a_grader_killed_outright_takes_its_worker_with_it(kind, tmp_path):
+    """Would catch a worker that outlives a grader killed with SIGKILL in the middle of a
+    call (no chance to stop it): re-parented to init, it would go on running the student's
+    code unwatched (an idle worker ends by itself when its request pipe closes)."""
+    import signal
+    import subprocess
+    import sys
+
+    sandbox_for(kind)
+    adapters = "import ctypes, os, sys, time\ndef busy(ids):\n"
+    adapters += f"    {NAME_ME}\n    print('busy', file=sys.stderr, flush=True)\n"
+    adapters += "    time.sleep(600)\n"
+    course = course_with(tmp_path / "c", adapters)
+    grader = subprocess.Popen(
+        [sys.executable, "-c", GRADER, str(course), kind],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not escapees() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert escapees(), "the worker should be busy in its call while its grader runs"
+        grader.send_signal(signal.SIGKILL)
+        grader.wait()
+        time.sleep(0.5)
+        assert not escapees(), "the worker outlived its grader"
+    finally:
+        grader.kill()
+        for pid in escapees():  # this test's own worker, should it have survived
+            os.kill(pid, signal.SIGKILL)

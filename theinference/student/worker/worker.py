@@ -50,18 +50,25 @@ def limit_memory(limit: int) -> None:
         MEMORY_LIMIT = limit
 
 
-PR_SET_DUMPABLE = 4
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4
 
 
 def not_dumpable() -> None:
     # before the student's code loads: another process of the same uid (one it left behind,
-    # or a later submission's) can then neither ptrace this one nor take its pipes from /proc
+    # or a later submission's) can then neither ptrace this one nor take its pipes from /proc;
+    # and should the grader die without stopping it (SIGKILL), the kernel kills the worker
     import ctypes
+    import signal
 
+    parent = os.getppid()
     try:
-        ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        libc = ctypes.CDLL(None)
+        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
     except (OSError, AttributeError):
-        pass  # not Linux
+        return  # not Linux
+    if os.getppid() != parent:  # the grader died before the signal was asked for
+        os._exit(1)
 
 
 def import_adapters(course_dir: str):
