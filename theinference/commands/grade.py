@@ -45,6 +45,18 @@ def instructor_settings(course_dir: Path | None, name: str = ""):
         raise fail(str(exc), exits.COURSE) from None
 
 
+def grading_sandbox(minimum: str | None):
+    """The sandbox every submission will be graded in: the strongest this machine has,
+    refused (exit 2) when that is below [grading] sandbox."""
+    from theinference.student.sandbox import SandboxError, choose
+
+    try:
+        return choose(minimum or "auto")
+    except SandboxError as exc:
+        raise fail(f"refusing to grade below [grading] sandbox = {minimum!r}: {exc}",
+                   exits.USAGE) from None
+
+
 def stage_points(settings, slugs: list[str]) -> dict[str, float]:
     """slug -> max score for the stages graded, in course order; unknown names refused."""
     from theinference.course.settings import SettingsError, check_stage_names
@@ -141,6 +153,8 @@ def grade(
         weights_sha256=warm_weights(spec, course_dir).sha256,
         seed_source=seed_source(seed, settings.grading.seed),
     )
+    chosen = grading_sandbox(settings.grading.sandbox)
+    typer.echo(f"sandbox: {chosen.kind}" + "".join(f"; {n}" for n in chosen.notes), err=True)
     try:
         found, skipped = discover(submissions)
     except (IntakeError, OSError) as exc:

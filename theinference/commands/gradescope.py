@@ -58,8 +58,15 @@ def run(
     from theinference.classroom.autograder import grade_submission, seed_for, write_results
     from theinference.classroom.batch import Plan
     from theinference.output.gradescope import failure_results, gradescope_results
+    from theinference.student.sandbox import SandboxError, choose
 
     settings, toml = instructor_settings(root / "source")
+    try:
+        choose(settings.grading.sandbox or "auto")
+    except SandboxError as exc:  # the student still learns why nothing was graded
+        message = f"The autograder refuses to grade below its sandbox setting: {exc}"
+        write_results(root, failure_results(message))
+        raise fail(message, exits.USAGE) from None
     plan = Plan(
         weights=settings.weights,
         points=stage_points(settings, []),

@@ -76,8 +76,9 @@ def test(
     sandbox: Annotated[
         str,
         typer.Option(
-            help="auto | bwrap | none: isolate the student's process with bubblewrap "
-            "(auto: when it works here; bwrap: refuse to grade without it)."
+            help="auto | bwrap | unprivileged-user | none: how to isolate the student's "
+            "process (auto: the strongest this machine has; bwrap, unprivileged-user: refuse "
+            "to grade with less; none: no bubblewrap)."
         ),
     ] = "auto",
     speed: Annotated[

@@ -49,7 +49,7 @@ class Grading:
     timeout: float | None = None  # seconds per adapter call
     memory_gb: float | None = None
     output_kb: int | None = None
-    sandbox: str | None = None  # passed on as `theinference test --sandbox`
+    sandbox: str | None = None  # the weakest sandbox to grade in (None: auto, the strongest)
     speed: str = "off"  # off | report (JSON, class report) | leaderboard (and Gradescope's)
 
     def points(self, slug: str, spec_score: float) -> float:
@@ -113,7 +113,7 @@ def parse_grading(table: dict) -> Grading:
         timeout=_positive(table.get("timeout"), "timeout"),
         memory_gb=_positive(table.get("memory_gb"), "memory_gb"),
         output_kb=_whole(table.get("output_kb"), "output_kb"),
-        sandbox=_string(table.get("sandbox"), "sandbox"),
+        sandbox=_sandbox(table.get("sandbox")),
         speed=_choice(table.get("speed", "off"), "speed", SPEED_MODES),
     )
 
@@ -183,9 +183,13 @@ def _whole(value, name: str) -> int | None:
     return value
 
 
-def _string(value, name: str) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value:
-        raise SettingsError(f"[grading] {name} must be a non-empty string, not {value!r}")
-    return value
+SANDBOX_MINIMUMS = ("auto", "unprivileged-user", "bwrap")
+
+
+def _sandbox(value) -> str | None:
+    if value is None or value in SANDBOX_MINIMUMS:
+        return value
+    raise SettingsError(
+        f"[grading] sandbox must be one of {', '.join(SANDBOX_MINIMUMS)} (the weakest sandbox "
+        f"grading may use; auto: the strongest this machine has), not {value!r}"
+    )

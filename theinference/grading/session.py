@@ -76,7 +76,7 @@ def prepare(
     chosen = select(every, slugs)
     if policy.cases:
         chosen = filtered(chosen, policy.cases, named=bool(slugs))
-    sandbox = choose(sandbox_mode, course.root)
+    sandbox = choose(sandbox_mode)
     weights = load_weights(weights_spec or course.weights, course.root)
     sandbox.notes.extend(weights.notes)
     answers = Answers.cached(weights)

@@ -35,6 +35,7 @@ def to_json(run: RunResult) -> dict:
         "partial": run.partial,
         "cancelled": run.cancelled,
         "sandbox": run.sandbox,
+        "notes": list(run.notes),  # the sandbox's and the weights' (e.g. how to do better)
         "weights": {"label": run.weights_label, "sha256": run.weights_sha256},
         "environment": run.environment,
         "timings": timings(run),
@@ -141,16 +142,19 @@ def to_junit(run: RunResult) -> str:
             skipped=str(sum(c.status == Status.SKIPPED for c in cases)),
             time=f"{stage.seconds:.3f}",
         )
-        suite.append(junit_properties(stage))
+        suite.append(junit_properties(stage, run))
         for case in cases:
             suite.append(junit_case(stage, case))
     return ET.tostring(suites, encoding="unicode", xml_declaration=True)
 
 
-def junit_properties(stage: StageResult) -> ET.Element:
-    """The stage's diagnosis and whether its verdict rests on some of its cases only."""
+def junit_properties(stage: StageResult, run: RunResult) -> ET.Element:
+    """The stage's diagnosis, whether its verdict rests on some of its cases only, and the
+    sandbox the run had (with its notes)."""
     props = ET.Element("properties")
     for name, value in (
+        ("sandbox", run.sandbox),
+        ("sandbox_notes", "; ".join(run.notes)),
         ("suspected_bug", stage.suspected_bug or ""),
         ("candidates", ",".join(stage.candidates)),
         ("bug_name", stage.bug_name),

@@ -38,8 +38,13 @@ def gradescope_results(results: dict, points: dict[str, float], grading: Grading
         "output_format": "md",
         "visibility": "visible",
         "stdout_visibility": "hidden",
-        "extra_data": {"weights": results.get("weights", {}), "schema": results.get("schema"),
-                       "provenance": results.get("provenance", {})},
+        "extra_data": {
+            "weights": results.get("weights", {}),
+            "schema": results.get("schema"),
+            "provenance": results.get("provenance", {}),
+            "sandbox": results.get("sandbox"),
+            "notes": results.get("notes", []),
+        },
         "tests": tests,
     }
 
@@ -162,7 +167,8 @@ def summary(results: dict, tests: list[dict]) -> str:
     passed = sum(s["status"] == "passed" for s in stages)
     return (f"**{score:g} of {total:g} points**: {passed} of {len(stages)} stages passed "
             f"(weights {markdown_text(results.get('weights', {}).get('label', '?'))}). Run "
-            "`theinference test --stage SLUG` in your course for the full report.")
+            "`theinference test --stage SLUG` in your course for the full report. "
+            f"Sandbox: {markdown_text(str(results.get('sandbox', '?')))}.")
 
 
 def _clip(text: str, limit: int) -> str:

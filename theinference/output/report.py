@@ -264,7 +264,8 @@ def summary_line(run: RunResult) -> Text:
     colour = "green" if run.passed else "red"
     return Text.assemble(
         ("\n" + ("PASSED" if run.passed else "NOT PASSED"), f"bold {colour}"),
-        f" · {', '.join(parts)} · weights {run.weights_label} · {run.seconds:.1f} s",
+        f" · {', '.join(parts)} · weights {run.weights_label} · sandbox {run.sandbox}"
+        f" · {run.seconds:.1f} s",
     )
 
 

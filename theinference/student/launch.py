@@ -2,7 +2,6 @@
 the Node worker under the course's own tsx; both in student/worker/, which the sandbox binds
 whole), and the environment it starts in."""
 
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -11,8 +10,6 @@ from theinference.course.languages import TYPESCRIPT, course_language
 from theinference.oracle.weights import cache_dir
 from theinference.student import sandbox
 from theinference.student.sandbox import WORKER_DIR
-
-GRADER_ONLY_ENV = {"THEINFERENCE_CACHE_DIR", "THEINFERENCE_SEED"}  # not the student's business
 
 
 def worker_argv(
@@ -47,14 +44,3 @@ def in_bwrap(course: Path, weights: Path, fds: list[str], memory: str, language:
     inner = worker_argv(Path(sandbox.COURSE_MOUNT), *fds, memory, language, worker_dir=mounts)
     hidden = [cache_dir().resolve(), Path(__file__).parents[1]]
     return sandbox.bwrap_command(inner, course, weights, hidden)
-
-
-def plain_env(weights: Path, token_var: str, token: str) -> dict[str, str]:
-    """The worker's environment outside bubblewrap: the grader's, less what is the grader's
-    business alone, plus the weights' path and the run token."""
-    return {
-        **{k: v for k, v in os.environ.items() if k not in GRADER_ONLY_ENV},
-        "THEINFERENCE_WEIGHTS": str(weights),
-        "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ writes in the course directory
-        token_var: token,  # inherited by every descendant: see sandbox.kill_tagged
-    }

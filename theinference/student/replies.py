@@ -54,7 +54,7 @@ class Captured:
 @dataclass
 class Outcome:
     """What one adapter call came to. kind: returned, todo, raised, import_error, missing,
-    signature, timeout, crashed, bad_reply, cancelled."""
+    signature, timeout, cpu_limit, memory_limit, crashed, bad_reply, cancelled."""
 
     kind: str
     value: object = None

@@ -37,6 +37,7 @@ install_probe = probes.install_probe
 def main() -> None:
     req_fd, resp_fd, course_dir, memory_bytes = (*map(int, sys.argv[1:3]), *sys.argv[3:5])
     limit_memory(int(memory_bytes))
+    not_dumpable()
     os.chdir(course_dir)
     sys.path.insert(0, course_dir)
     requests = os.fdopen(req_fd, "rb")
@@ -60,6 +61,27 @@ def limit_memory(limit: int) -> None:
     if limit > 0:
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
         tracebacks.MEMORY_LIMIT = limit  # named in a MemoryError's message
+
+
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4
+
+
+def not_dumpable() -> None:
+    # before the student's code loads: another process of the same uid (one it left behind,
+    # or a later submission's) can then neither ptrace this one nor take its pipes from /proc;
+    # and should the grader die without stopping it (SIGKILL), the kernel kills the worker
+    import ctypes
+    import signal
+
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None)
+        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        return  # not Linux
+    if os.getppid() != parent:  # the grader died before the signal was asked for
+        os._exit(1)
 
 
 def import_adapters(course_dir: str):
