@@ -124,8 +124,11 @@ def partial_run(status: Status = Status.PASSED) -> RunResult:
         not_run=["two tokens"],
     )
     from theinference.grading.environment import describe
+    from theinference.grading.provenance import provenance, with_run
 
-    return RunResult([stage], "synthetic (x)", "ab" * 32, environment=describe(), sandbox="bwrap")
+    fields = with_run(provenance([stage.slug], None, "ab" * 32, "none", None), "bwrap")
+    return RunResult([stage], "synthetic (x)", "ab" * 32, environment=describe(), sandbox="bwrap",
+                     provenance=fields)
 
 
 def test_a_partial_pass_is_never_recorded_as_passed(tmp_path):
