@@ -157,17 +157,113 @@ def test_gpt2_comes_from_the_hub_at_the_pinned_revision(tmp_path, monkeypatch):
 
 
 def test_unreachable_hub_names_the_alternatives(monkeypatch, tmp_path):
+    """Catches a grader that, with no network and no cached file, asks the Hub anyway (the
+    client's retries took 24 s) or answers in the client's words instead of its own."""
     import huggingface_hub
 
+    from theinference.oracle import hub
+
+    asked = []
+
     def offline(*args, **kwargs):
+        asked.append(kwargs)
         raise huggingface_hub.errors.LocalEntryNotFoundError("offline and not in the cache")
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", offline)
+    monkeypatch.setattr(hub, "reachable", lambda host, port: False)
     with pytest.raises(weights.WeightsError) as info:
         weights.load_weights("gpt2", tmp_path)
     text = str(info.value)
-    assert "offline and not in the cache" in text
+    assert "not in the local Hugging Face cache" in text and "cannot be reached" in text
     assert "--weights synthetic" in text and "--weights path/to/model.safetensors" in text
+    assert asked == [{"revision": weights.HF_REVISION, "local_files_only": True}]
+
+
+def test_a_cached_file_is_used_without_the_network(monkeypatch, tmp_path):
+    """Catches a lookup that probes or contacts the Hub although the file is cached."""
+    import huggingface_hub
+
+    from theinference.oracle import hub
+
+    path = save(tmp_path, small_tensors())
+
+    def cached_only(repo_id, filename, revision=None, local_files_only=False):
+        assert local_files_only, "the Hub was asked before the local cache"
+        return str(path)
+
+    def no_probe(host, port):
+        raise AssertionError("the network was probed for a cached file")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", cached_only)
+    monkeypatch.setattr(hub, "reachable", no_probe)
+    assert weights.load_weights("gpt2", tmp_path).config == SMALL
+
+
+def test_hf_hub_offline_is_honoured_without_a_probe(monkeypatch, tmp_path):
+    """Catches HF_HUB_OFFLINE=1 ignored (a probe or a download attempted)."""
+    import huggingface_hub
+
+    from theinference.oracle import hub
+
+    def not_cached(*args, local_files_only=False, **kwargs):
+        assert local_files_only
+        raise huggingface_hub.errors.LocalEntryNotFoundError("not cached")
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", not_cached)
+    monkeypatch.setattr(hub, "reachable", lambda host, port: pytest.fail("probed"))
+    with pytest.raises(weights.WeightsError, match="HF_HUB_OFFLINE is set"):
+        weights.load_weights("gpt2", tmp_path)
+
+
+def test_no_hub_log_line_reaches_stderr(monkeypatch, tmp_path, capfd):
+    """Catches the hub client's retry log ("Retrying in 1s [Retry 1/5]") reaching the user
+    when the Hub's host answers but the download fails."""
+    import logging
+
+    import huggingface_hub
+    from huggingface_hub.utils import logging as hub_logging
+
+    from theinference.oracle import hub
+
+    hub_logging.get_logger("huggingface_hub.utils._http")  # the client's own stderr handler
+
+    def failing(*args, local_files_only=False, **kwargs):
+        if local_files_only:
+            raise huggingface_hub.errors.LocalEntryNotFoundError("not cached")
+        for attempt in range(1, 6):
+            logging.getLogger("huggingface_hub.utils._http").warning(
+                f"Retrying in 1s [Retry {attempt}/5]."
+            )
+        raise OSError("the connection was reset")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", failing)
+    monkeypatch.setattr(hub, "reachable", lambda host, port: True)
+    with pytest.raises(weights.WeightsError, match="the connection was reset"):
+        weights.load_weights("gpt2", tmp_path)
+    assert "Retry" not in capfd.readouterr().err
+    assert logging.getLogger("huggingface_hub").level != logging.CRITICAL  # put back after
+
+
+def test_with_no_network_the_command_says_so_in_its_own_words(tmp_path, template_course):
+    """The real hub client, end to end: a Hub endpoint that refuses connections and an empty
+    Hugging Face cache. Catches the five-retry log and a message that is not the grader's."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed when the block ends: connections are refused
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_ENDPOINT": f"http://127.0.0.1:{port}"}
+    env.pop("HF_HUB_OFFLINE", None)
+    command = [sys.executable, "-m", "theinference", "test", "-C", str(template_course)]
+    done = subprocess.run(
+        [*command, "--weights", "gpt2"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 4, done.stderr
+    assert "Retry" not in done.stderr and "thrown while requesting" not in done.stderr
+    assert "cannot be reached" in done.stderr and "--weights synthetic" in done.stderr
 
 
 def test_our_writer_is_byte_stable(tmp_path):

@@ -1,8 +1,15 @@
 """GitHub Actions workflows: the class matrix (the worked example of --shard) and the student's
 grade-on-push workflow with its job-summary stage table."""
 
+import csv
 import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -51,3 +58,111 @@ def test_summary_prints_the_stage_table(tmp_path):
     result = runner.invoke(app, ["summary", str(path)])
     assert "| build-prefill | failed | 1/2 | missing-ln-f |" in result.output
     assert "not all stages passed" in result.output
+
+
+# --- past one machine: Slurm and Kubernetes, their shard commands run here ---------------------
+
+FAKE_SBATCH = """#!/usr/bin/env bash
+# Slurm's sbatch, here: an array's tasks run one after another, then a dependent job runs
+echo "$*" >> "$SBATCH_LOG"
+script="${@: -2:1}"; mode="${@: -1}"; array=""
+for a in "$@"; do case $a in --array=*) array=${a#--array=};; esac; done
+if [ -n "$array" ]; then
+  for i in $(seq "${array%-*}" "${array#*-}"); do
+    SLURM_ARRAY_TASK_ID=$i bash "$script" "$mode" >> "$SBATCH_LOG.out" 2>&1 || exit 1
+  done
+  echo 4242
+else
+  bash "$script" "$mode" >> "$SBATCH_LOG.out" 2>&1 || exit 1
+  echo 4243
+fi
+"""
+
+
+@pytest.fixture
+def class_folder(tmp_path, weights) -> Path:
+    """submissions/ (three students whose verdicts come fast: two shards of three draw them,
+    one draws none), course/ grading one stage, and bin/ with `theinference` and a stand-in
+    `sbatch`."""
+    from tests import classroom_helpers as ch
+
+    subs = tmp_path / "submissions"
+    subs.mkdir()
+    ch.add(subs, "ann", None, scratch=tmp_path / "scratch")
+    ch.add(subs, "bob", None, "zip", "raise RuntimeError('not yet')", tmp_path / "scratch")
+    ch.add(subs, "cyd", ch.reference(), "loose", "return [0.0, 1.0]", tmp_path / "scratch")
+    course = ch.make_course(tmp_path / "course")
+    (course / "theinference.toml").write_text(
+        '[grading]\nstages = ["single-step-attention"]\ntimeout = 60\n')
+    shutil.rmtree(tmp_path / "scratch")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("theinference", f'#!/bin/sh\nexec {sys.executable} -m theinference "$@"\n'),
+                       ("sbatch", FAKE_SBATCH)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    return tmp_path
+
+
+def local_env(folder: Path, **extra: str) -> dict[str, str]:
+    return {**os.environ, "PATH": f"{folder / 'bin'}:{os.environ['PATH']}", **extra}
+
+
+def assert_class_merged(folder: Path) -> None:
+    """Every student once, with their own verdict, in the merged results and report."""
+    with (folder / "class-results" / "gradebook.csv").open() as f:
+        assert sorted(r["student"] for r in csv.DictReader(f)) == ["ann", "bob", "cyd"]
+    verdicts = {p.stem: json.loads(p.read_text())["stages"][0]["status"]
+                for p in (folder / "class-results" / "submissions").glob("*.json")}
+    assert verdicts == {"ann": "todo", "bob": "error", "cyd": "failed"}
+    assert (folder / "class-results" / "class.html").is_file()
+
+
+def test_the_slurm_script_submits_an_array_then_a_merge(class_folder):
+    """Would catch a Slurm script whose tasks do not take their shard from the array index,
+    a merge that does not wait for the array, or a script that does not run."""
+    out = class_folder / "grade-class.slurm"
+    made = runner.invoke(app, ["workflow", "slurm", "--shards", "3", "--out", str(out)])
+    assert made.exit_code == 0, made.output
+    text = out.read_text()
+    assert "#SBATCH --job-name=theinference-grade" in text and "bash grade-class.slurm" in text
+    log = class_folder / "sbatch.log"
+    done = subprocess.run(["bash", str(out)], cwd=class_folder, capture_output=True, text=True,
+                          env=local_env(class_folder, SBATCH_LOG=str(log)), timeout=900)
+    assert done.returncode == 0, done.stderr + log.with_suffix(".log.out").read_text()[-3000:]
+    calls = log.read_text().splitlines()
+    assert calls[0].startswith("--parsable --array=1-3 ") and calls[0].endswith(" shard")
+    assert "--dependency=afterok:4242" in calls[1] and calls[1].endswith(" merge")
+    assert [p.name for p in sorted(class_folder.glob("results-*"))] == [
+        "results-1", "results-2", "results-3"]
+    assert_class_merged(class_folder)
+
+
+def test_the_kubernetes_jobs_grade_by_completion_index_then_merge(class_folder):
+    """Would catch an Indexed Job whose pods miss a shard (the index is 0-based, shards
+    1-based), a completion count out of step with --shard, or a merge Job that misses one."""
+    made = runner.invoke(app, ["workflow", "kubernetes", "--shards", "3", "--claim", "class-pvc"])
+    assert made.exit_code == 0, made.output
+    grade_job, merge_job = yaml.safe_load_all(made.output)
+    spec = grade_job["spec"]
+    assert spec["completionMode"] == "Indexed" and spec["completions"] == spec["parallelism"] == 3
+    assert "kubectl apply -f grade-class.yaml -l step=grade" in made.output
+    assert grade_job["metadata"]["labels"] == {"step": "grade"}
+    assert merge_job["metadata"]["labels"] == {"step": "merge"}
+    for job in (grade_job, merge_job):
+        pod = job["spec"]["template"]["spec"]
+        assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == "class-pvc"
+        assert pod["containers"][0]["workingDir"] == "/work"
+    for index in range(3):  # what each pod runs, with the index Kubernetes gives it
+        run_container(grade_job, class_folder, JOB_COMPLETION_INDEX=str(index))
+    run_container(merge_job, class_folder)
+    assert_class_merged(class_folder)
+
+
+def run_container(job: dict, folder: Path, **env: str) -> None:
+    """The container's command in `folder` (the volume it mounts at its workingDir)."""
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    done = subprocess.run([*container["command"], *container["args"]], cwd=folder,
+                          capture_output=True, text=True, env=local_env(folder, **env),
+                          timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]

@@ -16,17 +16,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from theinference import __version__
 from theinference.classroom.intake import (
     IntakeError,
     Submission,
     content_hash,
     lay_over_template,
+    own_code,
     read_files,
     remove_tree,
 )
 from theinference.classroom.records import FINAL, SCHEMA, read_record, record_path, stage_rows
 from theinference.course.settings import Grading
+from theinference.grading.provenance import provenance, with_run
 
 GRADER_OVERHEAD_BYTES = 3 << 29  # the grader process beside each student process (1.5 GiB)
 STDERR_KEPT = 4000
@@ -44,12 +45,19 @@ class Plan:
     memory_bytes: int = 8 << 30
     settings_toml: bytes | None = None  # the instructor's theinference.toml
     submission_timeout: float = 1800.0  # a backstop: every call has its own timeout
+    weights_sha256: str = ""  # the weights `weights` names, as loaded when grading began
+    seed_source: str = "none"  # option | fixed | env | submission (provenance.seed_label)
 
     def key(self) -> str:
         fields = asdict(self)
         fields["settings_toml"] = (self.settings_toml or b"").decode(errors="replace")
-        fields["version"] = __version__
+        fields["provenance"] = self.provenance()  # a spec edited in place regrades too
         return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
+
+    def provenance(self) -> dict:
+        """What produces this plan's grades, the run's sandbox and platform aside."""
+        return provenance(self.points, self.settings_toml, self.weights_sha256,
+                          self.seed_source, self.seed)
 
     def test_command(self, course: Path, output: Path) -> list[str]:
         g = self.grading
@@ -59,12 +67,19 @@ class Plan:
             cmd += ["--stage", slug]
         for name in self.cases:
             cmd += ["--case", name]
-        for option, value in (("--seed", self.seed), ("--timeout", g.timeout),
-                              ("--memory-gb", g.memory_gb), ("--output-kb", g.output_kb),
-                              ("--sandbox", g.sandbox)):
+        # the seed travels in the environment (test_env), never on a command line others read
+        for option, value in (("--timeout", g.timeout), ("--memory-gb", g.memory_gb),
+                              ("--output-kb", g.output_kb), ("--sandbox", g.sandbox or "auto")):
             if value is not None:
                 cmd += [option, str(value)]
+        if g.speed != "off":
+            cmd.append("--speed")
         return cmd
+
+    def test_env(self) -> dict[str, str]:
+        """The grader's environment for `theinference test`, with this plan's seed (or none)."""
+        env = {k: v for k, v in os.environ.items() if k != "THEINFERENCE_SEED"}
+        return env | ({"THEINFERENCE_SEED": str(self.seed)} if self.seed is not None else {})
 
 
 def default_jobs(memory_bytes: int) -> int:
@@ -128,13 +143,14 @@ def grade_or_reuse(sub, plan, key, results_dir, jobs) -> tuple[dict, bool]:
     if old and (old["content_sha256"], old["plan_key"]) == (digest, key) and old["status"] in FINAL:
         return old, True
     status, message, results = run_test(files, plan, jobs)
-    record = new_record(sub, plan, key, digest, status, message, results, started)
+    record = new_record(sub, plan, key, digest, status, message, results, started, files)
     write_record(results_dir, record)
     return record, False
 
 
-def new_record(sub, plan, key, digest, status, message, results, started) -> dict:
+def new_record(sub, plan, key, digest, status, message, results, started, files=None) -> dict:
     rows = stage_rows(results, plan.points, plan.grading)
+    sandbox = (results or {}).get("sandbox", "not run")
     return {
         "schema": SCHEMA,
         "id": sub.id,
@@ -147,6 +163,10 @@ def new_record(sub, plan, key, digest, status, message, results, started) -> dic
         "score": round(sum(r["score"] for r in rows), 4),
         "max_score": round(sum(r["max_score"] for r in rows), 4),
         "stages": rows,
+        "provenance": with_run(plan.provenance(), sandbox),
+        "code": own_code(files) if files else {},
+        "sandbox": (results or {}).get("sandbox"),  # bwrap | unprivileged-user | none
+        "sandbox_notes": (results or {}).get("notes", []),
         "results": results,
     }
 
@@ -160,7 +180,7 @@ def run_test(files: dict[str, bytes], plan: Plan, jobs: int) -> tuple[str, str, 
         output, errors = work / "results.json", work / "stderr.txt"
         with errors.open("wb") as err:
             code = run_bounded(plan.test_command(course, output), err, plan.submission_timeout,
-                               jobs)
+                               jobs, plan.test_env())
         tail = errors.read_bytes()[-STDERR_KEPT:].decode(errors="replace").strip()
         if code in (0, 1) and output.is_file():
             return "graded", "", json.loads(output.read_text())
@@ -173,10 +193,10 @@ def run_test(files: dict[str, bytes], plan: Plan, jobs: int) -> tuple[str, str, 
         remove_tree(work)
 
 
-def run_bounded(cmd: list[str], stderr, timeout: float, jobs: int) -> int | None:
+def run_bounded(cmd: list[str], stderr, timeout: float, jobs: int, env: dict) -> int | None:
     """Run the grader; past the backstop, interrupt it (it stops its student process on the
     way out), then kill its group. None: it had to be stopped."""
-    env = {k: v for k, v in os.environ.items() if k != "THEINFERENCE_SEED"}
+    env = dict(env)
     threads = str(max(1, (os.cpu_count() or 1) // jobs))  # BLAS threads: cores shared out
     env.update(OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

@@ -6,12 +6,13 @@ Every figure is computed from the submission records, the same ones gradebook.cs
 
 import math
 from collections import Counter
-from html import escape
 from pathlib import Path
 
 from theinference.atomic import atomic_write
 from theinference.classroom.gradebook import stage_slugs
 from theinference.classroom.svg import bar_chart, histogram
+from theinference.results import where_text
+from theinference.results.text import html_text as escape  # controls shown, not kept
 
 STYLE = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:60em;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.2em .6em}
@@ -59,15 +60,16 @@ def student_seconds(record: dict) -> float:
     return float(((record.get("results") or {}).get("timings") or {}).get("student_seconds", 0))
 
 
-def write_report(records: list[dict], out: Path) -> list[Path]:
-    """The class page at `out`, each student's beside it in `<stem>-students/`."""
+def write_report(records: list[dict], out: Path, sections: tuple[str, ...] = ()) -> list[Path]:
+    """The class page at `out` (with `sections`: report_sections.py's, before the students
+    table), each student's beside it in `<stem>-students/`."""
     folder = out.with_name(f"{out.stem}-students")
     written = []
     for record in records:
         path = folder / f"{record['id']}.html"
         atomic_write(path, page(f"{record['id']}", student_body(record)))
         written.append(path)
-    atomic_write(out, page("Class report", class_body(records, folder.name)))
+    atomic_write(out, page("Class report", class_body(records, folder.name, sections)))
     return [out, *written]
 
 
@@ -76,7 +78,7 @@ def page(title: str, body: str) -> str:
             f"</title><style>{STYLE}</style></head><body>\n{body}\n</body></html>\n")
 
 
-def class_body(records: list[dict], folder: str) -> str:
+def class_body(records: list[dict], folder: str, sections: tuple[str, ...] = ()) -> str:
     s = class_summary(records)
     slugs = list(s["pass_rate"])
     worst_logs = [log_tolerances(w) for w in s["worst"]]
@@ -91,7 +93,9 @@ def class_body(records: list[dict], folder: str) -> str:
         histogram(worst_logs, "worst error / tolerance (log scale)", mark=0.0, log=True),
         "</section><section id=run-time><h2>Student code run time (seconds)</h2>",
         histogram(s["seconds"], "seconds in the student's calls"),
-        "</section><section id=students><h2>Students</h2>",
+        "</section>",
+        *sections,
+        "<section id=students><h2>Students</h2>",
         students_table(records, slugs, folder),
         "</section>",
     ]
@@ -138,8 +142,22 @@ def student_body(record: dict) -> str:
             f"<td>{'' if worst is None else f'{worst:.3g}'}</td></tr>")
     parts.append("</table>")
     for stage in (record.get("results") or {}).get("stages", []):
+        parts += stage_diagnosis(stage)
         for case in stage.get("cases", []):
             if case["status"] != "passed":
                 parts.append(f"<h3>{escape(stage['slug'])}: {escape(case['name'])}</h3>"
                              f"<pre>{escape(case['message'][:2000])}</pre>")
     return "\n".join(parts)
+
+
+def stage_diagnosis(stage: dict) -> list[str]:
+    """What the student was told about a stage that did not pass: the suspected bug (or the
+    error's lesson) in words, where it departs, the hint (the grader's own, from the results)."""
+    said = [(label, stage.get(key)) for label, key in (
+        ("suspected bug", "bug_name"), ("error lesson", "lesson"), ("hint", "hint"))]
+    if stage.get("where"):
+        said.append(("first departs at", where_text(stage["where"])))
+    lines = [f"<li>{label}: {escape(str(text))}</li>" for label, text in said if text]
+    if not lines:
+        return []
+    return [f"<h3>{escape(stage['slug'])}: diagnosis</h3><ul class=diagnosis>{''.join(lines)}</ul>"]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from theinference.atomic import atomic_write
 from theinference.classroom.records import SUBMISSIONS_DIR, read_records, record_path
+from theinference.results.text import csv_cell
 
 GRADEBOOK = "gradebook.csv"
 
@@ -35,11 +36,11 @@ def gradebook_text(records: list[dict]) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(["student", "status", *slugs, "total", "max_total", "passed_stages",
-                     "suspected_bugs", "message", "content_sha256"])
+                     "suspected_bugs", "message", "content_sha256", "sandbox"])
     for record in records:
         by_slug = {row["slug"]: row for row in record["stages"]}
         writer.writerow([
-            record["id"],
+            csv_cell(record["id"]),  # a file name: never a spreadsheet formula
             record["status"],
             *(_cell(by_slug.get(slug)) for slug in slugs),
             _number(record["score"]),
@@ -47,8 +48,9 @@ def gradebook_text(records: list[dict]) -> str:
             f"{sum(r['status'] == 'passed' for r in record['stages'])}/{len(record['stages'])}",
             "; ".join(f"{r['slug']}: {r['suspected_bug']}"
                       for r in record["stages"] if r["suspected_bug"]),
-            record["message"][:300],
+            csv_cell(record["message"][:300]),
             record["content_sha256"],
+            record.get("sandbox") or "",  # how the student's process was isolated
         ])
     return out.getvalue()
 

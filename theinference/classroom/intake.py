@@ -21,6 +21,8 @@ MAX_FILES = 2000
 MAX_BYTES = 64 << 20  # a whole submission, unpacked
 ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz")
 IGNORED_PARTS = {"__pycache__", ".git", ".theinference", ".venv", "node_modules", "__MACOSX"}
+OWN_CODE = ("src/kvcache.py", "tests/adapters.py", "src/kvcache.ts", "tests/adapters.ts")
+OWN_CODE_CHARS = 200_000  # per file kept in the record, for the similarity check
 
 
 class IntakeError(Exception):
@@ -96,6 +98,16 @@ def lay_over_template(files: dict[str, bytes], dest: Path, settings_toml: bytes 
     if settings_toml is not None:
         (dest / SETTINGS_FILE).write_bytes(settings_toml)
     return dest
+
+
+def own_code(files: dict[str, bytes]) -> dict[str, str]:
+    """The student's own source, by where the course keeps it (a loose `kvcache.py` is
+    src/kvcache.py): the files similarity compares (classroom/similarity.py)."""
+    loose = {PurePosixPath(path).name: path for path in OWN_CODE}
+    placed = {(name if "/" in name else loose.get(name, name)): data
+              for name, data in files.items()}
+    return {path: placed[path].decode("utf-8", errors="replace")[:OWN_CODE_CHARS]
+            for path in OWN_CODE if path in placed}
 
 
 def _template_basenames() -> dict[str, str]:

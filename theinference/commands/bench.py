@@ -5,6 +5,7 @@ from typing import Annotated
 
 import typer
 
+from theinference.commands import limits
 from theinference.commands.options import CourseDir, WeightsOpt
 from theinference.exits import Abort
 
@@ -15,8 +16,15 @@ def bench(
     lengths: Annotated[
         str, typer.Option(help="Prompt lengths, comma-separated.")
     ] = "16,64,128,256,512",
-    new_tokens: Annotated[int, typer.Option(help="Tokens generated per timing.")] = 16,
-    repeats: Annotated[int, typer.Option(help="Timed runs per figure (after a warm-up).")] = 3,
+    new_tokens: Annotated[
+        int, typer.Option(help="Tokens generated per timing.", callback=limits.at_least_one)
+    ] = 16,
+    repeats: Annotated[
+        int,
+        typer.Option(
+            help="Timed runs per figure (after a warm-up).", callback=limits.at_least_one
+        ),
+    ] = 3,
     json_file: Annotated[Path | None, typer.Option("--json", help="Also write JSON here.")] = None,
 ) -> None:
     """Time your cached generation against recomputing, over growing prompt lengths."""
@@ -56,4 +64,6 @@ def prompt_lengths(lengths: str, new_tokens: int, repeats: int) -> list[int]:
         raise Abort(f"--lengths must be whole numbers, got '{lengths}'") from None
     if new_tokens < 2 or repeats < 1 or not sizes:
         raise Abort("need --new-tokens >= 2, --repeats >= 1 and a length")
+    if min(sizes) < 1:
+        raise Abort(f"--lengths must all be at least 1, got '{lengths}'")
     return sizes

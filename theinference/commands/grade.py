@@ -1,6 +1,7 @@
-"""The instructor's commands, registered in cli.py: grade, gradebook merge, gradescope build,
-report, workflow. Each gathers plain data, hands it to the classroom modules, and prints
-through screens.py; errors the instructor can fix are one line and an exit code (exits.py)."""
+"""The instructor's commands, registered in cli.py: grade, gradebook merge (gradescope.py and
+report.py hold the rest). Each gathers plain data, hands it to the classroom modules, and
+prints through output/class_screens.py; errors the instructor can fix are one line and an exit
+code (exits.py)."""
 
 import os
 from pathlib import Path
@@ -9,6 +10,8 @@ from typing import Annotated
 import typer
 
 from theinference import exits
+from theinference.commands import limits
+from theinference.commands.options import command_group
 
 CourseOpt = Annotated[
     Path | None,
@@ -21,11 +24,9 @@ StageOpt = Annotated[
 ]
 
 
-def fail(message: str, code: int) -> typer.Exit:
-    from theinference.output.report import print_error
-
-    print_error(message)
-    return typer.Exit(code)
+def fail(message: str, code: int) -> exits.Abort:
+    """The error to raise: `handled` (options.py) prints it and exits with its code."""
+    return exits.Abort(message, code)
 
 
 def instructor_settings(course_dir: Path | None, name: str = ""):
@@ -42,6 +43,18 @@ def instructor_settings(course_dir: Path | None, name: str = ""):
         return course_settings(path), path.read_bytes()
     except CourseError as exc:
         raise fail(str(exc), exits.COURSE) from None
+
+
+def grading_sandbox(minimum: str | None):
+    """The sandbox every submission will be graded in: the strongest this machine has,
+    refused (exit 2) when that is below [grading] sandbox."""
+    from theinference.student.sandbox import SandboxError, choose
+
+    try:
+        return choose(minimum or "auto")
+    except SandboxError as exc:
+        raise fail(f"refusing to grade below [grading] sandbox = {minimum!r}: {exc}",
+                   exits.USAGE) from None
 
 
 def stage_points(settings, slugs: list[str]) -> dict[str, float]:
@@ -71,6 +84,15 @@ def resolve_seed(seed: int | None, source) -> int | None:
     return int(text)
 
 
+def seed_source(seed: int | None, source) -> str:
+    """Where resolve_seed's seed comes from, for the records' provenance."""
+    if seed is not None:
+        return "option"
+    if isinstance(source, int):
+        return "fixed"
+    return "none" if source == "none" else "env"
+
+
 def parse_shard(text: str | None) -> tuple[int, int] | None:
     if text is None:
         return None
@@ -86,16 +108,25 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
 def grade(
     submissions: Annotated[Path, typer.Argument(help="A folder: one entry per student.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="The results folder.")],
-    jobs: Annotated[int | None, typer.Option(help="At once (default: what fits).")] = None,
+    jobs: Annotated[
+        int | None, typer.Option(help="At once (default: what fits).", callback=limits.at_least_one)
+    ] = None,
     shard: Annotated[str | None, typer.Option(help="Grade slice I of N only, e.g. 1/4.")] = None,
     course_dir: CourseOpt = None,
     stage: StageOpt = None,
     case: Annotated[list[str] | None, typer.Option(help="Only cases naming this.")] = None,
-    weights: Annotated[str | None, typer.Option(help="Default: [grading]'s course.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Hidden cases' seed (wins over [grading]).")]
-    = None,
+    weights: Annotated[
+        str | None, typer.Option(help="Default: the weights the course's theinference.toml names.")
+    ] = None,
+    seed: Annotated[
+        int | None,
+        typer.Option(help="Hidden cases' seed (wins over [grading]).", callback=limits.seed),
+    ] = None,
     submission_timeout: Annotated[
-        float, typer.Option(help="Seconds a whole submission may take (a backstop).")
+        float,
+        typer.Option(
+            help="Seconds a whole submission may take (a backstop).", callback=limits.positive
+        ),
     ] = 1800.0,
 ) -> None:
     """Grade a folder of submissions (course folders, .zip/.tar.gz, loose files) into RESULTS:
@@ -103,13 +134,15 @@ def grade(
     from theinference.classroom.batch import Plan, default_jobs, grade_class, in_shard
     from theinference.classroom.gradebook import write_gradebook
     from theinference.classroom.intake import IntakeError, discover
+    from theinference.classroom.records import SUBMISSIONS_DIR
     from theinference.output.class_screens import grading_progress, print_class_summary
     from theinference.output.report import print_error
 
     slice_ = parse_shard(shard)
     settings, toml = instructor_settings(course_dir)
+    spec = weights or settings.weights
     plan = Plan(
-        weights=weights or settings.weights,
+        weights=spec,
         points=stage_points(settings, stage or []),
         grading=settings.grading,
         seed=resolve_seed(seed, settings.grading.seed),
@@ -117,8 +150,11 @@ def grade(
         memory_bytes=int((settings.grading.memory_gb or 8) * 2**30),
         settings_toml=toml,
         submission_timeout=submission_timeout,
+        weights_sha256=warm_weights(spec, course_dir).sha256,
+        seed_source=seed_source(seed, settings.grading.seed),
     )
-    warm_weights(plan.weights, course_dir)
+    chosen = grading_sandbox(settings.grading.sandbox)
+    typer.echo(f"sandbox: {chosen.kind}" + "".join(f"; {n}" for n in chosen.notes), err=True)
     try:
         found, skipped = discover(submissions)
     except (IntakeError, OSError) as exc:
@@ -132,26 +168,29 @@ def grade(
     if jobs is not None and jobs > allowed:
         print_error(f"--jobs {jobs} would oversubscribe this machine: using {allowed}")
     jobs = min(jobs or allowed, allowed)
+    # a shard that draws no student is still a results folder `gradebook merge` accepts
+    (out / SUBMISSIONS_DIR).mkdir(parents=True, exist_ok=True)
     with grading_progress(len(chosen)) as on_done:
         reused = []
         records = grade_class(chosen, plan, out, jobs,
                              lambda r, again: (reused.append(again), on_done(r, again)))
     path = write_gradebook(out, records)
     print_class_summary(records, sum(reused), str(path))
-    raise typer.Exit(exits.OK if all(r["status"] != "grader-error" for r in records) else 1)
+    finished = all(r["status"] != "grader-error" for r in records)
+    raise typer.Exit(exits.OK if finished else exits.UNFINISHED)
 
 
-def warm_weights(spec: str, course_dir: Path | None) -> None:
+def warm_weights(spec: str, course_dir: Path | None):
     """Make or check the weights once, before any submission waits on them."""
     from theinference.oracle.weights import WeightsError, load_weights
 
     try:
-        load_weights(spec, (course_dir or Path.cwd()).expanduser().resolve())
+        return load_weights(spec, (course_dir or Path.cwd()).expanduser().resolve())
     except WeightsError as exc:
         raise fail(str(exc), exits.WEIGHTS) from None
 
 
-gradebook_app = typer.Typer(help="Gradebooks of graded classes.", no_args_is_help=True)
+gradebook_app = command_group("Gradebooks of graded classes.")
 
 
 @gradebook_app.command("merge")
@@ -167,3 +206,29 @@ def gradebook_merge(
     except MergeError as exc:
         raise fail(str(exc), exits.USAGE) from None
     typer.echo(f"{len(records)} submissions -> {out / 'gradebook.csv'}")
+
+
+@gradebook_app.command("diff")
+def gradebook_diff(
+    old: Annotated[Path, typer.Argument(help="The earlier results folder.")],
+    new: Annotated[Path, typer.Argument(help="The later results folder (the regrade).")],
+    csv_file: Annotated[Path | None, typer.Option("--csv", help="Also write the changes here.")]
+    = None,
+) -> None:
+    """Whose grade changed between two results folders, and why.
+
+    Per student and stage: old and new status and score, suspected bug, worst error, cases
+    added or removed, and the recorded inputs that differ (grader, specs, settings, weights,
+    seed; content for a resubmission). Exit 0: no grade changed; 1: some did."""
+    from theinference.atomic import atomic_write
+    from theinference.classroom.records import SUBMISSIONS_DIR, read_records
+    from theinference.classroom.regrade import csv_text, diff_records, text
+
+    for folder in (old, new):
+        if not (folder / SUBMISSIONS_DIR).is_dir():
+            raise fail(f"{folder} holds no graded submissions ({SUBMISSIONS_DIR}/)", exits.USAGE)
+    regrade = diff_records(read_records(old), read_records(new))
+    typer.echo(text(regrade), nl=False)
+    if csv_file is not None:
+        atomic_write(csv_file, csv_text(regrade))
+    raise typer.Exit(exits.NOT_PASSED if regrade.changes else exits.OK)

@@ -9,46 +9,126 @@ import typer
 
 from theinference import exits
 from theinference.commands.grade import fail
+from theinference.commands.options import command_group
 
 
 def report(
     results: Annotated[Path, typer.Argument(help="A results folder from grade or merge.")],
     html: Annotated[Path, typer.Option("--html", help="The page to write.")] = Path("class.html"),
+    since: Annotated[
+        Path | None, typer.Option(help="An earlier results folder: add what changed since.")
+    ] = None,
+    similarity: Annotated[
+        bool, typer.Option(help="Compare the students' own code (template subtracted).")
+    ] = True,
+    threshold: Annotated[
+        float, typer.Option(help="Similarity at which a pair is listed (0..1).")
+    ] = 0.5,
 ) -> None:
-    """The class report: pass rate and common bugs per stage, error and run-time
-    distributions, and a page per student. Static HTML with inline SVG."""
+    """The class report: one static page, and a page per student.
+
+    Pass rate and common bugs per stage, error and run-time distributions, the speed ranking,
+    similar code (template subtracted) and changes since an earlier run."""
     from theinference.classroom.class_report import write_report
     from theinference.classroom.records import read_records
 
     records = read_records(results)
     if not records:
         raise fail(f"{results} holds no graded submissions (run theinference grade)", exits.USAGE)
-    written = write_report(records, html)
+    if not 0 < threshold <= 1:
+        raise fail(f"--threshold must lie in (0, 1], not {threshold}", exits.USAGE)
+    sections = report_sections(records, since, threshold if similarity else None)
+    written = write_report(records, html, sections)
     typer.echo(f"{html} ({len(records)} students; {len(written) - 1} student pages)")
 
 
-workflow_app = typer.Typer(help="GitHub Actions workflows.", no_args_is_help=True)
+def report_sections(records: list[dict], since: Path | None, threshold: float | None):
+    """Speed, similarity (unless threshold is None) and changes since an earlier run."""
+    from theinference.classroom import report_sections as sections
+    from theinference.classroom.records import read_records
+    from theinference.classroom.regrade import diff_records
+    from theinference.classroom.similarity import SimilarityUnavailable, similar_pairs
+    from theinference.output.report import print_error
+
+    out = [sections.speed_section(records)]
+    if threshold is not None:
+        try:
+            out.append(sections.similarity_section(similar_pairs(records, threshold), threshold))
+        except SimilarityUnavailable as exc:
+            print_error(f"similar code not checked: {exc}")
+    if since is not None:
+        earlier = read_records(since)
+        if not earlier:
+            raise fail(f"{since} holds no graded submissions", exits.USAGE)
+        out.append(sections.changes_section(diff_records(earlier, records), str(since)))
+    return tuple(s for s in out if s)
 
 
-@workflow_app.command("matrix")
-def matrix(
-    shards: Annotated[int, typer.Option(help="Parallel jobs.")] = 4,
-    submissions: Annotated[str, typer.Option(help="The submissions folder.")] = "submissions",
-    course: Annotated[str, typer.Option(help="The folder with theinference.toml.")] = "course",
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Default: stdout.")] = None,
-) -> None:
-    """A workflow grading a class as a matrix of `grade --shard I/N` jobs, then merging."""
+workflow_app = command_group("Grading a class in parallel: GitHub Actions, Slurm, Kubernetes.")
+Shards = Annotated[int, typer.Option(help="Parallel jobs (shards).")]
+Submissions = Annotated[str, typer.Option(help="The submissions folder.")]
+CourseFolder = Annotated[str, typer.Option(help="The folder with theinference.toml.")]
+Out = Annotated[Path | None, typer.Option("--out", "-o", help="Default: stdout.")]
+
+
+def emit(text: str, out: Path | None) -> None:
     from theinference.atomic import atomic_write
-    from theinference.classroom.workflow import matrix_workflow
 
-    if shards < 1:
-        raise fail("--shards must be at least 1", exits.USAGE)
-    text = matrix_workflow(shards, submissions, course)
     if out is None:
         typer.echo(text, nl=False)
     else:
         atomic_write(out, text)
         typer.echo(f"wrote {out}", err=True)
+
+
+def check_shards(shards: int) -> None:
+    if shards < 1:
+        raise fail("--shards must be at least 1", exits.USAGE)
+
+
+@workflow_app.command("matrix")
+def matrix(shards: Shards = 4, submissions: Submissions = "submissions",
+           course: CourseFolder = "course", out: Out = None) -> None:
+    """A GitHub Actions workflow: a matrix of `grade --shard I/N` jobs, then a merge."""
+    from theinference.classroom.workflow import matrix_workflow
+
+    check_shards(shards)
+    emit(matrix_workflow(shards, submissions, course), out)
+
+
+@workflow_app.command("slurm")
+def slurm(shards: Shards = 4, submissions: Submissions = "submissions",
+          course: CourseFolder = "course", out: Out = None) -> None:
+    """A Slurm script: an array job of `grade --shard I/N` tasks, then a merge job.
+
+    `bash FILE` submits both; task I takes its shard from SLURM_ARRAY_TASK_ID."""
+    from theinference.classroom.clusters import slurm_script
+
+    check_shards(shards)
+    emit(slurm_script(shards, submissions, course, out.name if out else "grade-class.slurm"),
+         out)
+
+
+@workflow_app.command("kubernetes")
+def kubernetes(
+    shards: Shards = 4,
+    submissions: Submissions = "submissions",
+    course: CourseFolder = "course",
+    out: Out = None,
+    claim: Annotated[str, typer.Option(help="The volume claim holding both folders.")]
+    = "theinference-class",
+    image: Annotated[str, typer.Option(help="The pods' image (Python 3.11 or later).")]
+    = "python:3.11-slim",
+) -> None:
+    """Kubernetes Jobs: an Indexed Job of `grade --shard I/N` pods, then a merge Job.
+
+    The pod with JOB_COMPLETION_INDEX K grades shard K+1; apply -l step=grade, wait, then
+    apply -l step=merge."""
+    from theinference.classroom.clusters import kubernetes_jobs
+
+    check_shards(shards)
+    name = out.name if out else "grade-class.yaml"
+    emit(kubernetes_jobs(shards, submissions, course, name, claim, image), out)
 
 
 def summary(

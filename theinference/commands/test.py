@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from theinference.commands import limits
 from theinference.commands.options import CourseDir, StageOpt, WeightsOpt
 from theinference.exits import Abort
 from theinference.output.formats import FORMATS
@@ -49,41 +50,78 @@ def test(
         typer.Option(
             envvar="THEINFERENCE_SEED",
             help="Add hidden random cases drawn with this seed (graders).",
+            callback=limits.seed,
         ),
     ] = None,
     timeout: Annotated[
-        float | None, typer.Option(help="Seconds per adapter call (default: each stage's).")
+        float | None,
+        typer.Option(
+            help="Seconds per adapter call (default: each stage's).", callback=limits.positive
+        ),
     ] = None,
     memory_gb: Annotated[
         float | None,
-        typer.Option(help="Heap limit of the student's process, GiB (default: each stage's, 8)."),
+        typer.Option(
+            help="Heap limit of the student's process, GiB (default: each stage's, 8).",
+            callback=limits.gibibytes,
+        ),
     ] = None,
     output_kb: Annotated[
         int | None,
-        typer.Option(help="Output kept per call and stream, KiB (default: each stage's, 64)."),
+        typer.Option(
+            help="Output kept per call and stream, KiB (default: each stage's, 64).",
+            callback=limits.kibibytes,
+        ),
     ] = None,
     sandbox: Annotated[
         str,
         typer.Option(
-            help="auto | bwrap | none: isolate the student's process with bubblewrap "
-            "(auto: when it works here; bwrap: refuse to grade without it)."
+            help="auto | bwrap | unprivileged-user | none: how to isolate the student's "
+            "process (auto: the strongest this machine has; bwrap, unprivileged-user: refuse "
+            "to grade with less; none: no bubblewrap)."
         ),
     ] = "auto",
+    speed: Annotated[
+        bool,
+        typer.Option(
+            "--speed",
+            help="After the generate loop passes, time your cached generation against the "
+            "oracle's (a ratio; in the report and JSON).",
+        ),
+    ] = False,
     files: dict[str, Path] | None = None,  # --json FILE etc., from formats.FORMATS
 ) -> None:
     """Grade the course directory's stages against the recompute oracle."""
     from theinference.grading.session import override_limits, prepare
-    from theinference.output import terminal
+    from theinference.output import formats, terminal
 
     outputs = outputs_for(fmt.value, output, files or {})
     policy = policy_for(watch, quick, all_cases, case or [], machine=bool(outputs))
-    session = prepare(course_dir, stage or [], weights, timeout, seed, outputs, policy, sandbox)
+    if speed and watch:
+        raise Abort("--speed times a finished run: it cannot be used with --watch")
+    session = prepare(course_dir, stage or [], weights, timeout, seed, outputs, policy, sandbox,
+                      speed)
     override_limits(session, memory_gb, output_kb)
+    session.writer = formats.writer(session.outputs, session.course.grading)
     if fmt.value == TERMINAL:
         order = [s.slug for s in session.all_stages]
         root, label = str(session.course.root), session.weights.label
         session.renderer = terminal.renderer(root, label, order)
+    if speed:
+        raise typer.Exit(graded_with_speed(session, terminal_shown=fmt.value == TERMINAL))
     raise typer.Exit(grade_session(session, watch, poll, clear=not no_clear))
+
+
+def graded_with_speed(session, terminal_shown: bool) -> int:
+    """One run, then its speed figure (measured after the run) under the report."""
+    from theinference.grading.session import exit_code, run
+    from theinference.output.report import console
+    from theinference.output.tables import print_speed
+
+    result = run(session)
+    if terminal_shown and result.speed is not None:
+        print_speed(console(), result.speed)
+    return exit_code(result)
 
 
 def outputs_for(fmt: str, output: Path | None, files: dict[str, Path]) -> list:

@@ -14,25 +14,27 @@ from theinference.curriculum.checks import CHECKS, Check, Verdict
 from theinference.curriculum.checks.floor import budget
 from theinference.curriculum.checks.swap import Seen, SwapPlan
 from theinference.curriculum.stages import Case, Stage
-from theinference.diagnosis.fingerprints import BY_ID
+from theinference.diagnosis.errors import lesson_for
 from theinference.grading.answers import Answers
 from theinference.results import CaseResult, Status, finding_of
 from theinference.student.calibration import sgemm_rate
-from theinference.student.process import Outcome, StudentProcess
+from theinference.student.process import StudentProcess
+from theinference.student.replies import Outcome
 
 OUTCOME_STATUS = {
     "todo": Status.TODO,
     "timeout": Status.TIMEOUT,
+    "cpu_limit": Status.FAILED,  # a CPU budget is a cost check's: past it, the cost failed
 }
 
 
 def grade_case(
     stage: Stage, case: Case, process: StudentProcess, answers: Answers
 ) -> tuple[CaseResult, list, Verdict]:
-    """The case's result, complete, with the adapter's arguments and the judge's verdict (whose
-    `actual` the stage's diagnosis reads)."""
+    """The case's result, complete (an error's lesson included), with the adapter's arguments
+    and the judge's verdict (whose `actual` the stage's diagnosis reads)."""
     check = CHECKS[case.check]
-    args = check.arguments(case, answers.runs.config)
+    args = check.arguments(case, answers.recompute.config)
     clock = OracleClock()
     fixed = fix_answer(check, case, args, answers, clock)
     if check.flop is not None:
@@ -41,14 +43,9 @@ def grade_case(
         on_hook = fixed.answer if isinstance(fixed, SwapPlan) else None
         outcome = process.call(check.adapter, args, stage.timeout, check.hook, on_hook)
     verdict = judge(stage, case, args, outcome, answers, clock, fixed)
-    hint = verdict.hint
-    if verdict.suspected_bug in BY_ID:  # recognised by the judge itself (shape, probe)
-        bug = BY_ID[verdict.suspected_bug]
-        hint = f"suspected bug: {bug.name}. {bug.hint} {hint}".strip()
     result = CaseResult(
-        **finding_of(verdict) | {"hint": hint},
+        **finding_of(verdict),
         name=case.name,
-        fingerprinted=verdict.suspected_bug is not None,
         traceback=outcome.traceback,
         stdout=outcome.stdout,
         stderr=outcome.stderr,
@@ -56,6 +53,8 @@ def grade_case(
         oracle_seconds=clock.seconds,
         hidden=case.hidden,
     )
+    if (lesson := lesson_for(result)) is not None:
+        result.lesson = lesson[0].id
     return result, args, verdict
 
 
@@ -64,7 +63,7 @@ def fix_answer(check: Check, case: Case, args: list, answers: Answers, clock: "O
     expected value of the call's own arguments, or None where it depends on the answer."""
     if check.swap is not None:
         seed = int(case.inputs.get("swap", 0))
-        return clock.timed(check.swap, answers.runs, args, seed)
+        return clock.timed(check.swap, answers.recompute, args, seed)
     if check.asks_own_arguments and not case.inputs.get("must_raise"):
         return clock.timed(answers.expected, case.check, args)
     return None
@@ -78,7 +77,7 @@ def measured_call(stage: Stage, check: Check, args: list, process, answers: Answ
         outcome = Outcome("returned")
         outcome.probe = {"error": why}
         return outcome
-    flop = check.flop(args, answers.runs.config)
+    flop = check.flop(args, answers.recompute.config)
     floor, limit = budget(flop, rate, float(stage.words["floor_fraction"]))
     process.stop()  # a fresh process: nothing from an earlier call is at hand
     outcome = process.call(check.adapter, args, stage.timeout, cpu_limit=limit)
@@ -129,8 +128,8 @@ def judge(
             return fixed
         return clock.timed(answers.expected, case.check, question)
 
-    verdict = check.judge(value, args, ask, stage.tolerance, answers.runs.config)
-    if check.second_path is not None and check.swap is None and verdict.comparisons:
+    verdict = check.judge(value, args, ask, stage.tolerance, answers.recompute.config)
+    if check.simulate is not None and check.swap is None and verdict.comparisons:
         noise = clock.timed(answers.noise, case.check, args)
         verdict.comparisons = [replace(c, noise=noise) for c in verdict.comparisons]
     return verdict

@@ -12,11 +12,13 @@ from pathlib import Path
 
 from theinference import exits
 from theinference.course import languages
-from theinference.course.directory import Course, open_course
+from theinference.course.directory import SETTINGS_FILE, Course, open_course
 from theinference.curriculum.stages import Stage, StageError, load_stages, select, with_hidden_cases
 from theinference.grading.answers import Answers
 from theinference.grading.grader import grade
 from theinference.grading.policy import EVERY_CASE, RunPolicy, selected
+from theinference.grading.provenance import provenance, test_seed_source, with_run
+from theinference.grading.speed import speed_after
 from theinference.oracle.weights import Weights, load_weights
 from theinference.results import RunResult
 from theinference.results.events import Event, Listener, ignore
@@ -24,6 +26,7 @@ from theinference.student.process import Limits
 from theinference.student.sandbox import Sandbox, choose
 
 Renderer = Callable[[str, threading.Event | None], Listener]  # (trigger, cancel) -> drawing
+Writer = Callable[[RunResult], None]  # writes a finished run's machine outputs
 
 
 @dataclass(frozen=True)
@@ -43,8 +46,11 @@ class Session:
     answers: Answers | None = None  # kept across watch reruns: answers stay in memory
     policy: RunPolicy = EVERY_CASE
     renderer: Renderer | None = None  # draws each run (the terminal); None: nothing drawn
+    writer: Writer | None = None  # writes `outputs` (output/formats.py); None: nothing written
     sandbox: Sandbox | None = None  # how the student's process runs (sandbox.choose)
     seed: int | None = None  # --seed: hidden cases and the cache-use proofs' arguments
+    provenance: dict = field(default_factory=dict)  # what produces the grade (provenance.py)
+    speed: bool = False  # also time the cached generation against the oracle's (speed.py)
 
 
 def prepare(
@@ -56,6 +62,7 @@ def prepare(
     outputs: list[Output],
     policy: RunPolicy = EVERY_CASE,
     sandbox_mode: str = "auto",
+    speed: bool = False,
 ) -> Session:
     """Everything a run needs, checked up front: course, stages, case filter, sandbox,
     weights."""
@@ -63,20 +70,27 @@ def prepare(
     every = load_stages()
     if timeout is not None:
         every = [replace(s, timeout=timeout) for s in every]
-    else:  # a stage's own timeout, scaled for a language slower than NumPy
-        factor = languages.TIMEOUT_FACTOR[course.language]
-        every = [replace(s, timeout=s.timeout * factor) for s in every]
+    else:
+        every = timed_for(every, course.language)
     if seed is not None:
         every = [with_hidden_cases(s, seed) for s in every]
     chosen = select(every, slugs)
     if policy.cases:
         chosen = filtered(chosen, policy.cases, named=bool(slugs))
-    sandbox = choose(sandbox_mode, course.root)
+    sandbox = choose(sandbox_mode)
     weights = load_weights(weights_spec or course.weights, course.root)
     sandbox.notes.extend(weights.notes)
     # as the grader's own user, the student's process could read the cache's secret: answers
     # then stay in memory, and the secret is replaced after each run (see `run`)
     answers = Answers.in_memory(weights) if sandbox.kind == "none" else Answers.cached(weights)
+    settings = course.root / SETTINGS_FILE
+    produced = provenance(
+        [s.slug for s in chosen],
+        settings.read_bytes() if settings.is_file() else None,
+        weights.sha256,
+        test_seed_source(seed),
+        seed,
+    )
     return Session(
         course,
         chosen,
@@ -87,7 +101,15 @@ def prepare(
         policy=policy,
         sandbox=sandbox,
         seed=seed,
+        provenance=produced,
+        speed=speed,
     )
+
+
+def timed_for(stages: list[Stage], language: str) -> list[Stage]:
+    """Each stage's own timeout, scaled for a course language slower than NumPy."""
+    factor = languages.TIMEOUT_FACTOR[language]
+    return [replace(s, timeout=s.timeout * factor) for s in stages]
 
 
 def filtered(stages: list[Stage], wanted: tuple[str, ...], named: bool) -> list[Stage]:
@@ -105,11 +127,6 @@ def filtered(stages: list[Stage], wanted: tuple[str, ...], named: bool) -> list[
             f"The cases of {where.slug} are: {names}"
         )
     return kept
-
-
-def only_cases(stage: Stage, wanted: list[str]) -> Stage:
-    """The stage with only the cases whose names contain one of `wanted`."""
-    return replace(stage, cases=tuple(c for c in stage.cases if selected(c, tuple(wanted))))
 
 
 def override_limits(session: Session, memory_gb: float | None, output_kb: int | None) -> None:
@@ -134,7 +151,6 @@ def run(
     """Grade (the session's renderer and `listener` both hear every event), then write every
     requested output and record progress. A cancelled run writes nothing."""
     from theinference.grading.progress import record_progress
-    from theinference.output.formats import write
 
     draw = session.renderer(trigger, cancel) if session.renderer else ignore
 
@@ -162,8 +178,12 @@ def run(
     result = languages.localize_result(result, session.course.language)
     if result.cancelled:
         return result
-    for out in session.outputs:
-        write(result, out.format, out.path)
+    result.provenance = with_run(session.provenance, result.sandbox)
+    if session.speed:
+        result.speed = speed_after(result, session.stages, session.course.root, session.weights,
+                                   session.limits, session.sandbox, cancel)
+    if session.writer is not None:
+        session.writer(result)
     record_progress(session.course.root, result)
     return result
 

@@ -1,8 +1,10 @@
-"""What the instructor's commands show in the terminal (the only classroom module on rich)."""
+"""What the instructor's commands show in the terminal: the grading progress bar and the
+class summary table."""
 
 from contextlib import contextmanager
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -12,6 +14,9 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from rich.table import Table
+from rich.text import Text
+
+from theinference.results.text import terminal_text
 
 STATUS_STYLE = {"graded": "green", "rejected": "yellow", "grader-error": "red"}
 
@@ -39,7 +44,8 @@ def grading_progress(total: int, reused_label: str = "unchanged"):
         def on_done(record: dict, reused: bool) -> None:
             note = reused_label if reused else record["status"]
             score = f"{record['score']:g}/{record['max_score']:g}"
-            progress.update(task, advance=1, description=f"{record['id']}: {note} {score}")
+            line = f"{terminal_text(record['id'])}: {note} {score}"
+            progress.update(task, advance=1, description=escape(line))
 
         yield on_done
 
@@ -53,7 +59,9 @@ def print_class_summary(records: list[dict], reused: int, gradebook: str) -> Non
         passed = sum(s["status"] == "passed" for s in r["stages"])
         bugs = ", ".join(s["suspected_bug"] for s in r["stages"] if s["suspected_bug"])
         style = STATUS_STYLE.get(r["status"], "")
-        table.add_row(r["id"], f"[{style}]{r['status']}[/]", f"{r['score']:g}/{r['max_score']:g}",
-                      f"{passed}/{len(r['stages'])}", bugs or r["message"][:60])
+        # a student id is a file name and a message may quote one: text, never markup
+        table.add_row(Text(terminal_text(r["id"])), Text(r["status"], style),
+                      f"{r['score']:g}/{r['max_score']:g}", f"{passed}/{len(r['stages'])}",
+                      Text(terminal_text(bugs or r["message"][:60])))
     out.print(table)
-    out.print(f"gradebook: {gradebook}")
+    out.print(Text(f"gradebook: {terminal_text(gradebook)}"))

@@ -8,7 +8,6 @@ next thing to do are pinned at the bottom, the last thing the eye lands on.
 from rich.console import Console, Group
 from rich.text import Text
 
-from theinference.diagnosis.errors import diagnose, shared_error
 from theinference.output.report import (
     STYLE,
     case_details,
@@ -18,6 +17,7 @@ from theinference.output.report import (
     summary_line,
 )
 from theinference.results import CaseResult, RunResult, StageResult, Status
+from theinference.results.text import inert_copy, terminal_text
 
 KEYS = "r: rerun · a: all stages · n: next stage · h: hint · q: quit"
 OUTPUT_LINES = 12  # the student's captured output shown on the screen; the log form has all
@@ -25,6 +25,7 @@ OUTPUT_LINES = 12  # the student's captured output shown on the screen; the log 
 
 def draw(out: Console, header: Group, run: RunResult, order: list[str], keys: bool) -> None:
     """The whole screen for a finished run, cleared first when out is a terminal."""
+    run = inert_copy(run, terminal_text)  # the student's text shown, never acted on
     if out.is_terminal:
         out.clear()
     out.print(header)
@@ -43,6 +44,7 @@ def draw(out: Console, header: Group, run: RunResult, order: list[str], keys: bo
 
 def stage_summary(stage: StageResult) -> Group:
     """A stage in a few lines: passed cases in one, each other case in one."""
+    stage = inert_copy(stage, terminal_text)
     head = stage_head(stage)
     if stage.status in (Status.PASSED, Status.SKIPPED) or not stage.cases:
         return Group(head, *([Text(f"    {stage.reason}", "dim")] if stage.reason else []))
@@ -51,7 +53,7 @@ def stage_summary(stage: StageResult) -> Group:
     if passed:
         lines.append(Text(f"    ✓ {len(passed)} passed: {', '.join(passed)}", "green"))
     others = [c for c in stage.cases if c.status != Status.PASSED]
-    if shared_error(stage) is not None:  # one line for them all
+    if stage.shared_error:  # one line for them all
         lines.append(case_line(others[0], f"{len(others)} cases"))
         return Group(*lines)
     lines += [case_line(case) for case in others]
@@ -72,11 +74,10 @@ def focus_block(stage: StageResult) -> Group:
     """The first case that did not pass, in full (an error every case shares, once)."""
     if stage.status in (Status.TODO, Status.SKIPPED):
         return Group()
-    shared = shared_error(stage)
-    case = diagnose(stage).first
+    case = stage.case(stage.first_case)
     if case is None:
         return Group()
-    title = "every case" if shared else f"case {case.name}"
+    title = "every case" if stage.shared_error else f"case {case.name}"
     rule = Text(f"── {stage.slug} · {title} " + "─" * 20, style="dim")
     return Group(rule, *case_details(trim_output(case), show_hint=False))
 
@@ -110,14 +111,12 @@ def verdict_block(focus: StageResult | None, run: RunResult, order: list[str]) -
         return Group(*lines)
     if focus.status == Status.SKIPPED:
         return Group(head, Text(focus.reason, "dim"))
-    found = diagnose(focus)
-    if found.worst is not None:
-        worst = max(c.worst for c in found.worst.comparisons)
-        lines.append(Text(f"worst case: {found.worst.name}, {worst:.3g}x the tolerance"))
-    if found.bug:
-        lines.append(Text(f"suspected bug: {found.bug}", "bold magenta"))
-    if found.hint:
-        lines.append(Text("hint: " + found.hint, "cyan"))
+    if (worst := focus.case(focus.worst_case)) is not None:
+        lines.append(Text(f"worst case: {worst.name}, {worst.worst:.3g}x the tolerance"))
+    if focus.bug_name:
+        lines.append(Text(f"suspected bug: {focus.bug_name}", "bold magenta"))
+    if focus.hint:
+        lines.append(Text("hint: " + focus.hint, "cyan"))
     lines.append(Text("next: fix it and save · h: the stage's guidance", "bold"))
     return Group(*lines)
 
@@ -125,12 +124,12 @@ def verdict_block(focus: StageResult | None, run: RunResult, order: list[str]) -
 def hint_block(slug: str, title: str, guidance: str, stage: StageResult | None) -> Group:
     """Key h: the stage's guidance from the course, and the diagnosis of its last run."""
     parts = [Text(f"── hint: {slug} · {title} ──", "bold cyan"), Text(guidance)]
+    stage = inert_copy(stage, terminal_text)
     if stage is not None and stage.status not in (Status.PASSED, Status.TODO, Status.SKIPPED):
-        found = diagnose(stage)
-        if found.bug:
-            parts.append(Text(f"your last run: suspected bug: {found.bug}", "magenta"))
-        if found.hint:
-            parts.append(indented(Text(found.hint, "cyan")))
+        if stage.bug_name:
+            parts.append(Text(f"your last run: suspected bug: {stage.bug_name}", "magenta"))
+        if stage.hint:
+            parts.append(indented(Text(stage.hint, "cyan")))
     return Group(*parts)
 
 
@@ -138,6 +137,7 @@ def header(course: str, weights: str, trigger: str) -> Group:
     import time
 
     when = time.strftime("%H:%M:%S")
+    course, weights, trigger = map(terminal_text, (course, weights, trigger))  # file names
     return Group(
         Text.assemble(("theinference", "bold"), f" · course {course} · weights {weights}"),
         Text(f"{trigger or 'first run'} · {when}", "dim"),

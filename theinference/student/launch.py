@@ -1,14 +1,15 @@
-"""The command that starts the student's process, per course language: the Python worker, or
-the Node worker under the course's own tsx. Both live in student/worker/, bound into the
-sandbox as they are."""
+"""The command that starts the student's process, per course language (the Python worker, or
+the Node worker under the course's own tsx; both in student/worker/, which the sandbox binds
+whole), and the environment it starts in."""
 
 import shutil
 import sys
 from pathlib import Path
 
 from theinference.course.languages import TYPESCRIPT, course_language
-
-WORKER_DIR = Path(__file__).parent / "worker"
+from theinference.oracle.weights import cache_dir
+from theinference.student import sandbox
+from theinference.student.sandbox import WORKER_DIR
 
 
 def worker_argv(
@@ -18,11 +19,14 @@ def worker_argv(
     memory_bytes: int | str,
     language: str | None = None,
     worker_dir: Path = WORKER_DIR,
+    mode: str = "adapters",
 ) -> list[str]:
     """The command that starts the student's process for this course's language. worker_dir:
-    where the worker scripts are seen from inside the process (a sandbox mounts them)."""
+    where the worker scripts are seen from inside the process (a sandbox mounts them); mode:
+    adapters, or calibrate (the grader's own matrix product, no student code loaded)."""
     language = language or course_language(course_dir)
     tail = [str(request_fd), str(reply_fd), str(course_dir), str(memory_bytes)]
+    tail += [] if mode == "adapters" else [mode]
     if language != TYPESCRIPT:
         return [sys.executable, "-P", str(worker_dir / "worker.py"), *tail]
     heap_mb = max(int(memory_bytes) // 2**20, 256)
@@ -36,16 +40,12 @@ def worker_argv(
     ]
 
 
-NODE_WORKER_FILES = ("worker_node.mjs", "worker_node_hooks.mjs")
-
-
-def bind_worker(bwrap_argv: list[str], language: str, mounts: Path) -> list[str]:
-    """bubblewrap's command with the Node worker's scripts also bound at `mounts` (read-only),
-    for a TypeScript course; bwrap's own options end at its first "--"."""
-    if language != TYPESCRIPT:
-        return bwrap_argv
-    end = bwrap_argv.index("--")
-    binds = [
-        a for f in NODE_WORKER_FILES for a in ("--ro-bind", str(WORKER_DIR / f), str(mounts / f))
-    ]
-    return [*bwrap_argv[:end], *binds, *bwrap_argv[end:]]
+def in_bwrap(
+    course: Path, weights: Path, fds: list[str], memory: str, language: str, mode: str
+) -> list:
+    """The worker's command inside bubblewrap: the course, the weights and the worker's folder
+    mounted, the grader's cache and package hidden."""
+    mounts = Path(sandbox.WORKER_MOUNT)
+    inner = worker_argv(Path(sandbox.COURSE_MOUNT), *fds, memory, language, mounts, mode)
+    hidden = [cache_dir().resolve(), Path(__file__).parents[1]]
+    return sandbox.bwrap_command(inner, course, weights, hidden)

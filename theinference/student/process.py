@@ -4,38 +4,38 @@ One worker process serves a whole run (start-up is paid once); a crash or a time
 the call it happened in, and the next call starts a fresh worker. Limits are enforced from
 outside: the timeout kills the worker's whole process group with SIGKILL, which no student
 code can catch, and its output is read through pipes and capped, never buffered whole.
-Where the process runs (inside bubblewrap, as nobody, or as the grader's user) is sandbox.py's.
+Where the process runs (inside bubblewrap, as an unprivileged user, or as the grader's user) is
+sandbox.py's; what a reply holds, and its decoding, replies.py's.
 """
 
 import json
 import os
 import secrets
-import selectors
-import shutil
 import signal
 import struct
 import subprocess
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
+from theinference.student import channel, reaper, sandbox
+from theinference.student.cpu import (
+    WORKER_ROOTS,
+    Snapshot,
+    cpu_seconds_between,
+    read_stat,
+    tree_cpu,
+    tree_look,
+)
+from theinference.student.placement import Placement
+from theinference.student.replies import Outcome
+from theinference.student.sandbox import RUN_TOKEN_VAR, Sandbox
+from theinference.student.watchdog import Watchdog
 
-from theinference.course import languages
-from theinference.oracle.weights import cache_dir
-from theinference.student import launch, sandbox
-from theinference.student.cpu import Snapshot, cpu_seconds_between, tree_cpu
-from theinference.student.sandbox import Sandbox, hide_grader_environ
-
-WORKER_SCRIPT = Path(__file__).parent / "worker" / "worker.py"
-MAX_REPLY_BYTES = 1 << 30
-MAX_HOOK_WORDS = 1 << 17  # hooked calls in one adapter call (a 1024-token walk makes 1024)
 STARTUP_TIMEOUT = 60.0  # a cold interpreter and NumPy import on a loaded machine
-RUN_TOKEN_VAR = "THEINFERENCE_RUN_TOKEN"
-GRADER_ONLY_ENV = {"THEINFERENCE_CACHE_DIR", "THEINFERENCE_SEED"}  # not the student's business
-ALLOWED_DTYPES = {"b", "i", "u", "f", "c"}
+# outcomes after which the worker cannot be trusted to be idle: it is stopped, restarted later
+STOPPING = ("timeout", "cpu_limit", "memory_limit", "crashed", "bad_reply", "cancelled")
 
 
 @dataclass(frozen=True)
@@ -46,46 +46,18 @@ class Limits:
 
 
 @dataclass
-class Captured:
-    """The head of one stream, and how much was cut."""
-
-    data: bytearray = field(default_factory=bytearray)
-    dropped: int = 0
-
-    def add(self, chunk: bytes, cap: int) -> None:
-        room = max(cap - len(self.data), 0)
-        self.data += chunk[:room]
-        self.dropped += max(len(chunk) - room, 0)
-
-    def text(self) -> str:
-        out = self.data.decode("utf-8", errors="replace")
-        if self.dropped:
-            out += f"\n[... output cut at {len(self.data) // 1024} KiB: {self.dropped} more bytes]"
-        return out
-
-
-@dataclass
-class Outcome:
-    """What one adapter call came to. kind: returned, todo, raised, import_error, missing,
-    signature, timeout, cpu_limit, crashed, bad_reply, cancelled."""
-
-    kind: str
-    value: object = None
-    message: str = ""
-    traceback: str = ""
-    exception: str = ""  # the exception's type name, when kind is raised
-    probe: dict | None = None  # what the cache-use probe did, when one was asked for
-    stdout: str = ""
-    stderr: str = ""
-    seconds: float = 0.0  # wall time of the call, measured by the grader
-    cpu_seconds: float | None = None  # the call's CPU time, measured from outside: see tree_cpu
-
-
-@dataclass
 class _Process:
     popen: subprocess.Popen
     requests: int  # fd the grader writes requests to
     replies: int  # fd the grader reads replies from
+    since: int = 0  # the root's start time (clock ticks): what started later under us is its
+    keep: frozenset[int] = frozenset()  # the worker and, under bwrap, bwrap's own processes
+    worker: int = 0  # the worker's pid (under bwrap, inside the sandbox, seen from outside)
+    outgoing: bytearray = field(default_factory=bytearray)  # request bytes not yet taken
+
+    @property
+    def root(self) -> int:
+        return self.popen.pid
 
 
 class StudentProcess:
@@ -98,10 +70,12 @@ class StudentProcess:
         limits: Limits,
         cancel: threading.Event | None = None,
         sandbox: Sandbox | None = None,
+        env: dict[str, str] | None = None,
         mode: str = "adapters",
     ):
         self.course_dir = course_dir.resolve()
         self.mode = mode  # adapters | calibrate (the grader's own code only: calibration.py)
+        self.env = dict(env or {})  # set in the process's environment (e.g. BLAS threads)
         self.weights_path = weights_path
         self.limits = limits
         self.cancel = cancel or threading.Event()  # set from another thread: abandon the call
@@ -114,10 +88,13 @@ class StudentProcess:
         self._sandbox = chosen
         self.sandbox = chosen.kind  # what this run had: bwrap | unprivileged-user | none
         self.notes = list(chosen.notes)
-        self._run_dir: Path | None = None  # unprivileged-user: HOME and the weights' link
-        self._cpu_budget: tuple | None = None  # (root pid, CPU snapshot, seconds) of this call
-        self._outgoing = bytearray()  # request bytes the pipe has not taken yet
-        self._spent = 0.0  # CPU seconds of the call, at the last poll of its budget
+        token = (RUN_TOKEN_VAR, self.token)
+        self._place = Placement(self.sandbox, self.course_dir, weights_path, token, self.env)
+
+    @property
+    def uid(self) -> int | None:
+        """unprivileged-user: the uid of the student's own (None in other modes)."""
+        return self._place.uid
 
     def __enter__(self) -> "StudentProcess":
         return self
@@ -127,9 +104,8 @@ class StudentProcess:
 
     def sibling(self, mode: str) -> "StudentProcess":
         """Another process started the same way (course, weights, limits, sandbox) in `mode`."""
-        return StudentProcess(
-            self.course_dir, self.weights_path, self.limits, self.cancel, self._sandbox, mode
-        )
+        same = (self.course_dir, self.weights_path, self.limits, self.cancel, self._sandbox)
+        return StudentProcess(*same, self.env, mode)
 
     def use_limits(self, limits: Limits) -> None:
         """Limits for the calls that follow (a stage's own); a different memory limit needs a
@@ -144,59 +120,75 @@ class StudentProcess:
         args: list,
         timeout: float | None = None,
         hook: str | None = None,
-        on_hook: "HookAnswer | None" = None,
+        on_hook: channel.HookAnswer | None = None,
         cpu_limit: float | None = None,
     ) -> Outcome:
         """Ask the student's process for one adapter call and wait for its reply. Its CPU time
-        is read from /proc by the grader, never taken from the student's own process; past
-        `cpu_limit` CPU seconds (the whole process tree's, since the request went) the call is
-        stopped: kind cpu_limit. With `hook`, every function of that name in the course tells
-        the grader when it returns and waits: `on_hook(word)` answers (by default, nothing)."""
+        is read from /proc by the grader, never taken from the student's own process. Past
+        `cpu_limit` CPU-seconds (the whole tree's, since the call started) the process is
+        killed and the outcome is `cpu_limit`. With `hook`, every function of that name in the
+        course tells the grader when it returns and waits: `on_hook(word)` answers (by
+        default, carry on: channel.no_swap)."""
         request = {"adapter": adapter, "args": args, "hook": hook}
-        self._cpu_budget = None  # a restart's hello is not the call's
         started, before = self._send(request)
-        root = self._proc.popen.pid if self._proc is not None else None
-        self._cpu_budget = (root, before, cpu_limit) if cpu_limit and before is not None else None
-        outcome = self._receive(started, timeout, on_hook or no_swap)
-        if before is not None and self._proc is not None and self._proc.popen.pid == root:
-            outcome.cpu_seconds = cpu_seconds_between(before, tree_cpu(root))
-        elif outcome.kind == "cpu_limit":
-            outcome.cpu_seconds = self._spent  # read just before the process was stopped
+        proc = self._proc
+        watchdog = None
+        if before is not None and proc is not None:
+            watchdog = Watchdog(
+                lambda: tree_look(proc.root, proc.since),
+                before,
+                cpu_limit,
+                self.limits.memory_bytes or None,
+                lambda: self._place.file_bytes(proc.worker),
+            )
+        outcome = self._receive(started, timeout, watchdog, on_hook)
+        if before is not None and proc is not None and self._proc is proc:
+            outcome.cpu_seconds = cpu_seconds_between(before, tree_cpu(proc.root, proc.since))
+            # nothing the call started outlives it: the next call starts from the worker alone
+            reaper.kill_tree(proc.root, proc.since, proc.keep)
         return outcome
 
     def _send(self, request: dict) -> tuple[float, Snapshot | None]:
         """When the request went, and the process tree's CPU ticks just before it did. The
-        bytes are written by _collect as the pipe takes them: a process that stops reading
-        cannot block the grader."""
+        bytes are written by the reply loop as the pipe takes them (channel.py): a process
+        that stops reading cannot block the grader."""
         if self._proc is None or self._proc.popen.poll() is not None:
             self._start()
         if self._proc is None:  # it could not even start: _receive() says why
             return time.monotonic(), None
         payload = json.dumps(request).encode()
-        self._outgoing = bytearray(struct.pack("<Q", len(payload)) + payload)
-        before = tree_cpu(self._proc.popen.pid)  # taken before the worker can start on it
+        self._proc.outgoing[:] = struct.pack("<Q", len(payload)) + payload
+        before = tree_cpu(self._proc.root, self._proc.since)  # before the worker starts on it
         return time.monotonic(), before
 
-    def _receive(self, started: float, timeout: float | None, on_hook=None) -> Outcome:
+    def _receive(
+        self,
+        started: float,
+        timeout: float | None,
+        watchdog: Watchdog | None = None,
+        on_hook: channel.HookAnswer | None = None,
+    ) -> Outcome:
         if self._early_death is not None:  # the worker never said hello
             outcome, self._early_death = self._early_death, None
             self.stop()
             return outcome
         timeout = timeout if timeout is not None else self.limits.timeout
-        outcome = self._collect(started + timeout, on_hook)
+        outcome = self._collect(started + timeout, watchdog, on_hook)
         if outcome.kind == "timeout":
             outcome.message = f"timed out after {timeout:g} s (the process was killed)"
         outcome.seconds = time.monotonic() - started
-        if outcome.kind in ("timeout", "cpu_limit", "crashed", "bad_reply", "cancelled"):
+        if outcome.kind in STOPPING:
             self.stop()
         return outcome
 
     def stop(self) -> None:
-        """Kill the worker and everything it started: its process group, and any process
-        that left the group (setsid, double fork) but still carries this run's token."""
+        """Kill the worker and everything it started: its process group, its whole tree
+        (however it detached: see reaper.py), every process of its own uid, and any process
+        still carrying this run's token."""
         if self._proc is None:
             return
         proc, self._proc = self._proc, None
+        reaper.kill_tree(proc.root, proc.since, uid=self.uid)
         for fd in (proc.requests, proc.replies):
             try:
                 os.close(fd)
@@ -209,27 +201,29 @@ class StudentProcess:
         except (ProcessLookupError, PermissionError):
             pass
         proc.popen.wait()
-        kill_tagged(self.token)
+        WORKER_ROOTS.discard(proc.root)
+        reaper.kill_tree(proc.root, proc.since, uid=self.uid)  # and reap what the root left
+        reaper.kill_tagged(RUN_TOKEN_VAR, self.token)
 
     def close(self) -> None:
-        """Stop the process and remove what its runs needed (unprivileged-user's directory)."""
+        """Stop the process and remove what its runs needed (unprivileged-user's directory,
+        and what its uid left in the host's shared memory-backed folders)."""
         self.stop()
-        if self._run_dir is not None:
-            shutil.rmtree(self._run_dir, ignore_errors=True)
-            self._run_dir = None
+        self._place.close()
 
     # --- internals ---------------------------------------------------------------------------
 
     def _start(self) -> None:
         self.stop()
+        reaper.become_subreaper()
         started = time.monotonic()
         req_read, req_write = os.pipe()
         resp_read, resp_write = os.pipe()
         try:
-            argv, env, as_user = self._command(req_read, resp_write)
+            argv, env, as_user, cwd = self._command(req_read, resp_write)
             popen = subprocess.Popen(
                 argv,
-                cwd=self.course_dir,
+                cwd=cwd,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -246,47 +240,22 @@ class StudentProcess:
             return
         os.close(req_read)
         os.close(resp_write)
-        os.set_blocking(req_write, False)  # written as it drains: see _collect
-        self._outgoing = bytearray()
-        self._proc = _Process(popen=popen, requests=req_write, replies=resp_read)
+        os.set_blocking(req_write, False)  # written as it drains: see channel.py
+        WORKER_ROOTS.add(popen.pid)
+        stat = read_stat(popen.pid)
+        since = stat.start if stat is not None else 0
+        self._proc = _Process(popen=popen, requests=req_write, replies=resp_read, since=since)
         self.startups += 1
         self._await_ready(started)
+        if self._proc is not None:  # bwrap's outer process, its PID 1, then the worker
+            chain = reaper.worker_chain(popen.pid, "bwrap" if self.sandbox == "bwrap" else None)
+            self._proc.keep, self._proc.worker = frozenset(chain), chain[-1]
 
     def _command(self, req_read: int, resp_write: int):
-        """argv, environment and the user to run as (Popen's arguments), per sandbox."""
+        """argv, environment, the user to run as (Popen's arguments) and the course folder
+        the process works in, per sandbox (placement.py)."""
         fds = [str(req_read), str(resp_write)]
-        memory = str(self.limits.memory_bytes)
-        language = languages.course_language(self.course_dir)  # python | ts: which worker
-        if self.sandbox == "bwrap":
-            mounts = Path(sandbox.WORKER_MOUNT).parent
-            inner = launch.worker_argv(
-                Path(sandbox.COURSE_MOUNT), *fds, memory, language, worker_dir=mounts
-            ) + self._mode_argv()
-            hidden = [cache_dir().resolve(), Path(__file__).parents[1]]
-            command = sandbox.bwrap_command(inner, self.course_dir, self.weights_path, hidden)
-            command = launch.bind_worker(command, language, mounts)
-            return command, sandbox.bwrap_env(RUN_TOKEN_VAR, self.token), {}
-        hide_grader_environ()
-        env = {
-            **{k: v for k, v in os.environ.items() if k not in GRADER_ONLY_ENV},
-            "THEINFERENCE_WEIGHTS": str(self.weights_path),
-            "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ writes in the course directory
-            RUN_TOKEN_VAR: self.token,  # inherited by every descendant: see kill_tagged
-        }
-        as_user = {}
-        if self.sandbox == "unprivileged-user":
-            if self._run_dir is None:
-                self._run_dir = sandbox.private_run_dir(self.weights_path)
-            home = str(self._run_dir / "home")
-            weights = str(self._run_dir / "model.safetensors")
-            env.update(HOME=home, TMPDIR=home, THEINFERENCE_WEIGHTS=weights)
-            uid, gid = sandbox.nobody_ids()
-            as_user = {"user": uid, "group": gid, "extra_groups": []}  # root is given up
-        argv = launch.worker_argv(self.course_dir, *fds, memory, language) + self._mode_argv()
-        return argv, env, as_user
-
-    def _mode_argv(self) -> list[str]:
-        return [] if self.mode == "adapters" else [self.mode]
+        return self._place.command(fds, str(self.limits.memory_bytes), self.mode)
 
     def _await_ready(self, started: float) -> None:
         """Wait for the worker's hello (interpreter and NumPy loaded), so start-up is counted
@@ -299,95 +268,17 @@ class StudentProcess:
         if hello.kind != "ready":
             self._early_death = hello
 
-    def _collect(self, deadline: float, on_hook=None) -> Outcome:
-        """The reply (or the hello), writing what is owed to the request pipe meanwhile and
-        answering each hook's word on the way."""
-        proc = self._proc
-        out, err = Captured(), Captured()
-        reply = bytearray()
-        words = 0  # hook words answered in this call
-        sel = selectors.DefaultSelector()
-        sel.register(proc.replies, selectors.EVENT_READ, "reply")
-        sel.register(proc.popen.stdout, selectors.EVENT_READ, out)
-        sel.register(proc.popen.stderr, selectors.EVENT_READ, err)
-        try:
-            while True:
-                frame = next_frame(reply)
-                if isinstance(frame, Outcome):
-                    if frame.kind != "hooked":
-                        self._drain(sel, out, err)
-                        return self._finish(frame, out, err)
-                    words += 1
-                    if words > MAX_HOOK_WORDS or len(self._outgoing) > MAX_REPLY_BYTES:
-                        flood = f"over {MAX_HOOK_WORDS} hooked calls, or their answers unread"
-                        return self._finish(Outcome("bad_reply", message=flood), out, err)
-                    self._outgoing += encode_frame(*(on_hook or no_swap)(frame.probe or {}))
-                    continue
-                if frame == "too big":
-                    bad = Outcome("bad_reply", message="the return value is over 1 GiB")
-                    return self._finish(bad, out, err)
-                if (stop := self._should_stop(deadline)) is not None:
-                    return self._finish(stop, out, err)
-                self._want_writing(sel, proc)
-                for key, _ in sel.select(min(max(deadline - time.monotonic(), 0), 0.05)):
-                    if key.data == "request":
-                        self._write_some(proc)
-                        continue
-                    chunk = os.read(key.fd, 1 << 20)
-                    if key.data != "reply":
-                        if chunk:
-                            key.data.add(chunk, self.limits.output_bytes)
-                        else:
-                            sel.unregister(key.fileobj)
-                    elif not chunk:  # the worker died before replying
-                        return self._finish(self._crash_outcome(), out, err)
-                    else:
-                        reply += chunk
-        finally:
-            sel.close()
-
-    def _should_stop(self, deadline: float) -> Outcome | None:
-        if deadline - time.monotonic() <= 0:
-            return Outcome("timeout")
-        if self.cancel.is_set():
-            return Outcome("cancelled")
-        if (spent := self._over_budget()) is not None:
-            message = f"stopped after {spent:.2f} s of CPU time, past its limit"
-            return Outcome("cpu_limit", message=message)
-        return None
-
-    def _want_writing(self, sel, proc: _Process) -> None:
-        registered = proc.requests in {k.fd for k in sel.get_map().values()}
-        if self._outgoing and not registered:
-            sel.register(proc.requests, selectors.EVENT_WRITE, "request")
-        elif not self._outgoing and registered:
-            sel.unregister(proc.requests)
-
-    def _write_some(self, proc: _Process) -> None:
-        try:
-            written = os.write(proc.requests, self._outgoing[: 1 << 16])
-        except BlockingIOError:
-            return
-        except OSError:  # it died: the reply pipe's end says how
-            written = len(self._outgoing)
-        del self._outgoing[:written]
-
-    def _over_budget(self) -> float | None:
-        """The call's CPU seconds so far when past its budget (polled, so a call may overrun
-        it by a poll's worth), else None."""
-        if self._cpu_budget is None:
-            return None
-        root, before, limit = self._cpu_budget
-        self._spent = spent = cpu_seconds_between(before, tree_cpu(root))
-        return spent if spent > limit else None
-
-    def _drain(self, sel, out: Captured, err: Captured) -> None:
-        # output written before the reply is already in the pipes: take what is there now
-        for key, _ in sel.select(0):
-            if key.data != "reply":
-                chunk = os.read(key.fd, 1 << 20)
-                if chunk:
-                    key.data.add(chunk, self.limits.output_bytes)
+    def _collect(self, deadline: float, watchdog: Watchdog | None = None, on_hook=None) -> Outcome:
+        """The worker's next reply, or why there is none (channel.py)."""
+        return channel.collect(
+            self._proc,
+            deadline,
+            self.cancel,
+            watchdog,
+            self.limits.output_bytes,
+            self._crash_outcome,
+            on_hook or channel.no_swap,
+        )
 
     def _crash_outcome(self) -> Outcome:
         try:
@@ -404,95 +295,3 @@ class StudentProcess:
             message=f"the process exited with code {code} before returning "
             "(os._exit or a crash in native code?)",
         )
-
-    def _finish(self, outcome: Outcome, out: Captured, err: Captured) -> Outcome:
-        outcome.stdout, outcome.stderr = out.text(), err.text()
-        return outcome
-
-
-HookAnswer = Callable[[dict], tuple[dict, list[bytes]]]
-
-
-def no_swap(word: dict) -> tuple[dict, list[bytes]]:
-    """A hook's answer on every call that is not a probe: carry on, and do not ask again."""
-    return {"swap": None, "next": None}, []
-
-
-def next_frame(reply: bytearray):
-    """The first whole frame in `reply` (8-byte length, then the payload), removed from it and
-    decoded; "too big" for a frame over the cap; None while it is incomplete."""
-    if len(reply) < 8:
-        return None
-    size = struct.unpack("<Q", reply[:8])[0]
-    if size > MAX_REPLY_BYTES:
-        return "too big"
-    if len(reply) < 8 + size:
-        return None
-    payload = bytes(reply[8 : 8 + size])
-    del reply[: 8 + size]
-    return decode_reply(payload)
-
-
-def encode_frame(header: dict, blobs: list[bytes]) -> bytes:
-    """The reply framing (8-byte length, 4-byte JSON length, JSON, blobs), for a hook's answer."""
-    text = json.dumps({**header, "blob_sizes": [len(b) for b in blobs]}).encode()
-    head = struct.pack("<QI", 4 + len(text) + sum(map(len, blobs)), len(text))
-    return b"".join([head, text, *blobs])
-
-
-def kill_tagged(token: str) -> None:
-    """SIGKILL every process whose environment carries this run's token (Linux /proc)."""
-    needle = f"{RUN_TOKEN_VAR}={token}".encode()
-    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                os.kill(int(entry.name), signal.SIGKILL)
-        except (OSError, ValueError):
-            continue  # gone already, or not ours to read
-
-
-def decode_reply(payload: bytes) -> Outcome:
-    """Rebuild the reply: JSON fields, and arrays from their raw bytes (never unpickled)."""
-    try:
-        (text_len,) = struct.unpack("<I", payload[:4])
-        header = json.loads(payload[4 : 4 + text_len])
-        blobs, offset = [], 4 + text_len
-        for size in header.get("blob_sizes", []):
-            blobs.append(payload[offset : offset + size])
-            offset += size
-        kind = str(header["outcome"])
-        value = rebuild(header["value"], blobs) if kind == "returned" else None
-    except (KeyError, ValueError, TypeError, IndexError, struct.error) as exc:
-        return Outcome("bad_reply", message=f"unreadable reply from the student process: {exc}")
-    return Outcome(
-        kind=kind,
-        value=value,
-        message=str(header.get("message", "")),
-        traceback=str(header.get("traceback", "")),
-        exception=str(header.get("exception", "")),
-        probe=header.get("probe") if isinstance(header.get("probe"), dict) else None,
-    )
-
-
-@dataclass(frozen=True)
-class Foreign:
-    """A returned value that is not numbers: only its type name crosses over."""
-
-    type: str
-
-
-def rebuild(desc: dict, blobs: list[bytes]):
-    kind = desc["kind"]
-    if kind == "none":
-        return None
-    if kind == "seq":
-        return [rebuild(item, blobs) for item in desc["items"]]
-    if kind == "array":
-        dtype = np.dtype(desc["dtype"])
-        if dtype.kind not in ALLOWED_DTYPES:
-            raise ValueError(f"dtype {dtype} not allowed")
-        shape = tuple(int(n) for n in desc["shape"])
-        return np.frombuffer(blobs[int(desc["blob"])], dtype=dtype).reshape(shape)
-    return Foreign(type=str(desc.get("type", "object")))

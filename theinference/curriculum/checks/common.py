@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from theinference.curriculum.stages import Case, stage_words
+from theinference.oracle.cached_path import Simulate
 from theinference.oracle.config import ModelConfig
 from theinference.results import Finding
 from theinference.results.compare import Tolerance
@@ -48,7 +49,9 @@ class Check:
     probe looks like any other call until that function returns); `swap` plans the swapped
     cache a case asks about (checks/swap.py); `flop` counts the floating-point work a
     recompute of the case needs (checks/floor.py). A judge with either gets (value, what was
-    measured or seen)."""
+    measured or seen). `simulate` runs the case along the cached path
+    (oracle/cached_path.py), for the noise floor and, with a bug's variant, for the
+    fingerprints."""
 
     name: str
     stage: str  # the slug of the stage whose module declares it
@@ -57,7 +60,7 @@ class Check:
     arguments: Callable[[Case, ModelConfig], list]
     expect: Callable[..., object]  # (Recompute, args) -> the answer
     judge: Judge
-    second_path: Callable[..., np.ndarray] | None = None  # for the noise floor
+    simulate: Simulate | None = None
     hook: str | None = None
     swap: Callable[..., object] | None = None  # (Recompute, args, seed) -> SwapPlan
     flop: Callable[[list, ModelConfig], float] | None = None
@@ -72,7 +75,7 @@ def stage_of(module: str) -> str:
     return module.rsplit(".", 1)[-1].replace("_", "-")
 
 
-def check(name: str, *, adapter: str, arguments, expect, second_path=None, **proofs):
+def check(name: str, *, adapter: str, arguments, expect, simulate=None, **proofs):
     """Register the decorated judge as check `name` of its module's stage (`proofs`: hook,
     swap, flop, asks_own_arguments, as Check says)."""
 
@@ -87,7 +90,7 @@ def check(name: str, *, adapter: str, arguments, expect, second_path=None, **pro
             arguments=arguments,
             expect=expect,
             judge=judge,
-            second_path=second_path,
+            simulate=simulate,
             **proofs,
         )
         return judge

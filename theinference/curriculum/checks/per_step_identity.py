@@ -35,6 +35,7 @@ def expect_sequence(recompute, args: list) -> np.ndarray:
     adapter="run_decode_sequence",
     arguments=sequence_arguments,
     expect=expect_sequence,
+    simulate=lambda path, args, variant: path.decode(args[0], args[1], variant),
     hook="prefill",
 )
 def decode_sequence(value, args, ask, tol: Tolerance, config: ModelConfig) -> Verdict:
@@ -72,6 +73,7 @@ def decode_sequence(value, args, ask, tol: Tolerance, config: ModelConfig) -> Ve
         actual=actual,
         steps=steps,
         hint=say("drift") if first > 0 else full_decode_step.say("mismatch"),
+        where={"step": first, "position": len(prompt) + first},
     )
 
 

@@ -18,7 +18,7 @@ def seq_arguments(case: Case, config: ModelConfig) -> list:
     adapter="run_step_attention",
     arguments=seq_arguments,
     expect=lambda recompute, args: recompute.layer0_attention_last(args[0]),
-    second_path=lambda recompute, args: recompute.layer0_attention_cached_path(args[0]),
+    simulate=lambda path, args, variant: path.step_attention(args[0], variant),
     hook="attn_step",
 )
 def step_attention(value, args, ask, tol, config) -> Verdict:

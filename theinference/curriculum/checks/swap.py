@@ -1,7 +1,7 @@
 """The swapped cache: proof that a decode reads its cache, which only reading it can give.
 
 Right after the student's `prefill` (or the j-th `attn_step`) returns, the grader has the K/V
-in its cache replaced (worker/cache_probe.py finds them by content, whatever the layout) and
+in its cache replaced (worker/swap.py finds them by content, whatever the layout) and
 asks for the answer over what the cache then holds. What it is given are the keys of one
 random prompt and the values of another, of the same length, in every layer: no sequence of
 tokens has that cache, so no recompute from token ids, kept or reconstructed, can produce the

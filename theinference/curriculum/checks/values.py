@@ -8,7 +8,7 @@ from theinference.curriculum.checks.common import Rejected, Verdict
 from theinference.oracle.config import ModelConfig
 from theinference.results import Status
 from theinference.results.compare import Comparison, Tolerance, compare
-from theinference.student.process import Foreign
+from theinference.student.replies import Foreign
 
 
 def as_float_array(value, what: str) -> np.ndarray:

@@ -1,25 +1,44 @@
 """Runs inside the student's process: imports their tests/adapters.py and calls what it is asked.
 
 Started as a plain script (`python -P worker.py ...`), so it imports nothing of the grader: no
-oracle, no rendering. It reads requests from one private pipe and writes replies to another;
+oracle, no rendering; its own parts (the cache-use hook and swap, the student's tracebacks,
+the reply encoding) are the other modules of this folder, which the sandbox binds whole. It reads
+requests from one private pipe and writes replies to another;
 stdout and stderr belong to the student. A reply carries only data (JSON plus raw array bytes,
 never pickle), and the grader judges it: printing or writing a forged "passed" changes nothing.
 """
 
+import importlib.util
 import inspect
-import json
 import os
 import resource
-import struct
 import sys
-import traceback
 
-MAX_ITEMS = 4096  # items described per list when a return value is not one numeric array
+
+def sibling(name: str):
+    """A module of this folder, loaded by its path under a name no student module has (the
+    worker runs as a plain script with -P: its folder is not on sys.path, and never will be)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_theinference_worker_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+probes = sibling("probes")
+swap = sibling("swap")
+tracebacks = sibling("tracebacks")
+wire = sibling("wire")
+describe_exception, student_traceback = tracebacks.describe_exception, tracebacks.student_traceback
+read_message, write_message, encode_reply = wire.read_message, wire.write_message, wire.encode_reply
+read_frame = wire.read_frame
 
 
 def main() -> None:
     req_fd, resp_fd, course_dir, memory_bytes = (*map(int, sys.argv[1:3]), *sys.argv[3:5])
     limit_memory(int(memory_bytes))
+    not_dumpable()
     os.chdir(course_dir)
     sys.path.insert(0, course_dir)
     requests = os.fdopen(req_fd, "rb")
@@ -44,16 +63,33 @@ def main() -> None:
         write_message(replies, *encode_reply(reply))
 
 
-MEMORY_LIMIT = 0  # bytes, set at start-up
-
-
 def limit_memory(limit: int) -> None:
     # RLIMIT_DATA counts heap and anonymous mappings but not the memory-mapped weights or
     # address space reserved by libraries such as PyTorch, so honest solutions never meet it
-    global MEMORY_LIMIT
     if limit > 0:
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
-        MEMORY_LIMIT = limit
+        tracebacks.MEMORY_LIMIT = limit  # named in a MemoryError's message
+
+
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4
+
+
+def not_dumpable() -> None:
+    # before the student's code loads: another process of the same uid (one it left behind,
+    # or a later submission's) can then neither ptrace this one nor take its pipes from /proc;
+    # and should the grader die without stopping it (SIGKILL), the kernel kills the worker
+    import ctypes
+    import signal
+
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None)
+        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        return  # not Linux
+    if os.getppid() != parent:  # the grader died before the signal was asked for
+        os._exit(1)
 
 
 def import_adapters(course_dir: str):
@@ -82,7 +118,7 @@ def call_adapter(adapters, request: dict, course_dir: str, exchange) -> dict:
         }
     except ValueError:
         pass  # builtins without a signature: just call them
-    probe = install_hook(request.get("hook"), course_dir, exchange)
+    probe = probes.install_hook(request.get("hook"), course_dir, exchange, swap.swap_cache)
     try:
         value = fn(*args)
     except NotImplementedError as exc:
@@ -97,35 +133,6 @@ def call_adapter(adapters, request: dict, course_dir: str, exchange) -> dict:
     finally:
         probe.remove()
     return {"outcome": "returned", "value": value, "probe": probe.report()}
-
-
-# --- the hook through which the grader swaps a cache (cache_probe.py) ---------------------
-
-
-def load_cache_probe():
-    """cache_probe.py, beside this script (bound beside it in the sandbox), loaded by path:
-    the script's folder is never put on the student's sys.path."""
-    import importlib.util
-
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cache_probe.py")
-    spec = importlib.util.spec_from_file_location("theinference_cache_probe", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-class NoHook:
-    def remove(self) -> None:
-        pass
-
-    def report(self):
-        return None
-
-
-def install_hook(name, course_dir: str, exchange):
-    if not isinstance(name, str) or not name.isidentifier():
-        return NoHook()
-    return load_cache_probe().Hook(name, course_dir, exchange)
 
 
 def calibrate(requests, replies) -> None:
@@ -149,65 +156,6 @@ def signature_of(fn) -> str:
         return "(...)"
 
 
-def describe_exception(exc: BaseException) -> str:
-    if isinstance(exc, SystemExit):
-        return f"the code called sys.exit({exc.code!r})"
-    if isinstance(exc, KeyboardInterrupt):
-        return "the code raised KeyboardInterrupt"
-    if isinstance(exc, MemoryError):
-        limit = f"{MEMORY_LIMIT / 2**30:g} GiB" if MEMORY_LIMIT else "none"
-        return f"MemoryError: the code ran out of memory (the grader's limit: {limit})"
-    text = str(exc)
-    if (hint := suggestion(exc)) and "Did you mean" not in text:
-        text += f". Did you mean: '{hint}'?"
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def student_traceback(exc: BaseException, course_dir: str) -> str:
-    """The traceback trimmed to frames in the course directory, paths made relative to it, each
-    frame once, ending with Python's own message and its "Did you mean" suggestion."""
-    root = os.path.realpath(course_dir) + os.sep
-    frames = [
-        f
-        for f in traceback.extract_tb(exc.__traceback__)
-        if os.path.realpath(f.filename).startswith(root)
-    ]
-    lines = ["Traceback (your code, most recent call last):\n"] if frames else []
-    for frame in frames:
-        frame.filename = os.path.relpath(os.path.realpath(frame.filename), root)
-    lines += traceback.format_list(frames)
-    shown = traceback.TracebackException.from_exception(exc)
-    if isinstance(exc, SyntaxError) and shown.filename:  # its own "File ..." line, shown once
-        shown.filename = os.path.relpath(os.path.realpath(shown.filename), root)
-    last = list(shown.format_exception_only())
-    if last and (hint := suggestion(exc)) and "Did you mean" not in last[-1]:
-        last[-1] = last[-1].rstrip("\n") + f". Did you mean: '{hint}'?\n"
-    return "".join(lines + last)
-
-
-def suggestion(exc: BaseException) -> str | None:
-    """Python 3.12 puts "Did you mean" into the traceback module's text; 3.11 prints it only
-    from the interpreter's own hook. The same idea: the closest name that exists."""
-    import difflib
-
-    missing = getattr(exc, "name", None)
-    if not isinstance(missing, str) or not isinstance(exc, (NameError, AttributeError)):
-        return None
-    if isinstance(exc, AttributeError):
-        try:
-            known = dir(exc.obj)
-        except Exception:  # noqa: BLE001 (an object whose __dir__ raises)
-            return None
-    else:
-        tb = exc.__traceback__
-        while tb is not None and tb.tb_next is not None:
-            tb = tb.tb_next
-        frame = tb.tb_frame if tb is not None else None
-        known = [*frame.f_locals, *frame.f_globals, *dir(__builtins__)] if frame else []
-    close = difflib.get_close_matches(missing, [k for k in known if k != missing], n=1)
-    return close[0] if close else None
-
-
 def flush_student_output() -> None:
     # the grader reads the reply only after this, so the call's prints arrive before it
     for stream in (sys.stdout, sys.stderr):
@@ -215,91 +163,6 @@ def flush_student_output() -> None:
             stream.flush()
         except Exception:  # noqa: BLE001 (the student may have replaced or closed them)
             pass
-
-
-# --- encoding a reply: JSON describing the value, plus the raw bytes of its arrays -----------
-
-
-def encode_reply(reply: dict) -> tuple[dict, list[bytes]]:
-    blobs: list[bytes] = []
-    if reply["outcome"] == "returned":
-        reply = {**reply, "value": describe(reply["value"], blobs, depth=0)}
-    return reply, blobs
-
-
-def describe(value, blobs: list[bytes], depth: int) -> dict:
-    """A JSON-safe description of what the adapter returned; numeric arrays travel as bytes."""
-    import numpy as np
-
-    if value is None:
-        return {"kind": "none"}
-    if isinstance(value, (str, bytes, dict, set)):
-        return {"kind": "other", "type": type(value).__name__}
-    try:
-        array = np.asarray(to_numpy(value))
-    except Exception:  # noqa: BLE001 (ragged lists, exotic objects)
-        array = None
-    if array is not None and array.dtype.kind in "biufc":
-        blobs.append(np.ascontiguousarray(array).tobytes())
-        return {
-            "kind": "array",
-            "dtype": array.dtype.str,
-            "shape": list(array.shape),
-            "blob": len(blobs) - 1,
-            "from": type(value).__name__,
-        }
-    if isinstance(value, (list, tuple)) and depth < 4:
-        # e.g. per-layer (k, v) pairs whose shapes differ: describe item by item
-        items = [describe(v, blobs, depth + 1) for v in value[:MAX_ITEMS]]
-        return {"kind": "seq", "items": items, "length": len(value)}
-    if array is not None:
-        return {"kind": "other", "type": f"array of dtype {array.dtype}", "shape": array.shape}
-    return {"kind": "other", "type": type(value).__name__}
-
-
-def to_numpy(value):
-    # PyTorch tensors (and similar) that still track gradients or live elsewhere
-    for method in ("detach", "cpu"):
-        if hasattr(value, method) and hasattr(value, "numpy"):
-            value = getattr(value, method)()
-    return value
-
-
-# --- framing: 8-byte length, 4-byte JSON length, JSON, then the blobs back to back ----------
-
-
-def read_message(stream):
-    prefix = stream.read(8)
-    if len(prefix) < 8:
-        return None
-    (size,) = struct.unpack("<Q", prefix)
-    return json.loads(stream.read(size))
-
-
-def read_frame(stream) -> tuple[dict, list[bytes]]:
-    """A frame as replies have it (JSON, then raw blobs): a hook's answer. An empty answer when
-    the grader has gone."""
-    prefix = stream.read(12)
-    if len(prefix) < 12:
-        return {}, []
-    size, text_len = struct.unpack("<QI", prefix)
-    body = stream.read(size - 4)
-    header = json.loads(body[:text_len])
-    blobs, offset = [], text_len
-    for n in header.get("blob_sizes", []):
-        blobs.append(body[offset : offset + n])
-        offset += n
-    return header, blobs
-
-
-def write_message(stream, header: dict, blobs: list[bytes]) -> None:
-    header = {**header, "blob_sizes": [len(b) for b in blobs]}
-    text = json.dumps(header, default=str).encode()
-    stream.write(struct.pack("<QI", 4 + len(text) + sum(map(len, blobs)), len(text)))
-    stream.write(text)
-    for blob in blobs:
-        stream.write(blob)
-    stream.flush()
 
 
 if __name__ == "__main__":

@@ -103,7 +103,7 @@ function calibrate() {
   process.exit(0);
 }
 
-// --- the hook through which the grader swaps a cache (as worker.py's cache_probe.py) --------
+// --- the hook through which the grader swaps a cache (the Python worker's probes.py, swap.py) ---
 
 function installHook(kvcache, name) {
   const none = { remove() {}, report() { return null; } };

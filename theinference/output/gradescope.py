@@ -1,14 +1,19 @@
 """Gradescope's results.json from the results JSON of `theinference test`: a test per stage
 (and one for its seeded hidden cases, shown after publication), scored and shown as the
-course's [grading] says, each carrying the diagnosis in markdown: status, suspected bug and
-hint, the allclose figures, the student's trimmed traceback, captured output (capped).
+course's [grading] says, each carrying the diagnosis in markdown: status, suspected bug, error
+lesson and hint, where it departs, the allclose figures, the student's trimmed traceback,
+captured output (capped). The one rendering: `test --format gradescope` and `gradescope run`
+both call `gradescope_results`. Every piece of text is made inert markdown (results/text.py):
+the student's cannot render as ours.
 
 Field names and values follow Gradescope's autograder specification; schema/gradescope-
 results.json holds them, and the tests validate every results.json against it.
 """
 
-from theinference.classroom.records import case_groups, group_score, stage_bug
 from theinference.course.settings import Grading
+from theinference.grading.scores import case_groups, group_score, suspected_bug_of
+from theinference.results import where_text
+from theinference.results.text import markdown_fence, markdown_text
 
 TRACEBACK_LINES = 30
 OUTPUT_CHARS = 2000
@@ -24,16 +29,37 @@ def gradescope_results(results: dict, points: dict[str, float], grading: Grading
         for group in groups:
             tests.append(stage_test(stage, group, grading, len(tests) + 1))
     score = round(sum(t["score"] for t in tests), 4)
+    board = leaderboard(results.get("speed")) if grading.speed == "leaderboard" else []
     return {
+        **({"leaderboard": board} if board else {}),
         "score": score,
         "execution_time": int(round(results.get("timings", {}).get("total_seconds", 0))),
         "output": summary(results, tests),
         "output_format": "md",
         "visibility": "visible",
         "stdout_visibility": "hidden",
-        "extra_data": {"weights": results.get("weights", {}), "schema": results.get("schema")},
+        "extra_data": {
+            "weights": results.get("weights", {}),
+            "schema": results.get("schema"),
+            "provenance": results.get("provenance", {}),
+            "sandbox": results.get("sandbox"),
+            "notes": results.get("notes", []),
+        },
         "tests": tests,
     }
+
+
+def leaderboard(speed: dict | None) -> list[dict]:
+    """Gradescope's leaderboard from the speed figure (grading/speed.py); a submission
+    without a figure posts nothing, never a speed it did not earn. Never part of the score."""
+    if not speed or speed.get("status") != "measured" or speed.get("ratio") is None:
+        return []
+    return [
+        {"name": "Speed (x the oracle's decode step)", "value": speed["ratio"], "order": "desc"},
+        {"name": "Tokens per CPU second", "value": speed["tokens_per_cpu_second"],
+         "order": "desc"},
+        {"name": "Decode step (ms of CPU)", "value": speed["decode_ms"], "order": "asc"},
+    ]
 
 
 def stage_test(stage: dict, group: dict, grading: Grading, number: int) -> dict:
@@ -62,14 +88,9 @@ def stage_markdown(stage: dict, group: dict) -> str:
     passed = sum(c["status"] == "passed" for c in cases)
     lines = [f"**Status: {group['status']}**, {passed} of {len(cases)} cases passed"]
     if stage.get("reason"):
-        lines.append(f"\n{stage['reason']}")
-    bug = stage_bug({"cases": cases, "suspected_bug": None if group["hidden"] else
-                     stage.get("suspected_bug")})
-    if bug:
-        lines.append(f"\n**Suspected bug:** `{bug}`")
-    hint = stage.get("hint") or next((c["hint"] for c in cases if c.get("hint")), "")
-    if hint and group["status"] != "passed":
-        lines.append(f"\n**Hint:** {hint}")
+        lines.append(f"\n{markdown_text(stage['reason'])}")
+    if group["status"] != "passed":
+        lines += diagnosis_markdown(stage, group)
     if cases:
         lines += ["", "| case | status | worst error (× tolerance) | mismatched |",
                   "|---|---|---|---|"]
@@ -80,6 +101,28 @@ def stage_markdown(stage: dict, group: dict) -> str:
     return "\n".join(lines)
 
 
+def diagnosis_markdown(stage: dict, group: dict) -> list[str]:
+    """The stage's diagnosis as the terminal gives it: the suspected bug (or the error's lesson)
+    in words, where it departs, the hint. A hidden group shows only what its own cases say."""
+    cases, hidden = group["cases"], group["hidden"]
+    said = {} if hidden else stage
+    bug = suspected_bug_of({"cases": cases, "suspected_bug": said.get("suspected_bug")})
+    name, lesson = said.get("bug_name", ""), said.get("lesson")
+    lines = []
+    if bug or name:
+        tag = f"`{bug}`" if bug else f"`{lesson}`" if lesson else ""  # the table's ids
+        named = ": ".join(x for x in (tag, name) if x)  # the bug table's words, not the student's
+        lines.append(f"\n**Suspected bug:** {named}")
+    if lesson:
+        lines.append(f"\n**Error lesson:** `{lesson}`")
+    if said.get("where"):
+        lines.append(f"\n**First departs at:** {where_text(said['where'])}")
+    hint = said.get("hint") or next((c["hint"] for c in cases if c.get("hint")), "")
+    if hint:
+        lines.append(f"\n**Hint:** {hint}")  # the checks' and the bug table's words
+    return lines
+
+
 def case_row(case: dict) -> str:
     worst = max((c["worst_tolerance_multiple"] for c in case.get("comparisons", [])),
                 default=None)
@@ -87,11 +130,12 @@ def case_row(case: dict) -> str:
     total = sum(c["total"] for c in case.get("comparisons", []))
     figure = "" if worst is None else f"{worst:.3g}"
     count = f"{mismatched} of {total}" if total else ""
-    return f"| {_cell(case['name'])} | {case['status']} | {figure} | {count} |"
+    return f"| {markdown_text(case['name'])} | {case['status']} | {figure} | {count} |"
 
 
 def case_detail(case: dict) -> list[str]:
-    lines = [f"\n#### {case['name']}: {case['status']}", "", _clip(case["message"], MESSAGE_CHARS)]
+    lines = [f"\n#### {markdown_text(case['name'])}: {case['status']}", "",
+             markdown_text(_clip(case["message"], MESSAGE_CHARS))]
     for cmp in case.get("comparisons", []):
         if cmp["mismatched"]:
             lines.append(
@@ -101,10 +145,10 @@ def case_detail(case: dict) -> list[str]:
                 f"{cmp['worst_tolerance_multiple']:.3g}× the tolerance at {cmp['worst_index']}"
             )
     if case.get("traceback"):
-        lines += ["", "Traceback (your code):", "```", trim_traceback(case["traceback"]), "```"]
+        lines += ["", "Traceback (your code):", markdown_fence(trim_traceback(case["traceback"]))]
     for stream in ("stdout", "stderr"):
         if case.get(stream):
-            lines += ["", f"Your {stream}:", "```", _clip(case[stream], OUTPUT_CHARS), "```"]
+            lines += ["", f"Your {stream}:", markdown_fence(_clip(case[stream], OUTPUT_CHARS))]
     return lines
 
 
@@ -122,14 +166,16 @@ def summary(results: dict, tests: list[dict]) -> str:
     stages = results.get("stages", [])
     passed = sum(s["status"] == "passed" for s in stages)
     return (f"**{score:g} of {total:g} points**: {passed} of {len(stages)} stages passed "
-            f"(weights {results.get('weights', {}).get('label', '?')}). Run "
-            "`theinference test --stage SLUG` in your course for the full report.")
+            f"(weights {markdown_text(results.get('weights', {}).get('label', '?'))}). Run "
+            "`theinference test --stage SLUG` in your course for the full report. "
+            f"Sandbox: {markdown_text(str(results.get('sandbox', '?')))}.")
 
 
 def _clip(text: str, limit: int) -> str:
-    text = text.replace("```", "'''")
     return text if len(text) <= limit else text[:limit] + f"\n[... cut at {limit} characters]"
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
+def failure_results(message: str) -> dict:
+    """results.json for a submission that could not be graded: no points, and why."""
+    return {"score": 0.0, "output": markdown_text(message), "output_format": "md",
+            "visibility": "visible", "stdout_visibility": "hidden", "tests": []}

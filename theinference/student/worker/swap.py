@@ -1,103 +1,20 @@
-"""Runs inside the student's process (loaded by worker.py, importing nothing of the grader): the
-hook through which the grader swaps the K/V in a student's cache for other K/V.
+"""The swap of a cache's K/V, inside the student's process (part of the worker: imports nothing
+of the grader): the K/V are located by content, whatever the layout, and overwritten in place.
 
-The grader names a function (`prefill`, `attn_step`); every function of that name in a module
-loaded from the course is wrapped. When it first returns, the wrapper tells the grader on the
-reply pipe and waits on the request pipe for its answer: the K/V the cache should now hold, or
-nothing, with the call after which to ask again (none: a graded call). Until that first return
-a probe looks like any other call; after it, nothing the student's code learns helps it: only
-reading the cache gives the answer over K/V that no token sequence has.
-
-The K/V are located by content, whatever the layout: every array reachable from the cache
-argument (NumPy arrays, PyTorch tensors through a shared NumPy view, through lists, tuples,
-dicts, objects and slots; never the weights) is read as [n_head, N, head_dim] in any axis order,
-as merged heads [N, d], as one head [N, head_dim], as one position [n_head, head_dim] or as one
-row [head_dim], leading axes split off (stacked or preallocated buffers) and singleton axes
-dropped, and compared with the K/V the grader computed for the same prompt. Only when every
-layer's K and V is found is anything written: each place found, in place, in its own layout
-and dtype.
+Every array reachable from the cache argument (NumPy arrays, PyTorch tensors through a shared
+NumPy view, through lists, tuples, dicts, objects and slots; never the weights) is read as
+[n_head, N, head_dim] in any axis order, as merged heads [N, d], as one head [N, head_dim], as
+one position [n_head, head_dim] or as one row [head_dim], leading axes split off (stacked or
+preallocated buffers) and singleton axes dropped, and compared with the K/V the grader computed
+for the same prompt. Only when every layer's K and V is found is anything written: each place
+found, in place, in its own layout and dtype.
 """
 
-import inspect
-import os
-import sys
-import threading
 from itertools import permutations
 
 MAX_DEPTH = 8  # how deep into the cache's objects the search goes
 MAX_SPLIT = 4096  # leading axes longer than this are not split into views
 ATOL, RTOL = 2e-3, 1e-3  # the student's float32/float64 of the same numbers: loose on purpose
-
-
-class Hook:
-    """Every function named `name` in the course's modules, wrapped (see the module's text).
-    `exchange(header) -> (answer, blobs)` talks to the grader."""
-
-    def __init__(self, name: str, course_dir: str, exchange):
-        self.name, self.exchange = name, exchange
-        self.lock = threading.RLock()
-        self.patched = []
-        self.state = {"hook": name, "calls": 0, "found": 0, "swap": None}
-        self.next_word: int | None = 1  # the call after which to tell the grader next
-        for module, attr, fn in functions_named(name, course_dir):
-            self.patched.append((module, attr, fn))
-            setattr(module, attr, self._wrap(fn))
-        self.state["found"] = len(self.patched)
-
-    def _wrap(self, original):
-        def hooked(*args, **named):
-            out = original(*args, **named)
-            with self.lock:
-                self.state["calls"] += 1
-                if self.next_word is None or self.state["calls"] < self.next_word:
-                    return out  # the grader's answer said not to ask again before then
-                header = {"outcome": "hooked", "probe": {"call": self.state["calls"]}}
-                answer, blobs = self.exchange(header)
-                following = answer.get("next")
-                self.next_word = following if isinstance(following, int) else None
-                if isinstance(answer.get("swap"), dict):
-                    roots, weights = cache_arguments(original, args, named)
-                    self.state["swap"] = swap_cache(roots, weights, answer["swap"], blobs)
-            return out
-
-        hooked.__name__ = original.__name__
-        hooked.__qualname__ = original.__qualname__
-        return hooked
-
-    def remove(self) -> None:
-        for module, attr, fn in self.patched:
-            setattr(module, attr, fn)
-
-    def report(self) -> dict:
-        return dict(self.state)
-
-
-def functions_named(name: str, course_dir: str) -> list:
-    """(module, attribute, function) for every function called `name` (by its own name, so
-    aliases count) held by a module loaded from the course directory."""
-    root = os.path.realpath(course_dir) + os.sep
-    found = []
-    for module in list(sys.modules.values()):
-        path = getattr(module, "__file__", None) or ""
-        if not os.path.realpath(path).startswith(root):
-            continue
-        for attr, value in list(vars(module).items()):
-            if inspect.isfunction(value) and value.__name__ == name:
-                found.append((module, attr, value))
-    return found
-
-
-def cache_arguments(fn, args: tuple, named: dict) -> tuple[list, object]:
-    """(the arguments that may hold the cache, the weights): every argument after the first
-    two, which are the input and the weights in every hooked function of the course."""
-    try:
-        bound = list(inspect.signature(fn).bind(*args, **named).arguments.values())
-    except (TypeError, ValueError):
-        bound = [*args, *named.values()]
-    return bound[2:], (bound[1] if len(bound) > 1 else None)
-
-
-# --- the swap ----------------------------------------------------------------------------------
 
 
 def swap_cache(roots: list, weights, plan: dict, blobs: list) -> dict:
