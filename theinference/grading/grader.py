@@ -18,7 +18,7 @@ from theinference.diagnosis.stage import Failure, diagnose_stage
 from theinference.grading.answers import Answers
 from theinference.grading.environment import describe
 from theinference.grading.judging import grade_case
-from theinference.grading.policy import EVERY_CASE, RunPolicy, is_long, plan
+from theinference.grading.policy import EVERY_CASE, RunPolicy, is_long, plan, quick_draws
 from theinference.oracle.weights import Weights
 from theinference.results import CaseResult, RunResult, StageResult, Status, stage_status
 from theinference.results.events import (
@@ -56,6 +56,7 @@ def grade(
     proofs' arguments are drawn from `seed`, else afresh for this run."""
     started = time.monotonic()
     run_seed = seed if seed is not None else secrets.randbits(63)
+    stages = [quick_draws(s) for s in stages] if policy.quick else stages
     stages = [with_run_draws(stage, run_seed) for stage in stages]
     answers = answers or Answers(weights)
     cancel = cancel or threading.Event()

@@ -6,7 +6,7 @@ for): a one-token case answers in milliseconds, and a bug shows there as well as
 Long cases (the whole context) therefore run last; `quick` leaves them out.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from theinference.curriculum.stages import Case, Stage
 
@@ -54,11 +54,37 @@ def is_long(case: Case) -> bool:
     """A must-raise case is cheap whatever it asks for: a correct solution refuses up front. A
     swapped-cache proof is never left out (a quick run must not pass a recompute); the floors'
     long measured calls are, as every long case (a quick run is partial, never a pass)."""
+    exempt = "must_raise" in case.inputs or is_swap(case)
+    return case_size(case) > LONG_CASE_TOKENS and not exempt
+
+
+def is_swap(case: Case) -> bool:
     from theinference.curriculum.checks import CHECKS
 
-    swap = case.check in CHECKS and CHECKS[case.check].swap is not None
-    exempt = "must_raise" in case.inputs or swap
-    return case_size(case) > LONG_CASE_TOKENS and not exempt
+    return case.check in CHECKS and CHECKS[case.check].swap is not None
+
+
+def quick_draws(stage: Stage) -> Stage:
+    """The stage as a quick run draws it: each swapped-cache proof (kept: see is_long) drawn
+    from the range of the cases a quick run keeps, not the whole context's. Its ranged token
+    inputs share the size of the largest of those cases."""
+    kept = [case_size(c) for c in stage.cases if "draw" not in c.inputs and not is_long(c)]
+    budget = max(kept, default=LONG_CASE_TOKENS)
+    return replace(stage, cases=tuple(short_draw(c, budget) for c in stage.cases))
+
+
+def short_draw(case: Case, budget: int) -> Case:
+    template = case.inputs.get("draw")
+    if not isinstance(template, dict) or not is_swap(case) or case_size(case) <= budget:
+        return case
+    ranged = {
+        k: v
+        for k, v in template.items()
+        if isinstance(v, dict) and isinstance(v.get("random"), list)
+    }
+    cap = max(budget // max(len(ranged), 1), 1)
+    short = {k: {**v, "random": [min(int(n), cap) for n in v["random"]]} for k, v in ranged.items()}
+    return replace(case, inputs={**case.inputs, "draw": template | short})
 
 
 def selected(case: Case, wanted: tuple[str, ...]) -> bool:
