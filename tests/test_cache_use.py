@@ -60,13 +60,18 @@ def proof_stage(slug: str, small: bool = False):
 
 
 def grade_proof(course: Path, weights, slug: str, small: bool = False, seed: int | None = None):
+    (case,) = grade_proofs(course, weights, [slug], small, seed)
+    return case
+
+
+def grade_proofs(course: Path, weights, slugs: list, small: bool = False, seed=None) -> list:
+    """Each stage's proof case, graded in one run (one student process for them all)."""
     from theinference.grading.grader import grade
     from theinference.results.events import ignore
 
-    stage = proof_stage(slug, small)
-    run = grade(course, [stage], weights, Limits(timeout=900), listener=ignore, seed=seed)
-    ((case,),) = [s.cases for s in run.stages]
-    return case
+    stages = [proof_stage(slug, small) for slug in slugs]
+    run = grade(course, stages, weights, Limits(timeout=900), listener=ignore, seed=seed)
+    return [case for stage in run.stages for case in stage.cases]
 
 
 def test_every_cached_stage_has_a_proof_no_recompute_can_give():
@@ -318,8 +323,9 @@ def test_a_correct_cache_in_any_layout_passes_the_swaps(layout, tmp_path, weight
     """Catches a swap that only finds the reference's layout (float64 buffers, one stacked
     preallocated buffer behind copying properties, PyTorch tensors)."""
     course = make_course(tmp_path / "c", (SOLUTIONS / layout).read_text())
-    for slug in SWAPPED:
-        case = grade_proof(course, weights, slug, small=True)
+    cases = grade_proofs(course, weights, SWAPPED, small=True)
+    assert len(cases) == len(SWAPPED)
+    for slug, case in zip(SWAPPED, cases, strict=True):
         assert case.status == Status.PASSED, (slug, case.message)
 
 
