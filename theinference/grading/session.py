@@ -67,9 +67,6 @@ def prepare(
     every = load_stages()
     if timeout is not None:
         every = [replace(s, timeout=timeout) for s in every]
-    else:  # a stage's own timeout, scaled for a language slower than NumPy
-        factor = languages.TIMEOUT_FACTOR[course.language]
-        every = [replace(s, timeout=s.timeout * factor) for s in every]
     if seed is not None:
         every = [with_hidden_cases(s, seed) for s in every]
     chosen = select(every, slugs)

@@ -115,8 +115,6 @@ def grade_text(
         (course / languages.KVCACHE[language]).write_text(kvcache)
         if language == languages.TYPESCRIPT:
             (course / "node_modules").symlink_to(ts_node_modules(solutions))
-            factor = languages.TIMEOUT_FACTOR[language]
-            stages = [replace(s, timeout=s.timeout * factor) for s in stages]
         return grade(course, stages, weights, Limits(), answers, listener=listener)
 
 
