@@ -140,7 +140,10 @@ def own_code(files: dict[str, bytes]) -> dict[str, str]:
 
 def with_language(settings_toml: bytes, language: str) -> bytes:
     """The instructor's settings naming this submission's language (a mixed class grades each
-    submission in its own): any top-level `language` line replaced by one at the top."""
+    submission in its own): any top-level `language` line replaced by one at the top, when
+    the settings name another."""
+    if course_language(settings_toml) == language:
+        return settings_toml
     text = settings_toml.decode(errors="replace")
     first_table = re.search(r"(?m)^[ \t]*\[", text)  # top-level keys come before it
     cut = first_table.start() if first_table else len(text)
