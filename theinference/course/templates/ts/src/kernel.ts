@@ -167,7 +167,9 @@ const control = new Int32Array(new SharedArrayBuffer(32 * 4));
 
 function run([kind, width, args]: [number, number, number[]], m: number, pack: number): void {
   const chunks = Math.ceil(m / width);
-  if (HELPERS === 0 || chunks === 1) return work(kind, args, 0, m, pack);
+  // one row through W as stored streams memory that one core already keeps busy: measured
+  // (benchmarks/ts_kernel.py), waking a helper costs it more than the helper brings
+  if (HELPERS === 0 || chunks === 1 || kind === GEMV) return work(kind, args, 0, m, pack);
   startHelpers();
   const gen = (control[GEN] + 1) & 0x7fff;
   Atomics.store(control, TICKET, gen << 16);
