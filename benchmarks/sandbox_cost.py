@@ -69,7 +69,7 @@ def main() -> None:
         weights = load_weights("synthetic", course)
         print(f"weights load (read and sha256 of 500 MB): {time.monotonic() - started:.2f} s")
         for mode in MODES:
-            kind = choose(mode, course).kind
+            kind = choose(mode).kind
             figures = startups(course, weights.path, kind, args.repeats)
             print(
                 f"start-up, {mode} ({kind}): median {statistics.median(figures):.3f} s, "

@@ -17,7 +17,7 @@ from theinference.curriculum.checks.cost import baseline_probe, call_against_bas
 from theinference.curriculum.stages import load_stages
 from theinference.results import Status
 from theinference.student.process import Limits, StudentProcess
-from theinference.student.worker import worker
+from theinference.student.worker import probes
 
 CHEATS = tomllib.loads((SOLUTIONS / "recompute_cheats.toml").read_text())["cheats"]
 CACHED = ["full-decode-step", "per-step-identity", "generate-loop", "prefix-caching"]
@@ -105,7 +105,7 @@ def test_zeroing_reaches_every_layout_and_never_the_weights():
     view_holder = type("Layer", (), {})()
     view_holder.k = buffer[:, :3]  # a view: the whole buffer is zeroed
     layouts = [PropertyCopies(), per_head, view_holder]
-    zeroed = worker.zero_arrays(layouts, skip=worker.array_ids(w))
+    zeroed = probes.zero_arrays(layouts, skip=probes.array_ids(w))
     assert zeroed == 2 * 3 * 4 + 2 * 3 * 4 + buffer.size
     assert not layouts[0]._k.any() and not any(h.any() for h in per_head["heads"])
     assert not buffer.any() and w["wte.weight"].all()

@@ -224,3 +224,29 @@ def test_a_run_prints_nothing_itself(template_course, weights, capsys):
     result = run(session)
     assert capsys.readouterr().out == "" and result.stages[0].status.value == "todo"
     assert result.environment["numpy"] and result.notes == []  # complete when returned
+
+
+def all_commands(group, path=()):
+    """(command path, command) for every command and group of the CLI."""
+    yield path, group
+    for name, command in getattr(group, "commands", {}).items():
+        yield from all_commands(command, (*path, name))
+
+
+def test_every_help_text_is_shown_as_written():
+    """Catches help text that loses words in `--help` (rich markup ate "[grading]" in
+    "default: [grading] stages, all"): every command's and option's own words appear."""
+    import typer
+
+    from theinference.cli import app
+
+    def squeezed(text: str) -> str:
+        return "".join(text.split())  # wrapping may move line breaks, never words
+
+    commands = list(all_commands(typer.main.get_command(app)))
+    assert len(commands) > 15, commands  # every command and group was reached
+    for path, command in commands:
+        shown = squeezed(runner.invoke(app, [*path, "--help"], terminal_width=100).output)
+        texts = [command.help or ""] + [getattr(p, "help", None) or "" for p in command.params]
+        for text in texts:
+            assert squeezed(text) in shown, (path, text)

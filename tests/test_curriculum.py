@@ -14,7 +14,9 @@ from tests.helpers import SOLUTIONS
 from theinference.course.directory import TEMPLATE_DIR
 from theinference.curriculum.checks import CHECKS
 from theinference.curriculum.stages import SPEC_DIR, load_stages
-from theinference.diagnosis.fingerprints import CATALOGUE
+from theinference.diagnosis.bugs import PLACEHOLDER, bug_table
+from theinference.diagnosis.fingerprints import catalogue
+from theinference.diagnosis.variants import VARIANTS
 
 PACKAGE = Path(theinference.__file__).parent
 STAGES = load_stages()
@@ -52,7 +54,7 @@ def test_every_stage_has_its_spec_checks_module_stubs_adapter_solution_and_a_pla
 def test_every_catalogued_bug_is_planted_and_named():
     """Catches a fingerprint the grader can name that no planted bug proves it names."""
     named = {bug.fingerprint for bug in BUGS if bug.fingerprint}
-    missing = sorted(b.id for b in CATALOGUE if b.id not in named)
+    missing = sorted(b.id for b in catalogue() if b.id not in named)
     assert not missing, f"catalogued bugs with no planted bug in bugs.toml: {missing}"
 
 
@@ -132,3 +134,75 @@ def test_every_stage_draws_hidden_cases():
     """Catches a stage whose hidden cases were forgotten (prefix-caching had none)."""
     for stage in STAGES:
         assert stage.hidden.get("check") in CHECKS, stage.slug
+
+
+README = Path(theinference.__file__).parents[1] / "README.md"
+BUG_LIST = re.compile(r"<!-- bugs: .*? -->\n(.*?)\n<!-- /bugs -->", re.S)
+
+
+def how_recognised(bug) -> str:
+    ways = [*(["its numbers"] if bug.variant else []), *(["its error"] if bug.errors else [])]
+    return ", ".join(ways) or "its check, by itself"
+
+
+def readme_bug_rows() -> list[str]:
+    """README's list of the classic bugs, as the table says it."""
+    rows = ["| bug | what the code does | named from |", "| --- | --- | --- |"]
+    rows += [f"| `{b.id}` | {b.name()} | {how_recognised(b)} |" for b in bug_table().values()]
+    return rows
+
+
+def test_the_bug_table_holds_to_the_variants_the_checks_and_the_planted_bugs():
+    """Catches a bug added in one place and forgotten in another: a variant no bug uses (or a
+    bug naming a missing one), a check that does not exist, a bug the grader can name by its
+    numbers or by a check that no planted bug in tests/solutions/bugs.toml proves it names, a
+    planted bug expecting a name the table does not have, an error signature that does not
+    compile, or a bug that nothing could ever recognise."""
+    table = bug_table()
+    used = [b.variant for b in table.values() if b.variant]
+    assert sorted(used) == sorted(VARIANTS), set(used) ^ set(VARIANTS)
+    planted = {bug.fingerprint for bug in BUGS if bug.fingerprint}
+    assert planted <= set(table), planted - set(table)
+    for bug in table.values():
+        assert set(bug.checks) <= set(CHECKS), (bug.id, set(bug.checks) - set(CHECKS))
+        assert bug.variant or bug.errors or bug.checks, f"{bug.id}: nothing can recognise it"
+        if not bug.errors:  # named as a suspected bug: a planted bug proves it
+            assert bug.id in planted, f"{bug.id} has no planted bug in bugs.toml"
+        for sig in bug.errors:
+            for pattern in (sig.exception, sig.message, sig.where):
+                re.compile(pattern)
+            assert sig.means, bug.id
+
+
+def test_a_bugs_words_quote_the_models_sizes_never_type_them():
+    """Catches "reshape(n, 12, 64)" typed into a hint: it would be wrong for any other GPT-2
+    size; and a placeholder the table's renderer does not know."""
+    from theinference.oracle.config import ModelConfig
+
+    other = ModelConfig(n_layer=24, n_embd=1024, vocab_size=50257, n_ctx=1024)
+    for bug in bug_table().values():
+        for text in [*bug.names.values(), *bug.hints.values(), *(e.means for e in bug.errors)]:
+            assert not re.search(r"\b(8|12|64|768|1024|50257)\b", text), (bug.id, text)
+        for language in bug.hints:
+            rendered = bug.hint(language, other) + bug.name(language, other)
+            assert not PLACEHOLDER.search(rendered), (bug.id, rendered)
+
+
+def test_readme_lists_every_bug_of_the_table():
+    """Catches README's bug list drifting from the table (a bug added, renamed or dropped)."""
+    found = BUG_LIST.search(README.read_text())
+    assert found, "README has no bug list between <!-- bugs: ... --> and <!-- /bugs -->"
+    expected = "\n".join(readme_bug_rows())
+    assert found.group(1) == expected, f"README's bug list should read:\n{expected}"
+
+
+def test_hint_lists_the_stages_classic_bugs_from_the_table():
+    """Catches `theinference hint STAGE` missing a bug the table says concerns that stage."""
+    from typer.testing import CliRunner
+
+    from theinference.cli import app
+
+    out = CliRunner().invoke(app, ["hint", "full-decode-step"], terminal_width=200).stdout
+    for bug in bug_table().values():
+        stages = {CHECKS[c].stage for c in bug.checks}
+        assert (bug.name() in out) == ("full-decode-step" in stages), bug.id

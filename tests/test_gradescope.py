@@ -18,9 +18,9 @@ from typer.testing import CliRunner
 from tests.bugs import planted
 from tests.helpers import make_course
 from theinference import __version__
-from theinference.classroom.gradescope import gradescope_results
 from theinference.cli import app
 from theinference.course.settings import Grading
+from theinference.output.gradescope import gradescope_results
 
 runner = CliRunner()
 SCHEMA = json.loads(

@@ -11,7 +11,8 @@ ALL = STAGES
 
 def test_reference_solution_passes_every_stage(reference_course, weights):
     run = grade_course(reference_course, weights)
-    assert not any(c.suspected_bug or c.fingerprinted for s in run.stages for c in s.cases)
+    assert not any(c.suspected_bug or c.lesson for s in run.stages for c in s.cases)
+    assert not any(s.suspected_bug or s.bug_name or s.hint for s in run.stages)
     assert statuses(run) == {slug: "passed" for slug in ALL}
     worst = max(c.worst for s in run.stages for case in s.cases for c in case.comparisons)
     assert worst < 0.2  # far inside the tolerance, not scraping past it

@@ -57,7 +57,7 @@ def grade(course: Path, place: dict, mode: str, *extra: str, env: dict | None = 
     )
     assert "Traceback (most recent call last)" not in done.stdout + done.stderr, done.stderr
     data = json.loads(out.read_text())
-    assert data["sandbox"] == (mode if mode == "bwrap" else sandbox.choose(mode, course).kind)
+    assert data["sandbox"] == (mode if mode == "bwrap" else sandbox.choose(mode).kind)
     (case,) = [c for s in data["stages"] for c in s["cases"] if c["name"] == CASE]
     return case, data, done.stdout + done.stderr
 

@@ -16,10 +16,10 @@ from rich.console import Console
 from tests.test_hostile import grade, submission
 from theinference.classroom.class_report import student_body
 from theinference.classroom.gradebook import gradebook_text
-from theinference.classroom.gradescope import gradescope_results
 from theinference.course.settings import Grading
 from theinference.output import report, screen
 from theinference.output.formats import render
+from theinference.output.gradescope import gradescope_results
 from theinference.results import CaseResult, RunResult, StageResult, Status
 from theinference.results.text import (
     csv_cell,
@@ -46,7 +46,9 @@ def hostile_run() -> RunResult:
         stdout=STUDENT,
         stderr=STUDENT,
     )
-    stage = StageResult("single-step-attention", "Single-step attention", Status.ERROR, [case])
+    stage = StageResult(  # the case shown in full, as the grader's diagnosis names it
+        "single-step-attention", "Single-step attention", Status.ERROR, [case], first_case=case.name
+    )
     return RunResult(stages=[stage], weights_label="synthetic (abc)", weights_sha256="abc")
 
 

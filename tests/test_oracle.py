@@ -90,16 +90,17 @@ CASES = [
 
 
 def cached_path_by_hand(check: str, args: list, w: dict, n: int) -> np.ndarray:
-    """The oracle's own cached path, written out: prefill, then one extend per token."""
+    """The oracle's own cached path, written out: a prefill in one pass, then one extend per
+    token; one token attends over a cache of no rows, which is attending over itself alone."""
     if check == "step_attention":
         x = oracle.embed(args[0], w)
         if len(args[0]) == 1:
             return oracle.attn_sublayer(x, w, 0)[0][-1]
         _, past = oracle.attn_sublayer(x[:-1], w, 0)
         return oracle.attn_sublayer(x[-1:], w, 0, past)[0][0]
-    f = oracle.forward(args[0], w, n, last_only=True)
+    f = oracle.forward(args[0], w, n)
     if check == "prefill_logits":
-        return oracle.logits_at(f.hidden, w, [0])[0]
+        return oracle.logits_at(f.hidden, w, [-1])[0]
     rows = []
     for token in [args[1]] if check == "decode_step" else args[1]:
         f = oracle.extend([token], w, n, f.kv)
@@ -112,10 +113,11 @@ def test_the_correct_variant_is_the_oracle(weights, check, args):
     """Catches fingerprints measured against a model that is not the oracle: with no bug
     replaced, the simulated student's path is the oracle's cached path bit for bit, and the
     full recompute within float32 noise."""
-    from theinference.diagnosis.simulator import simulate
+    from theinference.curriculum.checks import CHECKS
+    from theinference.oracle.cached_path import CachedPath
 
     w, n = weights.tensors, weights.config.n_layer
-    ours = simulate(check, args, w, n)
+    ours = CachedPath(w, n).answer(CHECKS[check].simulate, args)
     np.testing.assert_array_equal(ours, cached_path_by_hand(check, args, w, n))
     full = oracle_answer(check, args, w, n)
     np.testing.assert_allclose(ours, full, atol=2e-4, rtol=1e-3)

@@ -86,3 +86,27 @@ def test_a_process_never_gives_back_time_it_used():
     assert cpu_seconds_between(before, after) == pytest.approx(20 / os.sysconf("SC_CLK_TCK"))
     reused_pid = {(10, 2): 30}  # pid 10 again, a new process: all of its ticks are new
     assert cpu_seconds_between(before, reused_pid) == pytest.approx(30 / os.sysconf("SC_CLK_TCK"))
+
+
+@pytest.mark.parametrize("kind", SANDBOXES)
+def test_a_call_over_its_cpu_limit_is_killed_and_says_so(kind, tmp_path):
+    """Catches a CPU limit that is not enforced (the spin would run to the 60 s timeout), one
+    that forgets the CPU of a child process or of threads, a message without the limit's
+    figure, a call under its limit stopped, or a process not restarted after the kill."""
+    course = course_with_busy_loops(tmp_path / "c")
+    weights = tmp_path / "w.safetensors"
+    weights.write_bytes(b"")
+    with StudentProcess(course, weights, Limits(timeout=60), sandbox=Sandbox(kind)) as process:
+        for adapter in ("spin", "threads", "child"):
+            outcome = process.call(adapter, [30.0], cpu_limit=0.5)
+            assert outcome.kind == "cpu_limit", (adapter, outcome.kind, outcome.message)
+            assert outcome.message == (
+                "used more than 0.5 CPU-seconds, the limit for this call; the process was killed"
+            )
+            assert 0.5 < outcome.cpu_seconds < 5, (adapter, outcome.cpu_seconds)
+            assert outcome.seconds < 20, (adapter, outcome.seconds)  # not the 60 s timeout
+        under = process.call("spin", [0.2], cpu_limit=2.0)
+        assert under.kind == "returned" and under.cpu_seconds < 2.0, under.message
+        asleep = process.call("nap", [1.0], cpu_limit=0.3)  # wall time is not CPU time
+        assert asleep.kind == "returned", asleep.message
+        assert process.startups == 4  # a fresh process after each of the three kills

@@ -111,7 +111,7 @@ def test_watch_policy_stops_a_stage_at_its_first_failure(tmp_path, weights):
     assert "the whole context (1024 tokens)" in result.not_run
     assert result.partial and run.partial
     assert result.suspected_bug == "missing-ln-f" and result.diagnosed
-    assert "missing-ln-f" in result.candidates and result.hint.startswith("suspected bug")
+    assert "missing-ln-f" in result.candidates and "ln_f" in result.bug_name and result.hint
 
 
 def partial_run(status: Status = Status.PASSED) -> RunResult:
@@ -124,8 +124,11 @@ def partial_run(status: Status = Status.PASSED) -> RunResult:
         not_run=["two tokens"],
     )
     from theinference.grading.environment import describe
+    from theinference.grading.provenance import provenance, with_run
 
-    return RunResult([stage], "synthetic (x)", "ab" * 32, environment=describe(), sandbox="bwrap")
+    fields = with_run(provenance([stage.slug], None, "ab" * 32, "none", None), "bwrap")
+    return RunResult([stage], "synthetic (x)", "ab" * 32, environment=describe(), sandbox="bwrap",
+                     provenance=fields)
 
 
 def test_a_partial_pass_is_never_recorded_as_passed(tmp_path):

@@ -1,9 +1,8 @@
 """The student's process: whatever the adapter does comes back as data, and limits hold."""
 
 import json
-import shutil
+import pwd
 import socket
-import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -14,7 +13,8 @@ import pytest
 from tests.helpers import alive
 from tests.test_hostile import ESCAPEE, escapees
 from theinference.student import sandbox
-from theinference.student.process import Foreign, Limits, StudentProcess
+from theinference.student.process import Limits, StudentProcess
+from theinference.student.replies import Foreign
 from theinference.student.sandbox import Sandbox
 
 
@@ -352,8 +352,9 @@ def test_in_bwrap_the_process_sees_only_its_own_world(tmp_path, weights_cache):
 
 @needs_bwrap
 def test_in_bwrap_crashes_are_named_and_escaped_children_die(tmp_path):
-    """Would catch bwrap's 128+N exit code shown as a plain exit, or a daemon that left the
-    process group and survives the kill because it sits in another PID namespace."""
+    """Would catch bwrap's 128+N exit code shown as a plain exit, a daemon that left the
+    process group and survives the end of its call because it sits in another PID namespace,
+    or the end-of-call sweep killing the worker (or bwrap) instead of only what it started."""
     course = course_with(
         tmp_path,
         f"""
@@ -374,7 +375,9 @@ def test_in_bwrap_crashes_are_named_and_escaped_children_die(tmp_path):
         crash = process.call("segv", [[1]])
         assert crash.kind == "crashed" and "SIGSEGV" in crash.message, crash.message
         assert process.call("escape", [[1]]).kind == "returned"
-        assert escapees(), "the daemon should be running until the process is stopped"
+        time.sleep(0.2)
+        assert not escapees(), "the daemon outlived the call that started it"
+        assert process.call("escape", [[1]]).kind == "returned" and process.startups == 2
     time.sleep(0.2)
     assert not escapees()
 
@@ -398,13 +401,13 @@ def test_choosing_a_sandbox(tmp_path, monkeypatch):
     silently instead of saying how to install it."""
     monkeypatch.setattr(sandbox, "bwrap_problem", lambda: "bubblewrap (bwrap) is not installed")
     with pytest.raises(sandbox.SandboxError, match="apt-get install bubblewrap"):
-        sandbox.choose("bwrap", tmp_path)
-    with pytest.raises(sandbox.SandboxError, match="auto, bwrap, none"):
-        sandbox.choose("docker", tmp_path)
-    fallback = sandbox.choose("auto", tmp_path)
+        sandbox.choose("bwrap")
+    with pytest.raises(sandbox.SandboxError, match="auto, bwrap, unprivileged-user, none"):
+        sandbox.choose("docker")
+    fallback = sandbox.choose("auto")
     assert fallback.kind in ("none", "unprivileged-user")
     assert "install bubblewrap" in fallback.notes[0]
-    assert not [n for n in sandbox.choose("none", tmp_path).notes if "install" in n]
+    assert not [n for n in sandbox.choose("none").notes if "install" in n]
 
 
 @needs_bwrap
@@ -429,26 +432,23 @@ def test_in_bwrap_a_cache_inside_the_course_is_hidden(tmp_path, monkeypatch):
 
 
 def test_unprivileged_user_when_a_root_grader_has_no_bubblewrap(tmp_path):
-    """Would catch a root grader without bubblewrap running the student's code as root: it
-    must run as nobody, unable to read a root-only file beside the course."""
-    root = Path(tempfile.mkdtemp(prefix="ti-nobody-"))  # world-searchable, unlike tmp_path
-    try:
-        root.chmod(0o755)
-        course = course_with(
-            root / "course",
-            "import os\ndef who(ids):\n    return [float(os.getuid()), float("
-            f"os.access({str(tmp_path / 'secret')!r}, os.R_OK))]\n",
-        )
-        for path in [course, *course.rglob("*")]:
-            path.chmod(0o755 if path.is_dir() else 0o644)
-        chosen = sandbox.choose("none", course)
-        if chosen.kind != "unprivileged-user":
-            pytest.skip(f"cannot apply here: {'; '.join(chosen.notes) or 'not root'}")
-        (tmp_path / "secret").write_text("root only")
-        (tmp_path / "secret").chmod(0o600)
-        with StudentProcess(course, Path("/nonexistent"), Limits(), sandbox=chosen) as process:
-            out = process.call("who", [[1]])
-        assert out.kind == "returned", out.message
-        assert out.value.tolist() == [float(sandbox.nobody_ids()[0]), 0.0]
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    """Would catch a root grader without bubblewrap running the student's code as root, as
+    the shared `nobody`, or not at all because the course (in a 0700 folder, as `grade` lays
+    submissions out) is not readable by others: it runs as a uid of its own, on a copy of the
+    course, unable to read a root-only file beside it."""
+    from tests.test_containment import require_unprivileged
+
+    chosen = require_unprivileged()
+    course = course_with(
+        tmp_path / "course",
+        "import os\ndef who(ids):\n    return [float(os.getuid()), float("
+        f"os.access({str(tmp_path / 'secret')!r}, os.R_OK))]\n",
+    )
+    (tmp_path / "secret").write_text("root only")
+    (tmp_path / "secret").chmod(0o600)
+    with StudentProcess(course, Path("/nonexistent"), Limits(), sandbox=chosen) as process:
+        out = process.call("who", [[1]])
+        uid = process.uid
+    assert out.kind == "returned", out.message
+    assert out.value.tolist() == [float(uid), 0.0]
+    assert uid not in (0, 65534) and uid not in {e.pw_uid for e in pwd.getpwall()}

@@ -13,13 +13,13 @@ from typer.testing import CliRunner
 
 from tests.helpers import make_course, reference_text
 from tests.solutions.slow_cache import slow_cache_text
-from theinference.classroom.gradescope import gradescope_results
 from theinference.classroom.report_sections import speed_section
 from theinference.cli import app
 from theinference.course.settings import Grading, SettingsError, parse_settings
 from theinference.grading.speed import speed_after, speed_of, yardstick_course
 from theinference.oracle import gpt2 as oracle
 from theinference.output.formats import SCHEMA_FILE
+from theinference.output.gradescope import gradescope_results
 from theinference.results import RunResult, StageResult, Status
 from theinference.student.process import Limits, StudentProcess
 from theinference.student.sandbox import choose
@@ -40,7 +40,7 @@ def test_the_yardstick_is_the_oracles_cached_generation_in_the_sandbox(weights):
     course = yardstick_course()
     try:
         with StudentProcess(course, weights.path, Limits(timeout=120),
-                            sandbox=choose("auto", course)) as process:
+                            sandbox=choose("auto")) as process:
             outcome = process.call("run_generate", [[464, 2068, 7586], 6])
     finally:
         import shutil
@@ -142,7 +142,7 @@ def test_made_up_tokens_earn_no_figure(tmp_path, weights):
     adapters = course / "tests" / "adapters.py"
     adapters.write_text(adapters.read_text() + "\n\ndef run_generate(prompt_ids, max_new_tokens):"
                         "\n    return [0] * max_new_tokens\n")
-    speed = speed_of(course, weights, Limits(timeout=300), choose("auto", course), repeats=1)
+    speed = speed_of(course, weights, Limits(timeout=300), choose("auto"), repeats=1)
     assert speed["status"] == "unverified" and "ratio" not in speed, speed
 
 
@@ -153,7 +153,7 @@ def test_the_reference_ranks_above_a_slower_correct_cache(tmp_path, weights):
     figures = {}
     for name, text in (("reference", reference_text()), ("slow", slow_cache_text())):
         course = make_course(tmp_path / name, text)
-        figures[name] = speed_of(course, weights, Limits(timeout=300), choose("auto", course))
+        figures[name] = speed_of(course, weights, Limits(timeout=300), choose("auto"))
         assert figures[name]["status"] == "measured", figures[name]
     assert figures["reference"]["ratio"] > figures["slow"]["ratio"]
     assert 0.5 < figures["reference"]["ratio"] < 2  # the reference is about the oracle's speed

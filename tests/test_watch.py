@@ -240,8 +240,8 @@ def test_error_signatures_name_the_classic_bugs():
     lesson given for an error whose place does not fit it."""
     from theinference.diagnosis.errors import lesson_for
 
-    assert lesson_for(error_case("a", SOFTMAX_CRASH)).bug == "attend-old-length"
-    assert lesson_for(error_case("a", WPE_CRASH)).bug == "position-counter"
+    assert lesson_for(error_case("a", SOFTMAX_CRASH))[0].id == "attend-old-length"
+    assert lesson_for(error_case("a", WPE_CRASH))[0].id == "position-counter"
     elsewhere = SOFTMAX_CRASH.replace("softmax", "norm").replace("attend", "stats")
     assert lesson_for(error_case("a", elsewhere.replace("scores", "rows"))) is None
     typo = "Traceback:\n  File \"src/kvcache.py\", line 3, in f\nNameError: name 'x' is not defined"
@@ -296,8 +296,9 @@ def test_an_import_failure_is_shown_once_per_run_and_a_shared_error_once_per_sta
     from theinference.results import RunResult, StageResult, Status
 
     failure = SOFTMAX_CRASH.replace("ValueError: zero-size", "SyntaxError: zero-size")
-    stages = [
-        StageResult(slug, slug, Status.ERROR, [error_case(f"case {i}", failure) for i in range(4)])
+    cases = [error_case(f"case {i}", failure) for i in range(4)]
+    stages = [  # the grader found that every case shares the error (diagnosis/stage.py)
+        StageResult(slug, slug, Status.ERROR, cases, shared_error=True)
         for slug in ("single-step-attention", "build-prefill")
     ]
     run = RunResult(stages, "synthetic", "0" * 64)
@@ -312,29 +313,32 @@ def test_an_import_failure_is_shown_once_per_run_and_a_shared_error_once_per_sta
     assert "shown above, stage single-step-attention" in text
 
 
-def test_diagnosis_uses_the_stage_bug_and_names_the_worst_case():
+def test_diagnosis_names_the_worst_case_and_a_bug_a_judge_recognised():
     """Would catch: a stage reported by its first case only, or a diagnosis taken from a case
     the stage-level one contradicts."""
-    from theinference.diagnosis.errors import diagnose
-    from theinference.results import CaseResult, StageResult, Status
+    from types import SimpleNamespace
+
+    from theinference.diagnosis.stage import diagnose_stage
+    from theinference.oracle.config import GPT2_124M
+    from theinference.results import CaseResult, Status
     from theinference.results.compare import Tolerance, compare
 
+    tol = Tolerance(1e-3, 1e-2)
+    recompute = SimpleNamespace(w={}, config=GPT2_124M)  # no failure to simulate: no forward
+
     def failing(name: str, off: float) -> CaseResult:
-        c = compare("x", np.full(4, off), np.zeros(4), Tolerance(1e-3, 1e-2))
+        c = compare("x", np.full(4, off), np.zeros(4), tol)
         return CaseResult(name=name, status=Status.FAILED, comparisons=[c], hint="a generic hint")
 
-    stage = StageResult("s", "S", Status.FAILED, [failing("small", 0.01), failing("big", 22.0)])
-    found = diagnose(stage)
-    assert found.first.name == "small" and found.worst.name == "big"
-    assert found.bug is None and found.hint == "a generic hint"
-    stage.cases[1].suspected_bug = "kv-swapped"  # recognised by a case's own judge
-    stage.cases[1].hint = "suspected bug: K and V swapped. Scores come from Q . K."
-    found = diagnose(stage)
-    assert found.bug == "K and V swapped" and found.hint == "Scores come from Q . K."
-    stage.suspected_bug, stage.hint = "missing-scale", "divide by sqrt(64)"
-    found = diagnose(stage)
-    assert found.bug == "attention scores not scaled by 1/sqrt(head_dim)"
-    assert found.hint == "divide by sqrt(64)"
+    cases = [failing("small", 0.01), failing("big", 22.0)]
+    found = diagnose_stage(cases, [], tol, recompute, "python")
+    assert (found.first_case, found.worst_case) == ("small", "big")
+    assert found.bug_name == "" and found.hint == "a generic hint" and not found.diagnosed
+    cases[1].suspected_bug, cases[1].hint = "kv-swapped", "its check's own words"
+    found = diagnose_stage(cases, [], tol, recompute, "python")
+    assert found.suspected_bug == "kv-swapped" and found.bug_name == "K and V swapped"
+    assert found.hint.startswith("Scores come from Q . K") and "its check's own" in found.hint
+    assert found.first_case == "big" and found.worst_case is None  # the case shown is the worst
 
 
 def test_next_step_names_the_following_stage_only_when_all_passed():
@@ -388,21 +392,26 @@ def test_stages_marks_where_the_student_is(tmp_path):
 
 def test_a_hint_fits_the_failure_it_sits_under():
     """Would catch: a suffix-position hint under a prompt that reused nothing, and a row-count
-    hint under a cache whose shapes are right and whose first layers match."""
+    hint under a cache whose shapes are right and whose first layers match: each check picks
+    the hint from what it saw, and says where the answer departs."""
+    from theinference.curriculum.checks.build_prefill import localise
+    from theinference.curriculum.checks.prefix_caching import prefix_caching
     from theinference.curriculum.stages import stage_words
-    from theinference.diagnosis.errors import fitting_hint
-    from theinference.results import CaseResult, Status
+    from theinference.oracle.config import GPT2_124M
+    from theinference.oracle.gpt2 import LayerKV
+    from theinference.results.compare import Tolerance
 
-    logits_hint = stage_words("prefix-caching")["logits"]
-    cache_hint = stage_words("build-prefill")["cache"]
-    fresh = CaseResult(Status.FAILED, "prompt 0 (reused 0 of 9): logits ...", logits_hint, name="p")
-    assert "prefill" in fitting_hint(fresh) and fitting_hint(fresh) != logits_hint
-    reused = CaseResult(Status.FAILED, "prompt 2 (reused 4 of 9): ...", logits_hint, name="p")
-    assert fitting_hint(reused) == logits_hint
-    drift = CaseResult(
-        Status.FAILED,
-        "layer 1 V and everything before it match; layer 2 K departs at position 0, head 3: ...",
-        cache_hint,
-        name="c",
-    )
-    assert "layers 0-1 match" in fitting_hint(drift) and fitting_hint(drift) != cache_hint
+    tol, words = Tolerance(1e-3, 1e-2), stage_words("prefix-caching")
+    prompts = [[1, 2, 3], [1, 2, 4], [7, 8]]
+    expected = np.zeros((3, GPT2_124M.vocab_size), np.float32)
+    wrong = [[expected[i] + (i == 2), np.array(r)] for i, r in enumerate([0, 2, 0])]
+    fresh = prefix_caching(wrong, [prompts], lambda args: expected, tol, GPT2_124M)
+    assert fresh.hint == words["reused_nothing"] and fresh.where == {"prompt": 2}
+    wrong[1][0] = expected[1] + 1
+    reused = prefix_caching(wrong, [prompts], lambda args: expected, tol, GPT2_124M)
+    assert reused.hint == words["logits"] and reused.where == {"prompt": 1}
+    right = [LayerKV(np.zeros((2, 3, 4), np.float32), np.zeros((2, 3, 4), np.float32))] * 3
+    pairs = [(kv.k, kv.v) for kv in right[:2]] + [(np.ones((2, 3, 4), np.float32), right[2].v)]
+    drift = localise(pairs, right, tol)
+    assert "layers 0-1 match" in drift.hint and drift.hint != stage_words("build-prefill")["cache"]
+    assert drift.where == {"layer": 2, "tensor": "K", "position": 0, "head": 0}

@@ -103,7 +103,7 @@ def test_each_classic_mistake_is_named_at_the_bottom_then_the_next_stage(tmp_pat
     first = term.next_screen(0)
     assert "PASSED" in bottom(first) and "next stage: build-prefill" in bottom(first)
     mistakes = [
-        (edit(reference_text(), ATTEND_BEFORE_APPEND), "attended over the cache before appending"),
+        (edit(reference_text(), ATTEND_BEFORE_APPEND), "softmax got zero scores"),  # its lesson
         (planted("attend-old-length"), "suspected bug: attending over the old length"),
         (planted("causal-mask-in-step"), "suspected bug: a causal mask dragged into"),
         (planted("missing-scale"), "suspected bug: attention scores not scaled"),

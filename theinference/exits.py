@@ -2,6 +2,7 @@
 
 OK = 0  # every selected stage passed
 NOT_PASSED = 1  # some stage failed, errored, timed out, is todo or was skipped
+UNFINISHED = 1  # grade: the grader could not finish some submission (its row says why)
 USAGE = 2  # bad command line (also Typer's own code for a bad option)
 COURSE = 3  # not a course directory, or bad theinference.toml
 WEIGHTS = 4  # weights missing, unreadable or malformed

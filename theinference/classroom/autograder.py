@@ -11,6 +11,7 @@ a temporary root like Gradescope's).
 
 import json
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from theinference import __version__
@@ -27,7 +28,6 @@ from theinference.course.directory import SETTINGS_FILE, TEMPLATE_DIR
 from theinference.course.languages import TYPESCRIPT
 from theinference.course.settings import Settings
 from theinference.grading.provenance import seed_label
-from theinference.results.text import markdown_text
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 SOURCE_DIR = "theinference-src"  # in the bundle: this theinference, installed by setup.sh
@@ -119,37 +119,22 @@ def warm(settings: Settings, points: dict[str, float]) -> tuple[int, float]:
     from theinference.classroom.runner import runner_modules
     from theinference.curriculum.checks import CHECKS
     from theinference.curriculum.stages import load_stages
-    from theinference.oracle.weights import cache_dir, load_weights
+    from theinference.grading.answers import Answers
+    from theinference.oracle.weights import load_weights
 
     started = time.monotonic()
     if settings.language == TYPESCRIPT:
         runner_modules()  # installed now, so each submission only copies it
     weights = load_weights(settings.weights, Path.cwd())
-    oracle = answers_for(weights, cache_dir())
+    answers = Answers.cached(weights)
     count = 0
     for stage in (s for s in load_stages() if s.slug in points):
         for case in stage.cases:
-            check = CHECKS[case.check]
-            args = check.arguments(case, weights.config)
-            oracle.expected(case.check, args)
-            if check.second_path is not None:
-                oracle.noise(case.check, args)
+            args = CHECKS[case.check].arguments(case, weights.config)
+            answers.expected(case.check, args)
+            answers.noise(case.check, args)  # None, at no cost, where the check has none
             count += 1
     return count, time.monotonic() - started
-
-
-def answers_for(weights, directory: Path):
-    """The oracle's answers for these weights, on disk in `directory` (answers.Answers and
-    answer_cache.AnswerCache, once those names land; grader.Oracle and OracleCache before)."""
-    try:
-        from theinference.grading.answer_cache import AnswerCache as Cache
-    except ImportError:
-        from theinference.oracle_cache import OracleCache as Cache
-    try:
-        from theinference.grading.answers import Answers
-    except ImportError:
-        from theinference.grading.grader import Oracle as Answers
-    return Answers(weights, Cache(weights.sha256, directory))
 
 
 def seed_for(settings: Settings, root: Path, env_seed: str | None) -> int | None:
@@ -169,29 +154,28 @@ def seed_for(settings: Settings, root: Path, env_seed: str | None) -> int | None
     return int(env_seed) if env_seed and env_seed.strip().isdigit() else None
 
 
-def run_submission(root: Path, plan: Plan) -> dict:
-    """Grade root/submission; always returns a results.json (a rejected or unrunnable
-    submission scores 0 and says why)."""
-    from theinference.classroom.gradescope import gradescope_results
+@dataclass(frozen=True)
+class Graded:
+    """What grading root/submission came to: the results JSON of `theinference test`, or why
+    there is none; and what Gradescope's extra_data records."""
 
+    results: dict | None
+    failure: str = ""
+    extra: dict | None = None
+
+
+def grade_submission(root: Path, plan: Plan) -> Graded:
+    """Grade root/submission (a rejected or unrunnable submission says why)."""
     try:
         files = read_files(Submission("submission", root / "submission"))
     except (IntakeError, OSError) as exc:
-        return failure_results(f"Your submission could not be taken: {exc}")
+        return Graded(None, f"Your submission could not be taken: {exc}")
     status, message, results = run_test(files, plan, jobs=1)
     if results is None:
-        return failure_results(f"The grader could not finish ({status}): {message}")
-    data = gradescope_results(results, plan.points, plan.grading)
-    data["extra_data"]["content_sha256"] = content_hash(files)
-    data["extra_data"]["seed"] = plan.seed
-    data["extra_data"]["provenance"] = {**results.get("provenance", {}),
-                                        "seed": seed_label(plan.seed_source, plan.seed)}
-    return data
-
-
-def failure_results(message: str) -> dict:
-    return {"score": 0.0, "output": markdown_text(message), "output_format": "md",
-            "visibility": "visible", "stdout_visibility": "hidden", "tests": []}
+        return Graded(None, f"The grader could not finish ({status}): {message}")
+    provenance = {**results.get("provenance", {}), "seed": seed_label(plan.seed_source, plan.seed)}
+    extra = {"content_sha256": content_hash(files), "seed": plan.seed, "provenance": provenance}
+    return Graded(results, extra=extra)
 
 
 def write_results(root: Path, data: dict) -> Path:

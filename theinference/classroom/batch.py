@@ -70,14 +70,19 @@ class Plan:
             cmd += ["--stage", slug]
         for name in self.cases:
             cmd += ["--case", name]
-        for option, value in (("--seed", self.seed), ("--timeout", g.timeout),
-                              ("--memory-gb", g.memory_gb), ("--output-kb", g.output_kb),
-                              ("--sandbox", g.sandbox)):
+        # the seed travels in the environment (test_env), never on a command line others read
+        for option, value in (("--timeout", g.timeout), ("--memory-gb", g.memory_gb),
+                              ("--output-kb", g.output_kb), ("--sandbox", g.sandbox or "auto")):
             if value is not None:
                 cmd += [option, str(value)]
         if g.speed != "off":
             cmd.append("--speed")
         return cmd
+
+    def test_env(self) -> dict[str, str]:
+        """The grader's environment for `theinference test`, with this plan's seed (or none)."""
+        env = {k: v for k, v in os.environ.items() if k != "THEINFERENCE_SEED"}
+        return env | ({"THEINFERENCE_SEED": str(self.seed)} if self.seed is not None else {})
 
 
 def default_jobs(memory_bytes: int) -> int:
@@ -166,6 +171,8 @@ def new_record(sub, plan, key, digest, status, message, results, started, files=
         "stages": rows,
         "provenance": with_run(plan.provenance(), sandbox),
         "code": own_code(files) if files else {},
+        "sandbox": (results or {}).get("sandbox"),  # bwrap | unprivileged-user | none
+        "sandbox_notes": (results or {}).get("notes", []),
         "results": results,
     }
 
@@ -182,7 +189,7 @@ def run_test(files: dict[str, bytes], plan: Plan, jobs: int) -> tuple[str, str, 
         output, errors = work / "results.json", work / "stderr.txt"
         with errors.open("wb") as err:
             code = run_bounded(plan.test_command(course, output), err, plan.submission_timeout,
-                               jobs)
+                               jobs, plan.test_env())
         tail = errors.read_bytes()[-STDERR_KEPT:].decode(errors="replace").strip()
         if code in (0, 1) and output.is_file():
             return "graded", "", json.loads(output.read_text())
@@ -197,10 +204,10 @@ def run_test(files: dict[str, bytes], plan: Plan, jobs: int) -> tuple[str, str, 
         remove_tree(work)
 
 
-def run_bounded(cmd: list[str], stderr, timeout: float, jobs: int) -> int | None:
+def run_bounded(cmd: list[str], stderr, timeout: float, jobs: int, env: dict) -> int | None:
     """Run the grader; past the backstop, interrupt it (it stops its student process on the
     way out), then kill its group. None: it had to be stopped."""
-    env = {k: v for k, v in os.environ.items() if k != "THEINFERENCE_SEED"}
+    env = dict(env)
     threads = str(max(1, (os.cpu_count() or 1) // jobs))  # BLAS threads: cores shared out
     env.update(OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

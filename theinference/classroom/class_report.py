@@ -11,6 +11,7 @@ from pathlib import Path
 from theinference.atomic import atomic_write
 from theinference.classroom.gradebook import stage_slugs
 from theinference.classroom.svg import bar_chart, histogram
+from theinference.results import where_text
 from theinference.results.text import html_text as escape  # controls shown, not kept
 
 LANGUAGE_NAMES = {"python": "Python", "ts": "TypeScript"}
@@ -153,8 +154,22 @@ def student_body(record: dict) -> str:
             f"<td>{'' if worst is None else f'{worst:.3g}'}</td></tr>")
     parts.append("</table>")
     for stage in (record.get("results") or {}).get("stages", []):
+        parts += stage_diagnosis(stage)
         for case in stage.get("cases", []):
             if case["status"] != "passed":
                 parts.append(f"<h3>{escape(stage['slug'])}: {escape(case['name'])}</h3>"
                              f"<pre>{escape(case['message'][:2000])}</pre>")
     return "\n".join(parts)
+
+
+def stage_diagnosis(stage: dict) -> list[str]:
+    """What the student was told about a stage that did not pass: the suspected bug (or the
+    error's lesson) in words, where it departs, the hint (the grader's own, from the results)."""
+    said = [(label, stage.get(key)) for label, key in (
+        ("suspected bug", "bug_name"), ("error lesson", "lesson"), ("hint", "hint"))]
+    if stage.get("where"):
+        said.append(("first departs at", where_text(stage["where"])))
+    lines = [f"<li>{label}: {escape(str(text))}</li>" for label, text in said if text]
+    if not lines:
+        return []
+    return [f"<h3>{escape(stage['slug'])}: diagnosis</h3><ul class=diagnosis>{''.join(lines)}</ul>"]

@@ -36,7 +36,7 @@ def gradebook_text(records: list[dict]) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(["student", "status", "language", *slugs, "total", "max_total", "passed_stages",
-                     "suspected_bugs", "message", "content_sha256"])
+                     "suspected_bugs", "message", "content_sha256", "sandbox"])
     for record in records:
         by_slug = {row["slug"]: row for row in record["stages"]}
         writer.writerow([
@@ -51,6 +51,7 @@ def gradebook_text(records: list[dict]) -> str:
                       for r in record["stages"] if r["suspected_bug"]),
             csv_cell(record["message"][:300]),
             record["content_sha256"],
+            record.get("sandbox") or "",  # how the student's process was isolated
         ])
     return out.getvalue()
 

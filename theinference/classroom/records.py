@@ -10,6 +10,7 @@ from pathlib import Path
 
 from theinference.atomic import atomic_write
 from theinference.course.settings import Grading
+from theinference.grading.scores import case_groups, group_score, suspected_bug_of
 
 SCHEMA = "theinference.submission/1"
 SUBMISSIONS_DIR = "submissions"
@@ -29,54 +30,10 @@ def stage_rows(results: dict | None, points: dict[str, float], grading: Grading)
         score = sum(group_score(g, grading) for g in case_groups(stage, max_score))
         passed = sum(c["status"] == "passed" for c in cases)
         rows.append(
-            _row(slug, stage["status"], round(score, 4), max_score, stage_bug(stage),
+            _row(slug, stage["status"], round(score, 4), max_score, suspected_bug_of(stage),
                  worst_error(stage), passed, len(cases))
         )
     return rows
-
-
-def is_hidden(case: dict) -> bool:
-    return bool(case.get("hidden")) or case.get("name", "").startswith("hidden case")
-
-
-def case_groups(stage: dict, max_score: float) -> list[dict]:
-    """A stage's public cases and its seeded hidden ones, each worth its share of the points
-    (by case count), so hidden cases count without revealing them before publication."""
-    cases = stage.get("cases", [])
-    public = [c for c in cases if not is_hidden(c)]
-    hidden = [c for c in cases if is_hidden(c)]
-    if not hidden:
-        return [{"hidden": False, "cases": cases, "points": max_score, "status": stage["status"]}]
-    share = max_score * len(hidden) / len(cases)
-    return [
-        {"hidden": False, "cases": public, "points": max_score - share,
-         "status": _worst(public, stage["status"])},
-        {"hidden": True, "cases": hidden, "points": share, "status": _worst(hidden, "passed")},
-    ]
-
-
-def _worst(cases: list[dict], default: str) -> str:
-    order = ["error", "timeout", "failed", "todo", "skipped", "passed"]
-    statuses = {c["status"] for c in cases}
-    return next((s for s in order if s in statuses), default)
-
-
-def group_score(group: dict, grading: Grading) -> float:
-    """All or nothing, or (partial_credit) the share of its cases that passed."""
-    cases, points = group["cases"], group["points"]
-    if group["status"] == "passed" and all(c["status"] == "passed" for c in cases):
-        return points
-    if grading.partial_credit and cases:
-        return points * sum(c["status"] == "passed" for c in cases) / len(cases)
-    return 0.0
-
-
-def stage_bug(stage: dict) -> str | None:
-    """The stage's diagnosis where the results carry one, else its first case's."""
-    if stage.get("suspected_bug"):
-        return stage["suspected_bug"]
-    return next((c["suspected_bug"] for c in stage.get("cases", []) if c.get("suspected_bug")),
-                None)
 
 
 def worst_error(stage: dict) -> float | None:

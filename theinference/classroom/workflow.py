@@ -96,12 +96,13 @@ def student_workflow() -> str:
 
 def stage_table_markdown(results: dict) -> str:
     """The job summary: one row per stage of a `theinference test --json` file."""
+    from theinference.grading.scores import suspected_bug_of
+
     lines = ["| stage | status | cases passed | suspected bug |", "|---|---|---|---|"]
     for stage in results.get("stages", []):
         cases = stage.get("cases", [])
         passed = sum(c["status"] == "passed" for c in cases)
-        bug = stage.get("suspected_bug") or next(
-            (c["suspected_bug"] for c in cases if c.get("suspected_bug")), "")
+        bug = suspected_bug_of(stage) or ""
         lines.append(f"| {stage['slug']} | {stage['status']} | {passed}/{len(cases)} | {bug} |")
     verdict = "all stages passed" if results.get("passed") else "not all stages passed yet"
     return f"### theinference: {verdict}\n\n" + "\n".join(lines) + "\n"

@@ -1,6 +1,7 @@
-"""The instructor's commands, registered in cli.py: grade, gradebook merge, gradescope build,
-report, workflow. Each gathers plain data, hands it to the classroom modules, and prints
-through screens.py; errors the instructor can fix are one line and an exit code (exits.py)."""
+"""The instructor's commands, registered in cli.py: grade, gradebook merge (gradescope.py and
+report.py hold the rest). Each gathers plain data, hands it to the classroom modules, and
+prints through output/class_screens.py; errors the instructor can fix are one line and an exit
+code (exits.py)."""
 
 import os
 from pathlib import Path
@@ -10,6 +11,7 @@ import typer
 
 from theinference import exits
 from theinference.commands import limits
+from theinference.commands.options import command_group
 
 CourseOpt = Annotated[
     Path | None,
@@ -22,11 +24,9 @@ StageOpt = Annotated[
 ]
 
 
-def fail(message: str, code: int) -> typer.Exit:
-    from theinference.output.report import print_error
-
-    print_error(message)
-    return typer.Exit(code)
+def fail(message: str, code: int) -> exits.Abort:
+    """The error to raise: `handled` (options.py) prints it and exits with its code."""
+    return exits.Abort(message, code)
 
 
 def instructor_settings(course_dir: Path | None, name: str = ""):
@@ -43,6 +43,18 @@ def instructor_settings(course_dir: Path | None, name: str = ""):
         return course_settings(path), path.read_bytes()
     except CourseError as exc:
         raise fail(str(exc), exits.COURSE) from None
+
+
+def grading_sandbox(minimum: str | None):
+    """The sandbox every submission will be graded in: the strongest this machine has,
+    refused (exit 2) when that is below [grading] sandbox."""
+    from theinference.student.sandbox import SandboxError, choose
+
+    try:
+        return choose(minimum or "auto")
+    except SandboxError as exc:
+        raise fail(f"refusing to grade below [grading] sandbox = {minimum!r}: {exc}",
+                   exits.USAGE) from None
 
 
 def stage_points(settings, slugs: list[str]) -> dict[str, float]:
@@ -103,7 +115,9 @@ def grade(
     course_dir: CourseOpt = None,
     stage: StageOpt = None,
     case: Annotated[list[str] | None, typer.Option(help="Only cases naming this.")] = None,
-    weights: Annotated[str | None, typer.Option(help="Default: [grading]'s course.")] = None,
+    weights: Annotated[
+        str | None, typer.Option(help="Default: the weights the course's theinference.toml names.")
+    ] = None,
     seed: Annotated[
         int | None,
         typer.Option(help="Hidden cases' seed (wins over [grading]).", callback=limits.seed),
@@ -139,6 +153,8 @@ def grade(
         weights_sha256=warm_weights(spec, course_dir).sha256,
         seed_source=seed_source(seed, settings.grading.seed),
     )
+    chosen = grading_sandbox(settings.grading.sandbox)
+    typer.echo(f"sandbox: {chosen.kind}" + "".join(f"; {n}" for n in chosen.notes), err=True)
     try:
         found, skipped = discover(submissions)
     except (IntakeError, OSError) as exc:
@@ -160,7 +176,8 @@ def grade(
                              lambda r, again: (reused.append(again), on_done(r, again)))
     path = write_gradebook(out, records)
     print_class_summary(records, sum(reused), str(path))
-    raise typer.Exit(exits.OK if all(r["status"] != "grader-error" for r in records) else 1)
+    finished = all(r["status"] != "grader-error" for r in records)
+    raise typer.Exit(exits.OK if finished else exits.UNFINISHED)
 
 
 def warm_weights(spec: str, course_dir: Path | None):
@@ -173,7 +190,7 @@ def warm_weights(spec: str, course_dir: Path | None):
         raise fail(str(exc), exits.WEIGHTS) from None
 
 
-gradebook_app = typer.Typer(help="Gradebooks of graded classes.", no_args_is_help=True)
+gradebook_app = command_group("Gradebooks of graded classes.")
 
 
 @gradebook_app.command("merge")

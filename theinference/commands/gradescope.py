@@ -8,8 +8,9 @@ import typer
 
 from theinference import exits
 from theinference.commands.grade import CourseOpt, fail, instructor_settings, stage_points
+from theinference.commands.options import command_group
 
-gradescope_app = typer.Typer(help="A Gradescope autograder for the course.", no_args_is_help=True)
+gradescope_app = command_group("A Gradescope autograder for the course.")
 
 
 @gradescope_app.command("build")
@@ -54,10 +55,18 @@ def run(
     ),
 ) -> None:
     """Grade ROOT/submission with ROOT/source's settings; write ROOT/results/results.json."""
-    from theinference.classroom.autograder import run_submission, seed_for, write_results
+    from theinference.classroom.autograder import grade_submission, seed_for, write_results
     from theinference.classroom.batch import Plan
+    from theinference.output.gradescope import failure_results, gradescope_results
+    from theinference.student.sandbox import SandboxError, choose
 
     settings, toml = instructor_settings(root / "source")
+    try:
+        choose(settings.grading.sandbox or "auto")
+    except SandboxError as exc:  # the student still learns why nothing was graded
+        message = f"The autograder refuses to grade below its sandbox setting: {exc}"
+        write_results(root, failure_results(message))
+        raise fail(message, exits.USAGE) from None
     plan = Plan(
         weights=settings.weights,
         points=stage_points(settings, []),
@@ -67,7 +76,12 @@ def run(
         settings_toml=toml,
         seed_source=gradescope_seed_source(settings.grading.seed),
     )
-    data = run_submission(root, plan)
+    graded = grade_submission(root, plan)
+    if graded.results is None:
+        data = failure_results(graded.failure)
+    else:  # the same rendering as `theinference test --format gradescope`
+        data = gradescope_results(graded.results, plan.points, plan.grading)
+        data["extra_data"].update(graded.extra or {})
     path = write_results(root, data)
     total = sum(t["max_score"] for t in data["tests"])
     typer.echo(f"{path}: {data['score']:g} of {total:g} ({len(data['tests'])} tests)")

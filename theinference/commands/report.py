@@ -9,6 +9,7 @@ import typer
 
 from theinference import exits
 from theinference.commands.grade import fail
+from theinference.commands.options import command_group
 
 
 def report(
@@ -63,9 +64,7 @@ def report_sections(records: list[dict], since: Path | None, threshold: float | 
     return tuple(s for s in out if s)
 
 
-workflow_app = typer.Typer(
-    help="Grading a class in parallel: GitHub Actions, Slurm, Kubernetes.", no_args_is_help=True
-)
+workflow_app = command_group("Grading a class in parallel: GitHub Actions, Slurm, Kubernetes.")
 Shards = Annotated[int, typer.Option(help="Parallel jobs (shards).")]
 Submissions = Annotated[str, typer.Option(help="The submissions folder.")]
 CourseFolder = Annotated[str, typer.Option(help="The folder with theinference.toml.")]

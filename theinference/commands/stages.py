@@ -30,15 +30,21 @@ def stages(course_dir: CourseDir = Path(".")) -> None:
 def hint(
     slug: Annotated[str, typer.Argument(help="A stage slug.")], course_dir: CourseDir = Path(".")
 ) -> None:
-    """Show a stage's guidance from the course text (in the course's language's names)."""
+    """Show a stage's guidance from the course text and the classic bugs that concern it (in
+    the course's language's names)."""
     from theinference.course.languages import course_language, localize
+    from theinference.curriculum.checks import CHECKS
     from theinference.curriculum.stages import load_stages, select
+    from theinference.diagnosis.bugs import bugs_of
 
     (found,) = select(load_stages(), [slug])
     language = course_language(course_dir.expanduser().resolve())
+    checks = {name for name, check in CHECKS.items() if check.stage == found.slug}
+    bugs = [f"- {b.name(language)}: {b.hint(language)}" for b in bugs_of(checks)]
+    listed = "\n\nThe bugs the grader can name here:\n" + "\n".join(bugs) if bugs else ""
     typer.echo(
         localize(
-            f"{found.slug}: {found.title}\n\n{found.guidance}\n\n"
+            f"{found.slug}: {found.title}\n\n{found.guidance}{listed}\n\n"
             f"check it while you work: theinference test --stage {found.slug} --watch",
             language,
         )

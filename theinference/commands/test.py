@@ -76,8 +76,9 @@ def test(
     sandbox: Annotated[
         str,
         typer.Option(
-            help="auto | bwrap | none: isolate the student's process with bubblewrap "
-            "(auto: when it works here; bwrap: refuse to grade without it)."
+            help="auto | bwrap | unprivileged-user | none: how to isolate the student's "
+            "process (auto: the strongest this machine has; bwrap, unprivileged-user: refuse "
+            "to grade with less; none: no bubblewrap)."
         ),
     ] = "auto",
     speed: Annotated[
@@ -92,7 +93,7 @@ def test(
 ) -> None:
     """Grade the course directory's stages against the recompute oracle."""
     from theinference.grading.session import override_limits, prepare
-    from theinference.output import terminal
+    from theinference.output import formats, terminal
 
     outputs = outputs_for(fmt.value, output, files or {})
     policy = policy_for(watch, quick, all_cases, case or [], machine=bool(outputs))
@@ -101,6 +102,7 @@ def test(
     session = prepare(course_dir, stage or [], weights, timeout, seed, outputs, policy, sandbox,
                       speed)
     override_limits(session, memory_gb, output_kb)
+    session.writer = formats.writer(session.outputs, session.course.grading)
     if fmt.value == TERMINAL:
         order = [s.slug for s in session.all_stages]
         root, label = str(session.course.root), session.weights.label
@@ -113,7 +115,8 @@ def test(
 def graded_with_speed(session, terminal_shown: bool) -> int:
     """One run, then its speed figure (measured after the run) under the report."""
     from theinference.grading.session import exit_code, run
-    from theinference.output.report import console, print_speed
+    from theinference.output.report import console
+    from theinference.output.tables import print_speed
 
     result = run(session)
     if terminal_shown and result.speed is not None:

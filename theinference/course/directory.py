@@ -10,7 +10,6 @@ from theinference.course.settings import Grading, Settings, SettingsError, parse
 
 TEMPLATE_DIR = Path(__file__).parent / "templates" / "python"
 SETTINGS_FILE = "theinference.toml"
-ADAPTERS_FILE = Path("tests/adapters.py")
 
 
 class CourseError(Exception):

@@ -122,7 +122,7 @@ def localize_result(value, language: str):
     changes = {}
     for f in fields(value):
         item = getattr(value, f.name)
-        if f.name in ("message", "hint", "reason") and isinstance(item, str):
+        if f.name in ("message", "hint", "reason", "bug_name") and isinstance(item, str):
             changes[f.name] = localize(item, language)
         elif f.name in ("stages", "cases"):
             changes[f.name] = localize_result(item, language)

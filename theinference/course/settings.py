@@ -9,8 +9,9 @@ import difflib
 import math
 from dataclasses import dataclass, field
 
+from theinference.course.languages import LANGUAGES, PYTHON
+
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
-LANGUAGES = ("python", "ts")
 SEED_SOURCES = ("none", "env", "submission")  # or a whole number
 SPEED_MODES = ("off", "report", "leaderboard")
 TOP_KEYS = ("weights", "language", "grading")
@@ -48,7 +49,7 @@ class Grading:
     timeout: float | None = None  # seconds per adapter call
     memory_gb: float | None = None
     output_kb: int | None = None
-    sandbox: str | None = None  # passed on as `theinference test --sandbox`
+    sandbox: str | None = None  # the weakest sandbox to grade in (None: auto, the strongest)
     speed: str = "off"  # off | report (JSON, class report) | leaderboard (and Gradescope's)
 
     def points(self, slug: str, spec_score: float) -> float:
@@ -61,7 +62,7 @@ class Grading:
 @dataclass(frozen=True)
 class Settings:
     weights: str = "synthetic"
-    language: str = "python"
+    language: str = PYTHON
     grading: Grading = field(default_factory=Grading)
 
 
@@ -82,7 +83,7 @@ def parse_settings(data: dict) -> Settings:
     weights = data.get("weights", "synthetic")
     if not isinstance(weights, str) or not weights:
         raise SettingsError("'weights' must be a non-empty string (synthetic, gpt2 or a path)")
-    language = data.get("language", "python")
+    language = data.get("language", PYTHON)
     if language not in LANGUAGES:
         raise SettingsError(f"'language' must be one of {', '.join(LANGUAGES)}, not {language!r}")
     grading = data.get("grading", {})
@@ -112,7 +113,7 @@ def parse_grading(table: dict) -> Grading:
         timeout=_positive(table.get("timeout"), "timeout"),
         memory_gb=_positive(table.get("memory_gb"), "memory_gb"),
         output_kb=_whole(table.get("output_kb"), "output_kb"),
-        sandbox=_string(table.get("sandbox"), "sandbox"),
+        sandbox=_sandbox(table.get("sandbox")),
         speed=_choice(table.get("speed", "off"), "speed", SPEED_MODES),
     )
 
@@ -182,9 +183,13 @@ def _whole(value, name: str) -> int | None:
     return value
 
 
-def _string(value, name: str) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value:
-        raise SettingsError(f"[grading] {name} must be a non-empty string, not {value!r}")
-    return value
+SANDBOX_MINIMUMS = ("auto", "unprivileged-user", "bwrap")
+
+
+def _sandbox(value) -> str | None:
+    if value is None or value in SANDBOX_MINIMUMS:
+        return value
+    raise SettingsError(
+        f"[grading] sandbox must be one of {', '.join(SANDBOX_MINIMUMS)} (the weakest sandbox "
+        f"grading may use; auto: the strongest this machine has), not {value!r}"
+    )

@@ -1,4 +1,4 @@
-"""Stages are data: one TOML spec each in theinference/stages/, named `<slug>.toml`.
+"""Stages are data: one TOML spec each in theinference/curriculum/specs/, named `<slug>.toml`.
 
 A spec holds the title, order, prerequisites, tolerance, limits, score weight, the course's
 guidance, the stage's words (hints the checks give, per situation), its cases, and how its
@@ -49,7 +49,7 @@ class Stage:
     score: float
     guidance: str
     cases: tuple[Case, ...] = field(default=())
-    hidden: dict = field(default_factory=dict)  # how --seed draws hidden cases (see draw_hidden)
+    hidden: dict = field(default_factory=dict)  # how --seed draws them (with_hidden_cases)
     memory_bytes: int | None = None  # the spec's memory_gb, else the run's limit
     output_bytes: int | None = None  # the spec's output_kb, else the run's limit
     words: dict = field(default_factory=dict)  # the checks' hints, tolerances quoted

@@ -1,159 +1,42 @@
 """Known bugs, recognised by their numbers: "your answer is what a cache shared across layers
 gives", not merely "not close".
 
-Each catalogued bug is the oracle's own forward with one step replaced (an `oracle.Variant`),
-run along the student's cached path (prefill, then one step per token). When a stage fails,
-`diagnose` runs the variants on its smallest failing cases and names a bug only when the
-evidence is clear (see `diagnose`). It runs only on failure: a passing run pays nothing.
+Each bug of the table (bugs.toml) that has a variant (variants.py) is the oracle's own forward
+with one step replaced, run along the student's cached path as the failing case's check says
+(its `simulate`, oracle/cached_path.py). When a stage fails, `match_catalogue` runs the
+variants on its smallest failing cases and names a bug only when the evidence is clear. It
+runs only on failure: a passing run pays nothing.
 """
 
 import math
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
-from types import SimpleNamespace
 
 import numpy as np
 
-from theinference.diagnosis.simulator import FINGERPRINT_STEPS, SIMULATED, CachedPath
-from theinference.oracle.config import HEAD_DIM
-from theinference.oracle.gpt2 import F32, GPT2, LayerKV, Variant
+from theinference.curriculum.checks import CHECKS
+from theinference.diagnosis.bugs import Bug, bug_table
+from theinference.diagnosis.variants import VARIANTS
+from theinference.oracle.cached_path import CachedPath
+from theinference.oracle.config import ModelConfig
+from theinference.oracle.gpt2 import GPT2, Variant
 from theinference.results.compare import Tolerance, compare
 
-
-@dataclass(frozen=True)
-class Bug:
-    id: str
-    name: str
-    hint: str
-    checks: tuple[str, ...]  # the checks whose answers it can explain
-    variant: Variant = field(repr=False)
+FINGERPRINT_STEPS = 4  # a decode sequence's first steps tell the bugs apart, cheaply
 
 
-# --- the steps a classic mistake replaces ----------------------------------------------------
-
-
-def erf_gelu(x: np.ndarray) -> np.ndarray:
-    # [n, f] -> [n, f]: the exact GELU, erf by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7)
-    x64 = x.astype(np.float64)
-    z = np.abs(x64) / math.sqrt(2.0)
-    t = 1.0 / (1.0 + 0.3275911 * z)
-    poly = t * (
-        0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
-    )
-    erf = np.sign(x64) * (1.0 - poly * np.exp(-z * z))
-    return (0.5 * x64 * (1.0 + erf)).astype(np.float32)
-
-
-def top_left(n: int, m: int) -> np.ndarray:
-    # [n, m] visible: the triangle aligned top-left, so a single query sees key 0 alone
-    return np.tri(n, m, dtype=bool)
-
-
-def hides_itself(n: int, m: int) -> np.ndarray:
-    # [n, m] visible: each new row sees the keys before it, never its own
-    return np.tri(n, m, m - n - 1, dtype=bool)
-
-
-def one_cache(kv: list[LayerKV]) -> list[LayerKV]:
-    # [LayerCache()] * n: every layer's prompt rows end up in the one cache, layer after layer
-    k = np.concatenate([c.k for c in kv], axis=1)
-    v = np.concatenate([c.v for c in kv], axis=1)
-    return [LayerKV(k, v)] * len(kv)
-
-
-def reshape_split(x: np.ndarray) -> np.ndarray:
-    # [n, d] -> [n_head, n, head_dim] by reshape alone: rows and heads scrambled
-    n, d = x.shape
-    return x.reshape(d // HEAD_DIM, n, HEAD_DIM)
-
-
-def reshape_merge(x: np.ndarray) -> np.ndarray:
-    # [n_head, n, head_dim] -> [n, d] by reshape alone
-    h, n, hd = x.shape
-    return x.reshape(n, h * hd)
-
-
-STEP = ("step_attention",)
-DECODE = ("decode_step", "decode_sequence")
-PREFILL = ("prefill_logits",)
-ALL_DECODING = PREFILL + DECODE
-SCALE_HINT = "Scale q . k by 1/sqrt(head_dim) = 1/8 before the softmax"
-
-
-def _bug(id_: str, name: str, hint: str, checks: tuple, **steps) -> Bug:
-    return Bug(id_, name, hint, checks, Variant(**steps))
-
-
-CATALOGUE = [
-    _bug("position-zero", "the new token embedded at wpe[0]",
-         "The decode position is the token's absolute index, len(prompt_ids) + step, not 0.",
-         DECODE, step_position=lambda n, i: 0),
-    _bug("position-one", "the new token embedded at wpe[1] (a counter starting at 1)",
-         "The decode position is the token's absolute index, len(prompt_ids) + step, not 1.",
-         DECODE, step_position=lambda n, i: 1),
-    _bug("position-after-append", "the position taken as the cache length after the append",
-         "The new token's position is the cache length BEFORE the append (len(prompt_ids) for "
-         "the first decode), not after it.", DECODE, step_position=lambda n, i: n + i + 1),
-    _bug("position-not-advancing", "every decode step at position len(prompt_ids)",
-         "The position must advance with each step: len(prompt_ids) + step.",
-         ("decode_sequence",), step_position=lambda n, i: n),
-    _bug("position-step-counter", "the position is the step counter (0, 1, 2...)",
-         "The position is absolute: len(prompt_ids) + step, not the step number.",
-         ("decode_sequence",), step_position=lambda n, i: i),
-    _bug("attend-old-length", "attending over the old length: the new token never sees itself",
-         "Append the new K/V first, then attend over all cache rows (old length + 1).",
-         STEP + DECODE, step_mask=hides_itself),
-    _bug("causal-mask-in-step", "a causal mask dragged into the single-token step",
-         "In the single-token step the new token is last and sees every cached position: "
-         "drop the triangular mask there (a mask aligned top-left lets it see position 0 only).",
-         STEP + DECODE, step_mask=top_left),
-    _bug("shared-cache", "one cache shared by every layer ([LayerCache()] * n_layer)",
-         "Each layer needs its own cache: build the list with a comprehension "
-         "([LayerCache() for _ in range(n)]), never [LayerCache()] * n.",
-         DECODE, prompt_cache=one_cache, cache_slot=lambda layer: 0),
-    _bug("shared-cache-layer0", "every layer reading and growing layer 0's cache",
-         "Layer l reads and grows mc.layers[l] only.", DECODE, cache_slot=lambda layer: 0),
-    _bug("missing-ln-f", "the final LayerNorm (ln_f) skipped before the unembed",
-         "Apply ln_f to the last hidden state before multiplying by wte.T.",
-         ALL_DECODING, ln_f=False),
-    _bug("missing-scale", "attention scores not scaled by 1/sqrt(head_dim)",
-         SCALE_HINT + ": divide by sqrt(64).", STEP + ALL_DECODING, scale=lambda hd: F32(1.0)),
-    _bug("scale-by-head-dim", "attention scores scaled by 1/head_dim instead of 1/sqrt(head_dim)",
-         SCALE_HINT + ": divide by sqrt(64) = 8, not by 64.", STEP + ALL_DECODING,
-         scale=lambda hd: F32(1.0 / hd)),
-    _bug("kv-swapped", "K and V swapped", "Scores come from Q . K; the weighted sum is over V.",
-         STEP + ALL_DECODING, swap_kv=True),
-    _bug("heads-split-wrongly", "heads split with a reshape but no transpose",
-         "Split [n, 768] into heads as reshape(n, 12, 64).transpose(1, 0, 2), not "
-         "reshape(12, n, 64).", ALL_DECODING,  # one token at a time, a reshape splits right
-         split_heads=reshape_split, merge_heads=reshape_merge),
-    _bug("erf-gelu", "GELU computed with erf instead of GPT-2's tanh approximation",
-         "GPT-2 uses the tanh GELU: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).",
-         ALL_DECODING, gelu=erf_gelu),
-    _bug("prefill-no-causal-mask", "prefill without the causal mask",
-         "In prefill, token i attends to positions <= i only: mask the upper triangle.",
-         PREFILL + DECODE, prompt_mask=lambda n, m: None),
-    _bug("prefill-position-zero", "every prompt token embedded at wpe[0]",
-         "Prompt token i gets wpe[i].", PREFILL + DECODE,
-         prompt_positions=lambda n: np.zeros(n, dtype=np.intp)),
-    # recognised from the cache's shape by the prefill-cache check, not simulated
-    _bug("prefill-cache-short", "prefill leaves the cache a row short",
-         "Write one cache row per prompt position: exactly prompt_len rows.", ()),
-    _bug("prefill-cache-long", "prefill leaves the cache a row (or more) too long",
-         "Write one cache row per prompt position: exactly prompt_len rows.", ()),
-    # recognised by the cache-use probe (the decode's answer ignores a zeroed cache)
-    _bug("decode-recomputes", "a decode step that ignores the cache and recomputes everything",
-         "decode_step must read the prompt's K/V from mc.layers, not recompute them.", ()),
-]  # fmt: skip
-BY_ID = {bug.id: bug for bug in CATALOGUE}
+def catalogue() -> list[Bug]:
+    """The bugs a variant simulates, in the table's order."""
+    return [b for b in bug_table().values() if b.variant is not None]
 
 
 def combined(bugs: tuple[Bug, ...]) -> Variant | None:
     """One variant with every bug's replaced steps, or None when two replace the same step."""
     steps: dict = {}
     for bug in bugs:
+        variant = VARIANTS[bug.variant]
         for f in fields(Variant):
-            value = getattr(bug.variant, f.name)
+            value = getattr(variant, f.name)
             if value is not getattr(GPT2, f.name):
                 if f.name in steps:
                     return None
@@ -170,7 +53,7 @@ BASES = 1  # two bugs at once: pairs are tried around the single that removes th
 
 
 @dataclass
-class Diagnosis:
+class Match:
     """What the catalogue says about a stage's failing answers.
 
     One bug: `bug`, candidates [bug]. Several bugs give these very numbers: `bug` None, all of
@@ -183,27 +66,27 @@ class Diagnosis:
     several: bool = False
     cases_tried: int = 0
 
-    @property
-    def hint(self) -> str:
+    def words(self, language: str, config: ModelConfig) -> tuple[str, str]:
+        """(the suspected bug in words, its hint), in the course's language; ("", "") when
+        nothing matched."""
         bug, others = self.bug, self.candidates[1:]
         if bug is None:
-            if not self.candidates:
-                return ""
-            names = "; ".join(b.name for b in self.candidates)
-            return f"suspected bug, one of these (each gives these very numbers): {names}."
+            names = [b.name(language, config) for b in self.candidates]
+            hints = dict.fromkeys(b.hint(language, config) for b in self.candidates)
+            return ("one of " + " or ".join(names), " ".join(hints)) if names else ("", "")
+        name, hint = bug.name(language, config), bug.hint(language, config)
         if not self.several:
-            return f"suspected bug: {bug.name}. {bug.hint}"
+            return name, hint
         if len(others) == 1:
-            return (
-                f"two known bugs at once: {bug.name}, and {others[0].name}. "
-                f"{bug.hint} {others[0].hint}"
-            )
+            other = others[0]
+            both = f"{name}, and {other.name(language, config)}"
+            return name, f"two known bugs at once: {both}. {hint} {other.hint(language, config)}"
         if others:
-            names = "; ".join(b.name for b in others)
-            return f"several bugs: the largest is {bug.name}, with one of: {names}. {bug.hint}"
-        return (
-            f"the largest of several bugs: {bug.name} (fixing it removes most of the error; "
-            f"something else is wrong too). {bug.hint}"
+            names = "; ".join(b.name(language, config) for b in others)
+            return name, f"several bugs: the largest is {name}, with one of: {names}. {hint}"
+        return name, (
+            f"the largest of several bugs: {name} (fixing it removes most of the error; "
+            f"something else is wrong too). {hint}"
         )
 
 
@@ -212,8 +95,8 @@ class _Case:
     pair) lands from them, in tolerances."""
 
     def __init__(self, check: str, args: list, actual: np.ndarray, path: CachedPath, tol):
-        if check == "decode_sequence":
-            actual = actual[:FINGERPRINT_STEPS]
+        if actual.ndim == 2 and path.steps is not None:
+            actual = actual[: path.steps]  # a decode's first steps: the path runs only those
         self.check, self.args, self.actual, self.path, self.tol = check, args, actual, path, tol
         self._errors: dict = {}
 
@@ -229,7 +112,7 @@ class _Case:
         return self._errors[bugs]
 
     def _error(self, variant: Variant) -> float:
-        out = self.path.answer(self.check, self.args, variant)
+        out = self.path.answer(CHECKS[self.check].simulate, self.args, variant)
         if out is None or out.shape != self.actual.shape:
             return math.inf
         return compare("variant", self.actual, out, self.tol).worst
@@ -251,27 +134,27 @@ def explaining(hypotheses: list[tuple], cases: list[_Case]) -> tuple[list[tuple]
     return hypotheses, tried
 
 
-def diagnose(failures: list[tuple[str, list, np.ndarray]], tol: Tolerance, w: dict, config):
-    """-> Diagnosis of (check, args, the student's answer) failures, smallest first.
+def match_catalogue(failures: list[tuple[str, list, np.ndarray]], tol: Tolerance, w: dict, config):
+    """-> Match of (check, args, the student's answer) failures, smallest first.
 
     A bug is named only when its variant explains every failing case tried (within the
     tolerance and MARGIN-times closer than the right answer, so an answer just past the
     tolerance, or a case where the bug changes nothing, accuses nobody). When no single bug
     explains it, pairs are tried around the bugs that remove the most error."""
-    path = CachedPath(w, config.n_layer)
-    simulated = [f for f in failures if f[0] in SIMULATED][:MAX_CASES]
+    path = CachedPath(w, config.n_layer, steps=FINGERPRINT_STEPS)
+    simulated = [f for f in failures if CHECKS[f[0]].simulate is not None][:MAX_CASES]
     cases = [_Case(check, args, actual, path, tol) for check, args, actual in simulated]
     if not cases:
-        return Diagnosis()
-    singles = [(b,) for b in CATALOGUE if cases[0].check in b.checks]
+        return Match()
+    singles = [(b,) for b in catalogue() if cases[0].check in b.checks]
     found, tried = explaining(singles, cases)
     if found:
         bug = found[0][0] if len(found) == 1 else None
-        return Diagnosis(bug, [h[0] for h in found], cases_tried=tried)
+        return Match(bug, [h[0] for h in found], cases_tried=tried)
     return several_bugs(singles, cases, tried)
 
 
-def several_bugs(singles: list[tuple], cases: list[_Case], tried: int) -> Diagnosis:
+def several_bugs(singles: list[tuple], cases: list[_Case], tried: int) -> Match:
     """No one bug explains the answers: a pair around the bug that removes the most error, else
     that bug alone as the largest of several when it removes nearly all of it everywhere."""
     confirm = cases[:MIN_CASES]
@@ -284,12 +167,7 @@ def several_bugs(singles: list[tuple], cases: list[_Case], tried: int) -> Diagno
         found, n = explaining(pairs, cases)
         tried = max(tried, n)
         if found:
-            return Diagnosis(base[0], [base[0]] + [h[1] for h in found], True, tried)
+            return Match(base[0], [base[0]] + [h[1] for h in found], True, tried)
     if helping and all(c.error(helping[0]) <= MARGIN * c.oracle_error for c in confirm):
-        return Diagnosis(helping[0][0], [helping[0][0]], True, tried)
-    return Diagnosis(cases_tried=tried)
-
-
-def identify(failures, tol: Tolerance, w: dict, n_layer: int, n_head: int) -> Bug | None:
-    """The one bug `diagnose` names (None when it names none): the older call."""
-    return diagnose(failures, tol, w, SimpleNamespace(n_layer=n_layer)).bug
+        return Match(helping[0][0], [helping[0][0]], True, tried)
+    return Match(cases_tried=tried)

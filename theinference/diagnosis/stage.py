@@ -1,14 +1,19 @@
-"""A stage's diagnosis: which catalogued bug explains its failing answers, named once per
-stage (the cases keep only what their own judge recognised)."""
+"""A stage's diagnosis, resolved once, while the stage is graded: which bug explains its failing
+answers (or which error it raised), the hint that fits, the case to show in full, where it
+first departs, the worst case. Every output reads the result; none works any of this out."""
 
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from theinference.curriculum.stages import Stage
-from theinference.diagnosis.fingerprints import BY_ID, diagnose
+from theinference.diagnosis.bugs import bug_table
+from theinference.diagnosis.errors import lesson_for, shares_one_error
+from theinference.diagnosis.fingerprints import match_catalogue
 from theinference.oracle.recompute import Recompute
-from theinference.results import CaseResult
+from theinference.results import CaseResult, Status
+from theinference.results.compare import Tolerance
+
+DIAGNOSED_STATUSES = (Status.FAILED, Status.ERROR, Status.TIMEOUT)
 
 
 @dataclass(frozen=True)
@@ -22,35 +27,87 @@ class Failure:
 
 @dataclass(frozen=True)
 class StageDiagnosis:
-    suspected_bug: str | None = None
+    """What a stage that did not pass teaches (StageResult carries each field)."""
+
+    suspected_bug: str | None = None  # a bug id: the catalogue's, or one a judge recognised
     candidates: list[str] = field(default_factory=list)
+    bug_name: str = ""  # the suspected bug, candidates or error lesson, in words
     hint: str = ""
-    diagnosed: bool = False  # the catalogue was tried
+    lesson: str | None = None  # the bug id an error's signature names
+    where: dict | None = None  # where the case shown first departs
+    first_case: str | None = None  # the case to show in full
+    worst_case: str | None = None  # the case furthest past the tolerance, when another one
+    shared_error: bool = False  # every case that did not pass raised the same error
+    diagnosed: bool = False  # the catalogue was tried on its failing answers
+
+
+@dataclass(frozen=True)
+class Teaching:
+    """The diagnosis's words and the case they sit under."""
+
+    case: CaseResult
+    bug_name: str = ""
+    hint: str = ""
+    suspected_bug: str | None = None
+    candidates: tuple[str, ...] = ()
 
 
 def diagnose_stage(
-    stage: Stage, failures: list[Failure], cases: list[CaseResult], recompute: Recompute
+    cases: list[CaseResult],
+    failures: list[Failure],
+    tolerance: Tolerance,
+    recompute: Recompute,
+    language: str,
 ) -> StageDiagnosis:
     """Try the bug catalogue on the numeric failures, smallest first (a few small forwards,
-    only when something failed); else take a bug a case's judge recognised by itself."""
-    recognised = next((c.suspected_bug for c in cases if c.suspected_bug in BY_ID), None)
-    if not failures:
-        return with_bug(recognised, diagnosed=False)
-    config = recompute.config
+    only when something failed); else a bug a case's judge recognised by itself; else the
+    lesson of the first error with a catalogued signature; else the first failure's own hint."""
+    bad = [c for c in cases if c.status not in (Status.PASSED, Status.SKIPPED)]
+    if not any(c.status in DIAGNOSED_STATUSES for c in bad):
+        return StageDiagnosis()
     ordered = sorted(failures, key=lambda f: len(str(f.args)))
-    found = diagnose(
-        [(f.check, f.args, f.actual) for f in ordered], stage.tolerance, recompute.w, config
+    found = match_catalogue(
+        [(f.check, f.args, f.actual) for f in ordered], tolerance, recompute.w, recompute.config
     )
-    if found.hint:  # one bug, candidates with the same numbers, or several bugs at once
-        bug_id = found.bug.id if found.bug else None
-        return StageDiagnosis(bug_id, [b.id for b in found.candidates], found.hint, True)
-    return with_bug(recognised, diagnosed=True)
-
-
-def with_bug(bug_id: str | None, diagnosed: bool) -> StageDiagnosis:
-    if bug_id is None:
-        return StageDiagnosis(diagnosed=diagnosed)
-    bug = BY_ID[bug_id]
+    name, hint = found.words(language, recompute.config)
+    if name:
+        ids = tuple(b.id for b in found.candidates)
+        taught = Teaching(bad[0], name, hint, found.bug.id if found.bug else None, ids)
+    else:
+        taught = teaching_of_cases(bad, language, recompute)
+    worst = worst_case(cases)
     return StageDiagnosis(
-        bug.id, [bug.id], f"suspected bug: {bug.name}. {bug.hint}", diagnosed=diagnosed
+        suspected_bug=taught.suspected_bug,
+        candidates=list(taught.candidates),
+        bug_name=taught.bug_name,
+        hint=taught.hint,
+        lesson=next((c.lesson for c in bad if c.lesson), None),
+        where=taught.case.where,
+        first_case=taught.case.name,
+        worst_case=worst.name if worst is not None and worst is not taught.case else None,
+        shared_error=shares_one_error(cases),
+        diagnosed=bool(failures),
     )
+
+
+def teaching_of_cases(bad: list[CaseResult], language: str, recompute: Recompute) -> Teaching:
+    """No bug matched the numbers: one a case's judge recognised, else an error's lesson,
+    else the first failure's hint (never a hint taken from another failure)."""
+    config = recompute.config
+    for case in bad:
+        if case.suspected_bug in bug_table():
+            bug = bug_table()[case.suspected_bug]
+            hint = f"{bug.hint(language, config)} {case.hint}".strip()
+            return Teaching(case, bug.name(language, config), hint, bug.id, (bug.id,))
+    for case in bad:
+        if (found := lesson_for(case)) is not None:
+            bug, signature = found
+            hint = f"{signature.means} {bug.hint(language, config)}"
+            return Teaching(case, bug.name(language, config), hint)
+    return Teaching(bad[0], hint=bad[0].hint)
+
+
+def worst_case(cases: list[CaseResult]) -> CaseResult | None:
+    """The failing case whose answer lands furthest past the tolerance."""
+    scored = [c for c in cases if c.status == Status.FAILED and c.worst is not None]
+    return max(scored, key=lambda c: c.worst) if scored else None

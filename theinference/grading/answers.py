@@ -6,8 +6,10 @@ The grader asks here for every expected value and every float32 noise floor; the
 
 import numpy as np
 
-from theinference.curriculum.checks import CHECKS, Recompute
+from theinference.curriculum.checks import CHECKS
 from theinference.grading.answer_cache import AnswerCache
+from theinference.oracle.cached_path import CachedPath
+from theinference.oracle.recompute import Recompute
 from theinference.oracle.weights import Weights
 
 
@@ -15,7 +17,7 @@ class Answers:
     """The oracle's answers for one weights file, cached."""
 
     def __init__(self, weights: Weights, cache: AnswerCache | None = None):
-        self.runs = Recompute(weights.tensors, weights.config)
+        self.recompute = Recompute(weights.tensors, weights.config)
         self.cache = cache or AnswerCache(weights.sha256, None)
 
     @classmethod
@@ -32,19 +34,24 @@ class Answers:
 
     def expected(self, check_name: str, args: list):
         def compute():
-            return CHECKS[check_name].expect(self.runs, args)
+            return CHECKS[check_name].expect(self.recompute, args)
 
         return self.cache.get_or_compute(check_name, args, compute)
 
     def noise(self, check_name: str, args: list) -> float | None:
-        """max |oracle - the same along the cached path|: the float32 drift any correct
-        solution shows for this case (None where the check has no second path)."""
-        second = CHECKS[check_name].second_path
-        if second is None:
+        """max |the recompute - GPT-2 itself along the cached path|: the float32 drift a
+        correct solution shows for this case (0 where the cached path is the recompute, as
+        for one token; None where the check runs no cached path)."""
+        simulate = CHECKS[check_name].simulate
+        if simulate is None:
             return None
 
         def compute():
-            drift = np.abs(self.expected(check_name, args) - second(self.runs, args)).max()
-            return np.asarray(drift, dtype=np.float64)
+            r = self.recompute
+            along = CachedPath(r.w, r.config.n_layer).answer(simulate, args)
+            if along is None:
+                return np.asarray(np.nan)
+            return np.asarray(np.abs(self.expected(check_name, args) - along).max(), np.float64)
 
-        return float(self.cache.get_or_compute(check_name + ":noise", args, compute))
+        drift = float(self.cache.get_or_compute(check_name + ":noise", args, compute))
+        return None if np.isnan(drift) else drift

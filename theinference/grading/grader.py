@@ -2,14 +2,16 @@
 built once and complete, every step told to a listener.
 
 The oracle's answers are cached per weights file (answers.py); each case is asked and judged
-in judging.py; a stage's failing answers are diagnosed once (diagnosis.py).
+in judging.py; a stage that did not pass is diagnosed once, here (diagnosis/stage.py), so every
+output reads the same diagnosis.
 """
 
 import threading
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
+from theinference.course.languages import course_language
 from theinference.curriculum.stages import Stage
 from theinference.diagnosis.stage import Failure, diagnose_stage
 from theinference.grading.answers import Answers
@@ -54,6 +56,7 @@ def grade(
     cancel = cancel or threading.Event()
     results: dict[str, StageResult] = {}
     listener(RunStarted(tuple(s.slug for s in stages)))
+    language = course_language(course_dir)  # the diagnosis speaks it
     with StudentProcess(course_dir, weights.path, limits, cancel, sandbox) as process:
         for stage in stages:
             if cancel.is_set():
@@ -62,7 +65,7 @@ def grade(
             if blocker:
                 results[stage.slug] = skipped(stage, blocker)
             else:
-                run = StageRun(stage, process, answers, cancel, policy, listener)
+                run = StageRun(stage, process, answers, cancel, policy, listener, language)
                 results[stage.slug] = run.grade(stage_limits(stage, limits))
             listener(StageFinished(results[stage.slug]))
         startups, startup_seconds = process.startups, process.startup_seconds
@@ -113,9 +116,10 @@ def stage_limits(stage: Stage, run: Limits) -> Limits:
 class StageRun:
     """One stage's cases, smallest first, until the policy says stop."""
 
-    def __init__(self, stage, process, answers, cancel, policy, listener):
+    def __init__(self, stage, process, answers, cancel, policy, listener, language):
         self.stage, self.process, self.answers = stage, process, answers
         self.cancel, self.policy, self.listener = cancel, policy, listener
+        self.language = language
 
     def grade(self, limits: Limits) -> StageResult:
         started = time.monotonic()
@@ -129,7 +133,9 @@ class StageRun:
         stopped = [c.name for c in cases.cases[len(results) :]]
         if self.cancel.is_set():  # a stale run: its diagnosis would never be read
             failures = []
-        diagnosis = diagnose_stage(self.stage, failures, results, self.answers.runs)
+        found = diagnose_stage(
+            results, failures, self.stage.tolerance, self.answers.recompute, self.language
+        )
         status = stage_status(results)
         # a stage that stopped at its first case, todo, has not started: not a partial verdict
         todo_stop = status == Status.TODO and len(results) == 1 and not self.cancel.is_set()
@@ -140,12 +146,9 @@ class StageRun:
             results,
             seconds=time.monotonic() - started,
             score_weight=self.stage.score,
-            suspected_bug=diagnosis.suspected_bug,
-            candidates=diagnosis.candidates,
-            hint=diagnosis.hint,
-            diagnosed=diagnosis.diagnosed,
             partial=bool(cases.left_out) or (bool(stopped) and not todo_stop),
             not_run=list(cases.left_out) + stopped,
+            **asdict(found),
         )
 
     def run_cases(self, cases) -> tuple[list[CaseResult], list[Failure]]:

@@ -11,10 +11,11 @@ from dataclasses import replace
 from theinference.curriculum.checks import CHECKS, Verdict
 from theinference.curriculum.checks.cost import call_against_baseline, is_baseline_probe
 from theinference.curriculum.stages import Case, Stage
-from theinference.diagnosis.fingerprints import BY_ID
+from theinference.diagnosis.errors import lesson_for
 from theinference.grading.answers import Answers
 from theinference.results import CaseResult, Status, finding_of
-from theinference.student.process import Outcome, StudentProcess
+from theinference.student.process import StudentProcess
+from theinference.student.replies import Outcome
 
 OUTCOME_STATUS = {
     "todo": Status.TODO,
@@ -27,10 +28,10 @@ REFUSAL_PROBE = {"kind": "zero_cache_after_prefill"}
 def grade_case(
     stage: Stage, case: Case, process: StudentProcess, answers: Answers
 ) -> tuple[CaseResult, list, Verdict]:
-    """The case's result, complete, with the adapter's arguments and the judge's verdict (whose
-    `actual` the stage's diagnosis reads)."""
+    """The case's result, complete (an error's lesson included), with the adapter's arguments
+    and the judge's verdict (whose `actual` the stage's diagnosis reads)."""
     check = CHECKS[case.check]
-    args = check.arguments(case, answers.runs.config)
+    args = check.arguments(case, answers.recompute.config)
     probe = check.probe(args) if check.probe else None
     if case.inputs.get("must_raise"):
         probe = REFUSAL_PROBE  # did the work start before the refusal?
@@ -40,14 +41,9 @@ def grade_case(
         outcome = process.call(check.adapter, args, stage.timeout, probe)
     clock = OracleClock()
     verdict = judge(stage, case, args, outcome, answers, clock)
-    hint = verdict.hint
-    if verdict.suspected_bug in BY_ID:  # recognised by the judge itself (shape, probe)
-        bug = BY_ID[verdict.suspected_bug]
-        hint = f"suspected bug: {bug.name}. {bug.hint} {hint}".strip()
     result = CaseResult(
-        **finding_of(verdict) | {"hint": hint},
+        **finding_of(verdict),
         name=case.name,
-        fingerprinted=verdict.suspected_bug is not None,
         traceback=outcome.traceback,
         stdout=outcome.stdout,
         stderr=outcome.stderr,
@@ -55,6 +51,8 @@ def grade_case(
         oracle_seconds=clock.seconds,
         hidden=case.hidden,
     )
+    if (lesson := lesson_for(result)) is not None:
+        result.lesson = lesson[0].id
     return result, args, verdict
 
 
@@ -85,8 +83,8 @@ def judge(
     def ask(question: list):
         return clock.timed(answers.expected, case.check, question)
 
-    verdict = check.judge(value, args, ask, stage.tolerance, answers.runs.config)
-    if check.second_path is not None and verdict.comparisons:
+    verdict = check.judge(value, args, ask, stage.tolerance, answers.recompute.config)
+    if check.simulate is not None and verdict.comparisons:
         noise = clock.timed(answers.noise, case.check, args)
         verdict.comparisons = [replace(c, noise=noise) for c in verdict.comparisons]
     return verdict

@@ -20,17 +20,12 @@ class RunPolicy:
     quick: bool = False  # leave out the long cases while iterating (never for machine formats)
     cases: tuple[str, ...] = ()  # only cases whose name contains one of these (--case)
 
-    @property
-    def every_case(self) -> bool:
-        """Nothing is left out on purpose: a passed stage passed all its cases."""
-        return not (self.stop_at_first_failure or self.quick or self.cases)
-
 
 EVERY_CASE = RunPolicy()  # CI and machine formats: every case, in full
 
 
 @dataclass(frozen=True)
-class Plan:
+class CaseSelection:
     """A stage's cases in running order, and those the policy leaves out."""
 
     cases: tuple[Case, ...]
@@ -63,10 +58,10 @@ def selected(case: Case, wanted: tuple[str, ...]) -> bool:
     return not wanted or any(w.lower() in case.name.lower() for w in wanted)
 
 
-def plan(stage: Stage, policy: RunPolicy) -> Plan:
+def plan(stage: Stage, policy: RunPolicy) -> CaseSelection:
     """Smallest first (stable: equal sizes keep the spec's order); filtered by the policy."""
     ordered = sorted(stage.cases, key=case_size)
     keep = tuple(
         c for c in ordered if selected(c, policy.cases) and not (policy.quick and is_long(c))
     )
-    return Plan(keep, tuple(c.name for c in ordered if c not in keep))
+    return CaseSelection(keep, tuple(c.name for c in ordered if c not in keep))

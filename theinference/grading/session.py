@@ -26,6 +26,7 @@ from theinference.student.process import Limits
 from theinference.student.sandbox import Sandbox, choose
 
 Renderer = Callable[[str, threading.Event | None], Listener]  # (trigger, cancel) -> drawing
+Writer = Callable[[RunResult], None]  # writes a finished run's machine outputs
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class Session:
     answers: Answers | None = None  # kept across watch reruns: answers stay in memory
     policy: RunPolicy = EVERY_CASE
     renderer: Renderer | None = None  # draws each run (the terminal); None: nothing drawn
+    writer: Writer | None = None  # writes `outputs` (output/formats.py); None: nothing written
     sandbox: Sandbox | None = None  # how the student's process runs (sandbox.choose)
     provenance: dict = field(default_factory=dict)  # what produces the grade (provenance.py)
     speed: bool = False  # also time the cached generation against the oracle's (speed.py)
@@ -72,7 +74,7 @@ def prepare(
     chosen = select(every, slugs)
     if policy.cases:
         chosen = filtered(chosen, policy.cases, named=bool(slugs))
-    sandbox = choose(sandbox_mode, course.root)
+    sandbox = choose(sandbox_mode)
     weights = load_weights(weights_spec or course.weights, course.root)
     sandbox.notes.extend(weights.notes)
     answers = Answers.cached(weights)
@@ -115,11 +117,6 @@ def filtered(stages: list[Stage], wanted: tuple[str, ...], named: bool) -> list[
     return kept
 
 
-def only_cases(stage: Stage, wanted: list[str]) -> Stage:
-    """The stage with only the cases whose names contain one of `wanted`."""
-    return replace(stage, cases=tuple(c for c in stage.cases if selected(c, tuple(wanted))))
-
-
 def override_limits(session: Session, memory_gb: float | None, output_kb: int | None) -> None:
     """Limits given on the command line win over every stage spec's."""
     changes = {}
@@ -142,7 +139,6 @@ def run(
     """Grade (the session's renderer and `listener` both hear every event), then write every
     requested output and record progress. A cancelled run writes nothing."""
     from theinference.grading.progress import record_progress
-    from theinference.output.formats import write
 
     draw = session.renderer(trigger, cancel) if session.renderer else ignore
 
@@ -171,8 +167,8 @@ def run(
     if session.speed:
         result.speed = speed_after(result, session.stages, session.course.root, session.weights,
                                    session.limits, session.sandbox, cancel)
-    for out in session.outputs:
-        write(result, out.format, out.path)
+    if session.writer is not None:
+        session.writer(result)
     record_progress(session.course.root, result)
     return result
 

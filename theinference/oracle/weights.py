@@ -16,7 +16,6 @@ memo of hashes is kept on disk: a memo the student's process can write is a memo
 import fcntl
 import hashlib
 import os
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,8 +23,16 @@ from pathlib import Path
 
 import numpy as np
 
+from theinference.atomic import atomic_file
 from theinference.oracle import synthetic
-from theinference.oracle.config import ModelConfig, expected_shapes
+from theinference.oracle.checkpoint import (
+    WeightsError,
+    canonicalise,
+    check_shapes,
+    infer_config,
+    is_canonical,
+)
+from theinference.oracle.config import ModelConfig
 from theinference.oracle.hub import HubUnavailable, hub_file
 from theinference.oracle.safetensors_io import SafetensorsError, map_tensors, tensors_in, write_file
 
@@ -33,11 +40,6 @@ HF_REPO = "openai-community/gpt2"
 # pinned: a re-upload of the repository cannot move the oracle under a course
 HF_REVISION = "607a30d783dfa663caf39e06633721c8d4cfcd7e"
 HF_FILENAME = "model.safetensors"
-BUFFER_SUFFIXES = (".attn.bias", ".attn.masked_bias")  # causal-mask buffers, not weights
-
-
-class WeightsError(Exception):
-    """The weights cannot be used; the message says why and what to do instead."""
 
 
 @dataclass(frozen=True)
@@ -150,7 +152,7 @@ def _open_user_file(name: str, path: Path) -> Weights:
     canonical = canonicalise(tensors)
     config = infer_config(canonical, path)
     check_shapes(canonical, config, path)
-    if _is_canonical(tensors, canonical):
+    if is_canonical(tensors, canonical):
         return Weights(name, path.resolve(), digest, config, tensors)
     copy = cache_dir() / f"canonical-{digest[:16]}.safetensors"
     notes = ()
@@ -172,61 +174,6 @@ def _holds(copy: Path, canonical: dict[str, np.ndarray]) -> bool:
     return mapped.keys() == canonical.keys() and all(
         np.array_equal(mapped[k], canonical[k]) for k in canonical
     )
-
-
-def canonicalise(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Strip `transformer.`, drop mask buffers and the tied lm_head, make every tensor float32."""
-    out = {}
-    for key, value in tensors.items():
-        name = key.removeprefix("transformer.")
-        if name.endswith(BUFFER_SUFFIXES) or name == "lm_head.weight":
-            continue
-        if value.dtype != np.float32:
-            value = value.astype(np.float32)
-        out[name] = value
-    return out
-
-
-def _is_canonical(original: dict, canonical: dict) -> bool:
-    return original.keys() == canonical.keys() and all(
-        original[k].dtype == np.float32 for k in original
-    )
-
-
-def infer_config(tensors: dict[str, np.ndarray], path: Path) -> ModelConfig:
-    """n_layer from the h.N blocks; n_embd, vocab and n_ctx from the embedding shapes."""
-    for needed in ("wte.weight", "wpe.weight"):
-        if needed not in tensors:
-            raise WeightsError(f"{path}: missing tensor {needed!r}: is this a GPT-2 checkpoint?")
-    layers = {int(m.group(1)) for k in tensors if (m := re.match(r"h\.(\d+)\.", k))}
-    if not layers:
-        raise WeightsError(f"{path}: no transformer blocks (h.0...) found")
-    vocab, n_embd = tensors["wte.weight"].shape
-    if tensors["wpe.weight"].ndim != 2 or n_embd % 64:
-        raise WeightsError(f"{path}: embedding width {n_embd} is not a multiple of 64")
-    return ModelConfig(
-        n_layer=max(layers) + 1,
-        n_embd=n_embd,
-        vocab_size=vocab,
-        n_ctx=tensors["wpe.weight"].shape[0],
-    )
-
-
-def check_shapes(tensors: dict[str, np.ndarray], config: ModelConfig, path: Path) -> None:
-    """Every expected tensor present with its exact shape, and nothing else."""
-    want = expected_shapes(config)
-    missing = sorted(want.keys() - tensors.keys())
-    extra = sorted(tensors.keys() - want.keys())
-    if missing:
-        raise WeightsError(f"{path}: missing tensor(s) {', '.join(missing[:5])}")
-    if extra:
-        raise WeightsError(f"{path}: unexpected tensor(s) {', '.join(extra[:5])}")
-    for name, shape in want.items():
-        if tuple(tensors[name].shape) != shape:
-            raise WeightsError(
-                f"{path}: tensor {name!r} has shape {list(tensors[name].shape)}, "
-                f"expected {list(shape)}"
-            )
 
 
 # --- shared plumbing -------------------------------------------------------------------------
@@ -297,19 +244,15 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def _write_atomically(path: Path, tensors: dict[str, np.ndarray], sha256: str | None = None):
-    """Write to a temporary name, check, then rename: a half-written file is never used."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """Write under a temporary name, check, then move into place (read-only): a half-written
+    or unexpected file is never used."""
     try:
-        write_file(tmp, tensors)
-        digest = _sha256_of(tmp)
-        if sha256 is not None and digest != sha256:
-            raise WeightsError(
-                f"generated synthetic weights do not match their recorded sha256 {sha256[:12]}; "
-                "this NumPy build computes differently, please report it"
-            )
-        tmp.chmod(0o444)
-        os.replace(tmp, path)
+        with atomic_file(path, mode=0o444) as tmp:
+            write_file(tmp, tensors)
+            if sha256 is not None and _sha256_of(tmp) != sha256:
+                raise WeightsError(
+                    f"generated synthetic weights do not match their recorded sha256 "
+                    f"{sha256[:12]}; this NumPy build computes differently, please report it"
+                )
     except OSError as exc:
         raise WeightsError(f"cannot write {path}: {exc.strerror} (is the disk full?)") from None
-    finally:
-        tmp.unlink(missing_ok=True)

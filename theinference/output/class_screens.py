@@ -1,4 +1,5 @@
-"""What the instructor's commands show in the terminal (the only classroom module on rich)."""
+"""What the instructor's commands show in the terminal: the grading progress bar and the
+class summary table."""
 
 from contextlib import contextmanager
 

@@ -1,5 +1,6 @@
-"""Results for machines: JSON (versioned, schema in schema/results-v2.json), JUnit XML and
-Gradescope's results.json. Pure functions of a RunResult; the terminal report is report.py.
+"""Results for machines: JSON (versioned, schema in schema/results-v3.json), JUnit XML and
+Gradescope's results.json (gradescope.py). Pure functions of a RunResult and the course's
+[grading] settings; the terminal report is report.py.
 
 FORMATS is the one list of them: the command line derives its --format choices and its
 --json/--junit/--gradescope file options from it, and `write` sends any of them anywhere."""
@@ -15,14 +16,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from theinference.atomic import atomic_write
-from theinference.results import CaseResult, RunResult, StageResult, Status
+from theinference.course.settings import Grading
+from theinference.results import CaseResult, RunResult, StageResult, Status, where_text
 from theinference.results.text import inert_copy, no_surrogates, xml_text
 
 if TYPE_CHECKING:  # NumPy stays out of the command line's start-up
     from theinference.results.compare import Comparison
 
-SCHEMA = "theinference.results/2"
-SCHEMA_FILE = Path(__file__).with_name("schema") / "results-v2.json"
+SCHEMA = "theinference.results/3"
+SCHEMA_FILE = Path(__file__).with_name("schema") / "results-v3.json"
 
 
 def to_json(run: RunResult) -> dict:
@@ -33,6 +35,7 @@ def to_json(run: RunResult) -> dict:
         "partial": run.partial,
         "cancelled": run.cancelled,
         "sandbox": run.sandbox,
+        "notes": list(run.notes),  # the sandbox's and the weights' (e.g. how to do better)
         "weights": {"label": run.weights_label, "sha256": run.weights_sha256},
         "environment": run.environment,
         "timings": timings(run),
@@ -62,12 +65,18 @@ def stage_json(stage: StageResult) -> dict:
         "status": stage.status.value,
         "reason": stage.reason,
         "seconds": round(stage.seconds, 4),
-        "suspected_bug": stage.suspected_bug,
-        "candidates": list(stage.candidates),
-        "hint": stage.hint,
-        "diagnosed": stage.diagnosed,
         "partial": stage.partial,
         "not_run": list(stage.not_run),
+        "suspected_bug": stage.suspected_bug,
+        "candidates": list(stage.candidates),
+        "bug_name": stage.bug_name,
+        "hint": stage.hint,
+        "lesson": stage.lesson,
+        "where": stage.where,
+        "first_case": stage.first_case,
+        "worst_case": stage.worst_case,
+        "shared_error": stage.shared_error,
+        "diagnosed": stage.diagnosed,
         "cases": [case_json(c) for c in stage.cases],
     }
 
@@ -80,7 +89,8 @@ def case_json(case: CaseResult) -> dict:
         "message": case.message,
         "hint": case.hint,
         "suspected_bug": case.suspected_bug,
-        "fingerprinted": case.fingerprinted,
+        "lesson": case.lesson,
+        "where": case.where,
         "comparisons": [comparison_json(c) for c in case.comparisons],
         "steps": case.steps,
         "tokens": case.tokens,
@@ -132,18 +142,28 @@ def to_junit(run: RunResult) -> str:
             skipped=str(sum(c.status == Status.SKIPPED for c in cases)),
             time=f"{stage.seconds:.3f}",
         )
-        suite.append(junit_properties(stage))
+        suite.append(junit_properties(stage, run))
         for case in cases:
             suite.append(junit_case(stage, case))
     return ET.tostring(suites, encoding="unicode", xml_declaration=True)
 
 
-def junit_properties(stage: StageResult) -> ET.Element:
-    """The stage's diagnosis and whether its verdict rests on some of its cases only."""
+def junit_properties(stage: StageResult, run: RunResult) -> ET.Element:
+    """The stage's diagnosis, whether its verdict rests on some of its cases only, and the
+    sandbox the run had (with its notes)."""
     props = ET.Element("properties")
     for name, value in (
+        ("sandbox", run.sandbox),
+        ("sandbox_notes", "; ".join(run.notes)),
         ("suspected_bug", stage.suspected_bug or ""),
         ("candidates", ",".join(stage.candidates)),
+        ("bug_name", stage.bug_name),
+        ("hint", stage.hint),
+        ("lesson", stage.lesson or ""),
+        ("where", where_text(stage.where)),
+        ("first_case", stage.first_case or ""),
+        ("worst_case", stage.worst_case or ""),
+        ("shared_error", str(stage.shared_error).lower()),
         ("partial", str(stage.partial).lower()),
         ("not_run", str(len(stage.not_run))),
     ):
@@ -158,7 +178,7 @@ def junit_case(stage: StageResult, case: CaseResult) -> ET.Element:
         name=case.name,
         time=f"{case.student_seconds + case.oracle_seconds:.3f}",
     )
-    diagnosis = stage.hint if case.status in (Status.FAILED, Status.ERROR) else ""
+    diagnosis = diagnosis_text(stage) if case.status in (Status.FAILED, Status.ERROR) else ""
     detail = "\n".join(x for x in (case.message, case.traceback, case.hint, diagnosis) if x)
     tag = {
         Status.FAILED: "failure",
@@ -177,18 +197,24 @@ def junit_case(stage: StageResult, case: CaseResult) -> ET.Element:
     return el
 
 
-def to_gradescope(run: RunResult) -> dict:
-    """Gradescope's results.json (built in classroom/gradescope.py), scored by the stage specs."""
-    from theinference.classroom.gradescope import gradescope_results
-    from theinference.course.settings import Grading
+def diagnosis_text(stage: StageResult) -> str:
+    """The stage's diagnosis as the terminal says it: the suspected bug, then the hint."""
+    lines = [f"suspected bug: {stage.bug_name}"] if stage.bug_name else []
+    return "\n".join(lines + ([f"hint: {stage.hint}"] if stage.hint else []))
 
-    return gradescope_results(to_json(run), {s.slug: s.score_weight for s in run.stages}, Grading())
+
+def to_gradescope(run: RunResult, grading: Grading) -> dict:
+    """Gradescope's results.json (gradescope.py), scored as the course's [grading] says."""
+    from theinference.grading.scores import stage_points
+    from theinference.output.gradescope import gradescope_results
+
+    return gradescope_results(to_json(run), stage_points(run.stages, grading), grading)
 
 
 @dataclass(frozen=True)
 class Format:
     name: str  # --format NAME; also --NAME FILE (junit: --junit FILE)
-    render: Callable[[RunResult], str]
+    render: Callable[[RunResult, Grading], str]
     suffix: str  # the usual file name ending
     help: str
 
@@ -196,11 +222,11 @@ class Format:
 FORMATS: dict[str, Format] = {
     f.name: f
     for f in (
-        Format("json", lambda run: json.dumps(to_json(run), indent=2), ".json", "JSON results"),
-        Format("junit", to_junit, ".xml", "JUnit XML"),
+        Format("json", lambda run, _: json.dumps(to_json(run), indent=2), ".json", "JSON results"),
+        Format("junit", lambda run, _: to_junit(run), ".xml", "JUnit XML"),
         Format(
             "gradescope",
-            lambda run: json.dumps(to_gradescope(run), indent=2),
+            lambda run, grading: json.dumps(to_gradescope(run, grading), indent=2),
             ".json",
             "Gradescope results.json",
         ),
@@ -208,15 +234,27 @@ FORMATS: dict[str, Format] = {
 }
 
 
-def render(run: RunResult, fmt: str) -> str:
-    return FORMATS[fmt].render(run)
+def render(run: RunResult, fmt: str, grading: Grading | None = None) -> str:
+    return FORMATS[fmt].render(run, grading or Grading())
 
 
-def write(run: RunResult, fmt: str, path: Path | None) -> None:
-    """One format to a file (replaced atomically) or, with no path, to stdout."""
-    text = render(run, fmt) + "\n"
+def write(run: RunResult, fmt: str, path: Path | None, grading: Grading | None = None) -> None:
+    """One format to a file (replaced atomically) or, with no path, to stdout; `grading` is
+    the course's [grading] (Gradescope's scores and visibility)."""
+    text = render(run, fmt, grading) + "\n"
     if path is None:
         sys.stdout.write(text)
         sys.stdout.flush()
     else:
         atomic_write(path, text)
+
+
+def writer(outputs: list, grading: Grading) -> Callable[[RunResult], None]:
+    """What writes a session's outputs (grading/session.py's Output: format and path) after
+    each run, Gradescope's scored as the course's [grading] says."""
+
+    def write_all(run: RunResult) -> None:
+        for out in outputs:
+            write(run, out.format, out.path, grading)
+
+    return write_all

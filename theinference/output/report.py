@@ -1,4 +1,5 @@
-"""The terminal report: the only module that imports rich. It reads results, never computes."""
+"""The terminal report, in the log form: it reads results (the diagnosis included) and draws
+them; it works nothing out."""
 
 import math
 import os
@@ -9,7 +10,6 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from theinference.diagnosis.errors import diagnose, fitting_hint, shared_error
 from theinference.results import CaseResult, RunResult, StageResult, Status
 from theinference.results.compare import Comparison
 from theinference.results.text import inert_copy, terminal_text
@@ -65,22 +65,6 @@ def print_run_end(out: Console, run: RunResult, next_step: str = "") -> None:
         out.print(Text(next_step, style="bold"))
 
 
-def print_speed(out: Console, speed: dict) -> None:
-    """The speed figure (grading/speed.py): a ratio to the oracle, or why there is none."""
-    if speed.get("status") != "measured":
-        why = terminal_text(speed["reason"])  # may quote the student's exception
-        out.print(Text(f"speed: not measured ({speed['status']}): {why}", style="dim"))
-        return
-    ratio = speed["ratio"]
-    shown = "?" if ratio is None else f"{ratio:.2f}x"
-    steps, generate = speed["workload"]["decode"], speed["workload"]["generate"]
-    out.print(Text(
-        f"speed: {shown} the oracle's cached decode step at a {steps[0]}-token context "
-        f"({speed['decode_ms']:.1f} ms of CPU against {speed['oracle_decode_ms']:.1f} ms); "
-        f"{speed['tokens_per_cpu_second']:.1f} tokens per CPU second generating {generate[1]} "
-        f"(the oracle {speed['oracle_tokens_per_cpu_second']:.1f})", style="bold"))
-
-
 def print_cancelled(out: Console, reason: str) -> None:
     out.print(Text(f"run stopped: {reason}", style="dim"))
 
@@ -118,8 +102,8 @@ def stage_block(stage: StageResult, seen: dict[str, str] | None = None) -> Group
         return Group(
             Text(""), head, Text(f"    not started: {stage.cases[0].message}", style="yellow")
         )
-    if (shared := shared_error(stage)) is not None:
-        return Group(Text(""), head, *shared_error_block(stage, shared, seen))
+    if stage.shared_error:
+        return Group(Text(""), head, *shared_error_block(stage, seen))
     blocks, hints = [], set()
     for case in stage.cases:
         blocks.append(case_block(case, seen.get(case.traceback), show_hint=case.hint not in hints))
@@ -129,9 +113,10 @@ def stage_block(stage: StageResult, seen: dict[str, str] | None = None) -> Group
     return Group(Text(""), head, *blocks, *diagnosis_lines(stage))
 
 
-def shared_error_block(stage: StageResult, shared: str, seen: dict[str, str]) -> list:
+def shared_error_block(stage: StageResult, seen: dict[str, str]) -> list:
     errors = [c for c in stage.cases if c.status == Status.ERROR]
-    names = ", ".join(c.name for c in errors)
+    shared = (errors[0].traceback or errors[0].message).strip()
+    names = "; ".join(c.name for c in errors)  # case names may hold commas
     said = Text(f"    every case that ran ({len(errors)}: {names}) raised the same error", "red")
     if shared in seen:
         return [said, indented(Text(f"{errors[0].message} (shown above, {seen[shared]})"))]
@@ -143,17 +128,15 @@ def diagnosis_lines(stage: StageResult) -> list:
     """The stage's diagnosis: the suspected bug and its hint, and the worst case."""
     if stage.status in (Status.PASSED, Status.TODO, Status.SKIPPED):
         return []
-    found = diagnose(stage)
     lines = []
-    if found.worst is not None:
-        worst = max(c.worst for c in found.worst.comparisons)
-        lines.append(Text(f"    worst case: {found.worst.name}, {worst:.3g}x the tolerance"))
-    if found.bug:
-        lines.append(Text(f"    suspected bug: {found.bug}", style="bold magenta"))
+    if (worst := stage.case(stage.worst_case)) is not None:
+        lines.append(Text(f"    worst case: {worst.name}, {worst.worst:.3g}x the tolerance"))
+    if stage.bug_name:
+        lines.append(Text(f"    suspected bug: {stage.bug_name}", style="bold magenta"))
     elif stage.diagnosed:
         lines.append(Text("    no known bug matches these answers", style="dim"))
-    if found.hint:
-        lines.append(indented(Text("hint: " + found.hint, style="cyan")))
+    if stage.hint:
+        lines.append(indented(Text("hint: " + stage.hint, style="cyan")))
     if stage.not_run:
         lines.append(Text(f"    {len(stage.not_run)} case(s) not run", style="dim"))
     return lines
@@ -194,10 +177,8 @@ def case_details(case: CaseResult, show_hint: bool = True) -> list:
         parts.append(indented(token_strip(case.tokens)))
     for comparison in case.comparisons:
         parts.append(indented(comparison_table(comparison)))
-    if case.fingerprinted and case.suspected_bug is None:
-        parts.append(indented(Text("no known bug matches this answer", style="dim")))
     if case.hint and show_hint:
-        parts.append(indented(Text("hint: " + fitting_hint(case), style="cyan")))
+        parts.append(indented(Text("hint: " + case.hint, style="cyan")))
     for name, text in (("stdout", case.stdout), ("stderr", case.stderr)):
         if text.strip():
             parts.append(indented(Text(f"your {name}:\n{text.rstrip()}", style="dim")))
@@ -283,7 +264,8 @@ def summary_line(run: RunResult) -> Text:
     colour = "green" if run.passed else "red"
     return Text.assemble(
         ("\n" + ("PASSED" if run.passed else "NOT PASSED"), f"bold {colour}"),
-        f" · {', '.join(parts)} · weights {run.weights_label} · {run.seconds:.1f} s",
+        f" · {', '.join(parts)} · weights {run.weights_label} · sandbox {run.sandbox}"
+        f" · {run.seconds:.1f} s",
     )
 
 

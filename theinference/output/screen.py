@@ -8,7 +8,6 @@ next thing to do are pinned at the bottom, the last thing the eye lands on.
 from rich.console import Console, Group
 from rich.text import Text
 
-from theinference.diagnosis.errors import diagnose, shared_error
 from theinference.output.report import (
     STYLE,
     case_details,
@@ -54,7 +53,7 @@ def stage_summary(stage: StageResult) -> Group:
     if passed:
         lines.append(Text(f"    ✓ {len(passed)} passed: {', '.join(passed)}", "green"))
     others = [c for c in stage.cases if c.status != Status.PASSED]
-    if shared_error(stage) is not None:  # one line for them all
+    if stage.shared_error:  # one line for them all
         lines.append(case_line(others[0], f"{len(others)} cases"))
         return Group(*lines)
     lines += [case_line(case) for case in others]
@@ -75,11 +74,10 @@ def focus_block(stage: StageResult) -> Group:
     """The first case that did not pass, in full (an error every case shares, once)."""
     if stage.status in (Status.TODO, Status.SKIPPED):
         return Group()
-    shared = shared_error(stage)
-    case = diagnose(stage).first
+    case = stage.case(stage.first_case)
     if case is None:
         return Group()
-    title = "every case" if shared else f"case {case.name}"
+    title = "every case" if stage.shared_error else f"case {case.name}"
     rule = Text(f"── {stage.slug} · {title} " + "─" * 20, style="dim")
     return Group(rule, *case_details(trim_output(case), show_hint=False))
 
@@ -113,14 +111,12 @@ def verdict_block(focus: StageResult | None, run: RunResult, order: list[str]) -
         return Group(*lines)
     if focus.status == Status.SKIPPED:
         return Group(head, Text(focus.reason, "dim"))
-    found = diagnose(focus)
-    if found.worst is not None:
-        worst = max(c.worst for c in found.worst.comparisons)
-        lines.append(Text(f"worst case: {found.worst.name}, {worst:.3g}x the tolerance"))
-    if found.bug:
-        lines.append(Text(f"suspected bug: {found.bug}", "bold magenta"))
-    if found.hint:
-        lines.append(Text("hint: " + found.hint, "cyan"))
+    if (worst := focus.case(focus.worst_case)) is not None:
+        lines.append(Text(f"worst case: {worst.name}, {worst.worst:.3g}x the tolerance"))
+    if focus.bug_name:
+        lines.append(Text(f"suspected bug: {focus.bug_name}", "bold magenta"))
+    if focus.hint:
+        lines.append(Text("hint: " + focus.hint, "cyan"))
     lines.append(Text("next: fix it and save · h: the stage's guidance", "bold"))
     return Group(*lines)
 
@@ -130,11 +126,10 @@ def hint_block(slug: str, title: str, guidance: str, stage: StageResult | None) 
     parts = [Text(f"── hint: {slug} · {title} ──", "bold cyan"), Text(guidance)]
     stage = inert_copy(stage, terminal_text)
     if stage is not None and stage.status not in (Status.PASSED, Status.TODO, Status.SKIPPED):
-        found = diagnose(stage)
-        if found.bug:
-            parts.append(Text(f"your last run: suspected bug: {found.bug}", "magenta"))
-        if found.hint:
-            parts.append(indented(Text(found.hint, "cyan")))
+        if stage.bug_name:
+            parts.append(Text(f"your last run: suspected bug: {stage.bug_name}", "magenta"))
+        if stage.hint:
+            parts.append(indented(Text(stage.hint, "cyan")))
     return Group(*parts)
 
 

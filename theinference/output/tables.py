@@ -1,4 +1,5 @@
-"""Tables of the commands other than `test`: the stages list, verify's and bench's results."""
+"""Tables of the commands other than `test` (the stages list, verify's and bench's results)
+and the speed figure."""
 
 from rich.console import Console
 from rich.table import Table
@@ -6,6 +7,7 @@ from rich.text import Text
 
 from theinference.output.report import STYLE
 from theinference.results import Status
+from theinference.results.text import terminal_text
 
 
 def print_stages(out: Console, rows: list[tuple[str, str, str, str]], in_course: bool) -> None:
@@ -80,3 +82,19 @@ def print_bench(out: Console, result) -> None:
                 f" {r.speedup:.1f}x faster with the cache",
             )
         )
+
+
+def print_speed(out: Console, speed: dict) -> None:
+    """The speed figure (grading/speed.py): a ratio to the oracle, or why there is none."""
+    if speed.get("status") != "measured":
+        why = terminal_text(speed["reason"])  # may quote the student's exception
+        out.print(Text(f"speed: not measured ({speed['status']}): {why}", style="dim"))
+        return
+    ratio = speed["ratio"]
+    shown = "?" if ratio is None else f"{ratio:.2f}x"
+    steps, generate = speed["workload"]["decode"], speed["workload"]["generate"]
+    out.print(Text(
+        f"speed: {shown} the oracle's cached decode step at a {steps[0]}-token context "
+        f"({speed['decode_ms']:.1f} ms of CPU against {speed['oracle_decode_ms']:.1f} ms); "
+        f"{speed['tokens_per_cpu_second']:.1f} tokens per CPU second generating {generate[1]} "
+        f"(the oracle {speed['oracle_tokens_per_cpu_second']:.1f})", style="bold"))

@@ -81,13 +81,10 @@ class RunProgress:
         self.on_stage = on_stage
         self.on_run = on_run
         self.label = f"{label} · " if label else ""  # e.g. which planted bug `verify` grades
-        self.stage_total = 0
-        self.stages_done = 0
 
     def __call__(self, event: Event) -> None:
         match event:
             case RunStarted(stages=stages):
-                self.stage_total = len(stages)
                 self.status.show("starting your code", f"{len(stages)} stage(s)")
                 self.status.start()
             case StageStarted(slug=slug, cases=cases):
@@ -96,7 +93,6 @@ class RunProgress:
                 detail = f"case {index + 1}/{total} {case}"
                 self.status.show(self.label + stage, detail, index, total)
             case StageFinished(result=result):
-                self.stages_done += 1
                 self.on_stage(result)
             case RunFinished(result=result):
                 self.status.stop()

@@ -1,4 +1,5 @@
-"""Results are plain values: every output format (terminal, JSON, JUnit) reads these."""
+"""Results are plain values, built once and complete by the grader: every output (the terminal,
+the watch screen, JSON, JUnit, Gradescope, the class report) reads these and works nothing out."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ class Status(StrEnum):
     SKIPPED = "skipped"  # a prerequisite did not pass
 
 
-# a stage takes the status of its worst case, in this order
+# a stage takes the status of its worst case, in this order (the one statement of it)
 SEVERITY = [Status.ERROR, Status.TIMEOUT, Status.FAILED, Status.TODO, Status.SKIPPED, Status.PASSED]
 
 
@@ -34,6 +35,7 @@ class Finding:
     steps: list[float] | None = None  # worst error per step, in tolerances
     tokens: dict | None = None  # generate-loop: yours, expected, first_divergence
     suspected_bug: str | None = None  # a catalogued bug id the judge recognised by itself
+    where: dict | None = None  # where the answer first departs, e.g. {"step": 3, "position": 9}
 
 
 def finding_of(found: Finding) -> dict:
@@ -46,13 +48,18 @@ class CaseResult(Finding):
     """One case, judged: the finding plus what the student's call left behind."""
 
     name: str
-    fingerprinted: bool = False  # the judge recognised a catalogued bug by itself
+    lesson: str | None = None  # the bug id whose error signature this case's error matches
     traceback: str = ""
     stdout: str = ""
     stderr: str = ""
     student_seconds: float = 0.0
     oracle_seconds: float = 0.0
     hidden: bool = False  # a seeded hidden case: its inputs are not shown before publication
+
+    @property
+    def worst(self) -> float | None:
+        """Its largest error, in tolerances (None: nothing was compared)."""
+        return max((c.worst for c in self.comparisons), default=None)
 
 
 @dataclass
@@ -64,12 +71,22 @@ class StageResult:
     reason: str = ""  # why skipped
     seconds: float = 0.0
     score_weight: float = 1.0  # the stage spec's `score`, for Gradescope
-    suspected_bug: str | None = None  # the stage's diagnosis: a catalogued bug id
-    candidates: list[str] = field(default_factory=list)  # every bug id that explains it
-    hint: str = ""  # the diagnosis's hint, or the stage's hint for its worst failure
-    diagnosed: bool = False  # the bug catalogue was tried on its failing answers
     partial: bool = False  # only some of its cases ran (--case, --quick, stopped early)
     not_run: list[str] = field(default_factory=list)  # cases left out or stopped before
+    # the diagnosis, resolved by the grader (diagnosis/stage.py) for a stage that did not pass
+    suspected_bug: str | None = None  # a bug id of bugs.toml
+    candidates: list[str] = field(default_factory=list)  # every bug id that explains it
+    bug_name: str = ""  # the suspected bug, its candidates or the error lesson, in words
+    hint: str = ""  # what to do: the diagnosis's hint, else that of the first case shown
+    lesson: str | None = None  # the bug id an error's signature names
+    where: dict | None = None  # where the first case shown departs
+    first_case: str | None = None  # the case to show in full
+    worst_case: str | None = None  # the failing case furthest past the tolerance, if another
+    shared_error: bool = False  # every case that did not pass raised the same error
+    diagnosed: bool = False  # the bug catalogue was tried on its failing answers
+
+    def case(self, name: str | None) -> CaseResult | None:
+        return next((c for c in self.cases if c.name == name), None)
 
 
 @dataclass
@@ -83,7 +100,7 @@ class RunResult:
     cancelled: bool = False  # watch mode: a save arrived mid-run, results are incomplete
     environment: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # e.g. the oracle cache switched off
-    sandbox: str = "none"  # how the student's process was isolated: bwrap | none
+    sandbox: str = "none"  # how the student's process ran: bwrap | unprivileged-user | none
     provenance: dict = field(default_factory=dict)  # what produced it (grading/provenance.py)
     speed: dict | None = None  # the cached generation against the oracle's (grading/speed.py)
 
@@ -108,3 +125,8 @@ class RunResult:
 def stage_status(cases: list[CaseResult]) -> Status:
     statuses = {c.status for c in cases}
     return next((s for s in SEVERITY if s in statuses), Status.PASSED)
+
+
+def where_text(where: dict | None) -> str:
+    """{"layer": 2, "tensor": "K", "position": 0} -> "layer 2, tensor K, position 0"."""
+    return ", ".join(f"{key} {value}" for key, value in (where or {}).items())

@@ -1,14 +1,15 @@
-"""The command that starts the student's process, per course language: the Python worker, or
-the Node worker under the course's own tsx. Both live in student/worker/, bound into the
-sandbox as they are."""
+"""The command that starts the student's process, per course language (the Python worker, or
+the Node worker under the course's own tsx; both in student/worker/, which the sandbox binds
+whole), and the environment it starts in."""
 
 import shutil
 import sys
 from pathlib import Path
 
 from theinference.course.languages import TYPESCRIPT, course_language
-
-WORKER_DIR = Path(__file__).parent / "worker"
+from theinference.oracle.weights import cache_dir
+from theinference.student import sandbox
+from theinference.student.sandbox import WORKER_DIR
 
 
 def worker_argv(
@@ -36,16 +37,10 @@ def worker_argv(
     ]
 
 
-NODE_WORKER_FILES = ("worker_node.mjs", "worker_node_hooks.mjs")
-
-
-def bind_worker(bwrap_argv: list[str], language: str, mounts: Path) -> list[str]:
-    """bubblewrap's command with the Node worker's scripts also bound at `mounts` (read-only),
-    for a TypeScript course; bwrap's own options end at its first "--"."""
-    if language != TYPESCRIPT:
-        return bwrap_argv
-    end = bwrap_argv.index("--")
-    binds = [
-        a for f in NODE_WORKER_FILES for a in ("--ro-bind", str(WORKER_DIR / f), str(mounts / f))
-    ]
-    return [*bwrap_argv[:end], *binds, *bwrap_argv[end:]]
+def in_bwrap(course: Path, weights: Path, fds: list[str], memory: str, language: str) -> list:
+    """The worker's command inside bubblewrap: the course, the weights and the worker's folder
+    mounted, the grader's cache and package hidden."""
+    mounts = Path(sandbox.WORKER_MOUNT)
+    inner = worker_argv(Path(sandbox.COURSE_MOUNT), *fds, memory, language, worker_dir=mounts)
+    hidden = [cache_dir().resolve(), Path(__file__).parents[1]]
+    return sandbox.bwrap_command(inner, course, weights, hidden)

@@ -4,34 +4,38 @@ One worker process serves a whole run (start-up is paid once); a crash or a time
 the call it happened in, and the next call starts a fresh worker. Limits are enforced from
 outside: the timeout kills the worker's whole process group with SIGKILL, which no student
 code can catch, and its output is read through pipes and capped, never buffered whole.
-Where the process runs (inside bubblewrap, as nobody, or as the grader's user) is sandbox.py's.
+Where the process runs (inside bubblewrap, as an unprivileged user, or as the grader's user) is
+sandbox.py's; what a reply holds, and its decoding, replies.py's.
 """
 
 import json
 import os
 import secrets
-import selectors
-import shutil
 import signal
 import struct
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from theinference.course import languages
-from theinference.oracle.weights import cache_dir
-from theinference.student import launch, sandbox
-from theinference.student.cpu import Snapshot, cpu_seconds_between, tree_cpu
-from theinference.student.replies import Foreign, Outcome, decode_reply  # noqa: F401 (re-exported)
-from theinference.student.sandbox import Sandbox, hide_grader_environ
+from theinference.student import channel, reaper, sandbox
+from theinference.student.cpu import (
+    WORKER_ROOTS,
+    Snapshot,
+    cpu_seconds_between,
+    read_stat,
+    tree_cpu,
+    tree_look,
+)
+from theinference.student.placement import Placement
+from theinference.student.replies import Outcome
+from theinference.student.sandbox import RUN_TOKEN_VAR, Sandbox
+from theinference.student.watchdog import Watchdog
 
-WORKER_SCRIPT = Path(__file__).parent / "worker" / "worker.py"
-MAX_REPLY_BYTES = 1 << 30
 STARTUP_TIMEOUT = 60.0  # a cold interpreter and NumPy import on a loaded machine
-RUN_TOKEN_VAR = "THEINFERENCE_RUN_TOKEN"
-GRADER_ONLY_ENV = {"THEINFERENCE_CACHE_DIR", "THEINFERENCE_SEED"}  # not the student's business
+# outcomes after which the worker cannot be trusted to be idle: it is stopped, restarted later
+STOPPING = ("timeout", "cpu_limit", "memory_limit", "crashed", "bad_reply", "cancelled")
 
 
 @dataclass(frozen=True)
@@ -42,29 +46,17 @@ class Limits:
 
 
 @dataclass
-class Captured:
-    """The head of one stream, and how much was cut."""
-
-    data: bytearray = field(default_factory=bytearray)
-    dropped: int = 0
-
-    def add(self, chunk: bytes, cap: int) -> None:
-        room = max(cap - len(self.data), 0)
-        self.data += chunk[:room]
-        self.dropped += max(len(chunk) - room, 0)
-
-    def text(self) -> str:
-        out = self.data.decode("utf-8", errors="replace")
-        if self.dropped:
-            out += f"\n[... output cut at {len(self.data) // 1024} KiB: {self.dropped} more bytes]"
-        return out
-
-
-@dataclass
 class _Process:
     popen: subprocess.Popen
     requests: int  # fd the grader writes requests to
     replies: int  # fd the grader reads replies from
+    since: int = 0  # the root's start time (clock ticks): what started later under us is its
+    keep: frozenset[int] = frozenset()  # the worker and, under bwrap, bwrap's own processes
+    worker: int = 0  # the worker's pid (under bwrap, inside the sandbox, seen from outside)
+
+    @property
+    def root(self) -> int:
+        return self.popen.pid
 
 
 class StudentProcess:
@@ -92,7 +84,13 @@ class StudentProcess:
         chosen = sandbox or Sandbox("none")
         self.sandbox = chosen.kind  # what this run had: bwrap | unprivileged-user | none
         self.notes = list(chosen.notes)
-        self._run_dir: Path | None = None  # unprivileged-user: HOME and the weights' link
+        token = (RUN_TOKEN_VAR, self.token)
+        self._place = Placement(self.sandbox, self.course_dir, weights_path, token, self.env)
+
+    @property
+    def uid(self) -> int | None:
+        """unprivileged-user: the uid of the student's own (None in other modes)."""
+        return self._place.uid
 
     def __enter__(self) -> "StudentProcess":
         return self
@@ -114,16 +112,29 @@ class StudentProcess:
         timeout: float | None = None,
         probe: dict | None = None,
         discard: bool = False,
+        cpu_limit: float | None = None,
     ) -> Outcome:
         """Ask the student's process for one adapter call and wait for its reply (without the
         returned value when `discard`). Its CPU time is read from /proc by the grader, never
-        taken from the student's own process."""
+        taken from the student's own process. Past `cpu_limit` CPU-seconds (the whole tree's,
+        since the call started) the process is killed and the outcome is `cpu_limit`."""
         request = {"adapter": adapter, "args": args, "probe": probe, "discard": discard}
         started, before = self._send(request)
-        root = self._proc.popen.pid if self._proc is not None else None
-        outcome = self._receive(started, timeout)
-        if before is not None and self._proc is not None and self._proc.popen.pid == root:
-            outcome.cpu_seconds = cpu_seconds_between(before, tree_cpu(root))
+        proc = self._proc
+        watchdog = None
+        if before is not None and proc is not None:
+            watchdog = Watchdog(
+                lambda: tree_look(proc.root, proc.since),
+                before,
+                cpu_limit,
+                self.limits.memory_bytes or None,
+                lambda: self._place.file_bytes(proc.worker),
+            )
+        outcome = self._receive(started, timeout, watchdog)
+        if before is not None and proc is not None and self._proc is proc:
+            outcome.cpu_seconds = cpu_seconds_between(before, tree_cpu(proc.root, proc.since))
+            # nothing the call started outlives it: the next call starts from the worker alone
+            reaper.kill_tree(proc.root, proc.since, proc.keep)
         return outcome
 
     def _send(self, request: dict) -> tuple[float, Snapshot | None]:
@@ -134,7 +145,7 @@ class StudentProcess:
             return time.monotonic(), None
         payload = json.dumps(request).encode()
         message = memoryview(struct.pack("<Q", len(payload)) + payload)
-        before = tree_cpu(self._proc.popen.pid)  # taken before the worker can start on it
+        before = tree_cpu(self._proc.root, self._proc.since)  # before the worker starts on it
         try:
             while message:  # a pipe may take a large request in several writes
                 message = message[os.write(self._proc.requests, message) :]
@@ -142,26 +153,30 @@ class StudentProcess:
             pass  # it died already; _receive() reports how
         return time.monotonic(), before
 
-    def _receive(self, started: float, timeout: float | None) -> Outcome:
+    def _receive(
+        self, started: float, timeout: float | None, watchdog: Watchdog | None = None
+    ) -> Outcome:
         if self._early_death is not None:  # the worker never said hello
             outcome, self._early_death = self._early_death, None
             self.stop()
             return outcome
         timeout = timeout if timeout is not None else self.limits.timeout
-        outcome = self._collect(started + timeout)
+        outcome = self._collect(started + timeout, watchdog)
         if outcome.kind == "timeout":
             outcome.message = f"timed out after {timeout:g} s (the process was killed)"
         outcome.seconds = time.monotonic() - started
-        if outcome.kind in ("timeout", "crashed", "bad_reply", "cancelled"):
+        if outcome.kind in STOPPING:
             self.stop()
         return outcome
 
     def stop(self) -> None:
-        """Kill the worker and everything it started: its process group, and any process
-        that left the group (setsid, double fork) but still carries this run's token."""
+        """Kill the worker and everything it started: its process group, its whole tree
+        (however it detached: see reaper.py), every process of its own uid, and any process
+        still carrying this run's token."""
         if self._proc is None:
             return
         proc, self._proc = self._proc, None
+        reaper.kill_tree(proc.root, proc.since, uid=self.uid)
         for fd in (proc.requests, proc.replies):
             try:
                 os.close(fd)
@@ -174,27 +189,29 @@ class StudentProcess:
         except (ProcessLookupError, PermissionError):
             pass
         proc.popen.wait()
-        kill_tagged(self.token)
+        WORKER_ROOTS.discard(proc.root)
+        reaper.kill_tree(proc.root, proc.since, uid=self.uid)  # and reap what the root left
+        reaper.kill_tagged(RUN_TOKEN_VAR, self.token)
 
     def close(self) -> None:
-        """Stop the process and remove what its runs needed (unprivileged-user's directory)."""
+        """Stop the process and remove what its runs needed (unprivileged-user's directory,
+        and what its uid left in the host's shared memory-backed folders)."""
         self.stop()
-        if self._run_dir is not None:
-            shutil.rmtree(self._run_dir, ignore_errors=True)
-            self._run_dir = None
+        self._place.close()
 
     # --- internals ---------------------------------------------------------------------------
 
     def _start(self) -> None:
         self.stop()
+        reaper.become_subreaper()
         started = time.monotonic()
         req_read, req_write = os.pipe()
         resp_read, resp_write = os.pipe()
         try:
-            argv, env, as_user = self._command(req_read, resp_write)
+            argv, env, as_user, cwd = self._command(req_read, resp_write)
             popen = subprocess.Popen(
                 argv,
-                cwd=self.course_dir,
+                cwd=cwd,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -211,43 +228,21 @@ class StudentProcess:
             return
         os.close(req_read)
         os.close(resp_write)
-        self._proc = _Process(popen=popen, requests=req_write, replies=resp_read)
+        WORKER_ROOTS.add(popen.pid)
+        stat = read_stat(popen.pid)
+        since = stat.start if stat is not None else 0
+        self._proc = _Process(popen=popen, requests=req_write, replies=resp_read, since=since)
         self.startups += 1
         self._await_ready(started)
+        if self._proc is not None:  # bwrap's outer process, its PID 1, then the worker
+            chain = reaper.worker_chain(popen.pid, "bwrap" if self.sandbox == "bwrap" else None)
+            self._proc.keep, self._proc.worker = frozenset(chain), chain[-1]
 
     def _command(self, req_read: int, resp_write: int):
-        """argv, environment and the user to run as (Popen's arguments), per sandbox."""
+        """argv, environment, the user to run as (Popen's arguments) and the course folder
+        the process works in, per sandbox (placement.py)."""
         fds = [str(req_read), str(resp_write)]
-        memory = str(self.limits.memory_bytes)
-        language = languages.course_language(self.course_dir)  # python | ts: which worker
-        if self.sandbox == "bwrap":
-            mounts = Path(sandbox.WORKER_MOUNT).parent
-            inner = launch.worker_argv(
-                Path(sandbox.COURSE_MOUNT), *fds, memory, language, worker_dir=mounts
-            )
-            hidden = [cache_dir().resolve(), Path(__file__).parents[1]]
-            command = sandbox.bwrap_command(inner, self.course_dir, self.weights_path, hidden)
-            command = launch.bind_worker(command, language, mounts)
-            return command, {**sandbox.bwrap_env(RUN_TOKEN_VAR, self.token), **self.env}, {}
-        hide_grader_environ()
-        env = {
-            **{k: v for k, v in os.environ.items() if k not in GRADER_ONLY_ENV},
-            "THEINFERENCE_WEIGHTS": str(self.weights_path),
-            "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ writes in the course directory
-            **self.env,
-            RUN_TOKEN_VAR: self.token,  # inherited by every descendant: see kill_tagged
-        }
-        as_user = {}
-        if self.sandbox == "unprivileged-user":
-            if self._run_dir is None:
-                self._run_dir = sandbox.private_run_dir(self.weights_path)
-            home = str(self._run_dir / "home")
-            weights = str(self._run_dir / "model.safetensors")
-            env.update(HOME=home, TMPDIR=home, THEINFERENCE_WEIGHTS=weights)
-            uid, gid = sandbox.nobody_ids()
-            as_user = {"user": uid, "group": gid, "extra_groups": []}  # root is given up
-        argv = launch.worker_argv(self.course_dir, *fds, memory, language)
-        return argv, env, as_user
+        return self._place.command(fds, str(self.limits.memory_bytes))
 
     def _await_ready(self, started: float) -> None:
         """Wait for the worker's hello (interpreter and NumPy loaded), so start-up is counted
@@ -260,54 +255,16 @@ class StudentProcess:
         if hello.kind != "ready":
             self._early_death = hello
 
-    def _collect(self, deadline: float) -> Outcome:
-        proc = self._proc
-        out, err = Captured(), Captured()
-        reply = bytearray()
-        need: int | None = None
-        sel = selectors.DefaultSelector()
-        sel.register(proc.replies, selectors.EVENT_READ, "reply")
-        sel.register(proc.popen.stdout, selectors.EVENT_READ, out)
-        sel.register(proc.popen.stderr, selectors.EVENT_READ, err)
-        try:
-            while need is None or len(reply) < need:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return self._finish(Outcome("timeout"), out, err)
-                if self.cancel.is_set():
-                    return self._finish(Outcome("cancelled"), out, err)
-                events = sel.select(min(remaining, 0.05))
-                for key, _ in events:
-                    chunk = os.read(key.fd, 1 << 20)
-                    if key.data != "reply":
-                        if chunk:
-                            key.data.add(chunk, self.limits.output_bytes)
-                        else:
-                            sel.unregister(key.fileobj)
-                        continue
-                    if not chunk:  # the worker died before replying
-                        return self._finish(self._crash_outcome(), out, err)
-                    reply += chunk
-                    if need is None and len(reply) >= 8:
-                        need = 8 + struct.unpack("<Q", reply[:8])[0]
-                        if need > MAX_REPLY_BYTES:
-                            return self._finish(
-                                Outcome("bad_reply", message="the return value is over 1 GiB"),
-                                out,
-                                err,
-                            )
-            self._drain(sel, out, err)
-            return self._finish(decode_reply(bytes(reply[8:need])), out, err)
-        finally:
-            sel.close()
-
-    def _drain(self, sel, out: Captured, err: Captured) -> None:
-        # output written before the reply is already in the pipes: take what is there now
-        for key, _ in sel.select(0):
-            if key.data != "reply":
-                chunk = os.read(key.fd, 1 << 20)
-                if chunk:
-                    key.data.add(chunk, self.limits.output_bytes)
+    def _collect(self, deadline: float, watchdog: Watchdog | None = None) -> Outcome:
+        """The worker's next reply, or why there is none (channel.py)."""
+        return channel.collect(
+            self._proc,
+            deadline,
+            self.cancel,
+            watchdog,
+            self.limits.output_bytes,
+            self._crash_outcome,
+        )
 
     def _crash_outcome(self) -> Outcome:
         try:
@@ -324,20 +281,3 @@ class StudentProcess:
             message=f"the process exited with code {code} before returning "
             "(os._exit or a crash in native code?)",
         )
-
-    def _finish(self, outcome: Outcome, out: Captured, err: Captured) -> Outcome:
-        outcome.stdout, outcome.stderr = out.text(), err.text()
-        return outcome
-
-
-def kill_tagged(token: str) -> None:
-    """SIGKILL every process whose environment carries this run's token (Linux /proc)."""
-    needle = f"{RUN_TOKEN_VAR}={token}".encode()
-    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                os.kill(int(entry.name), signal.SIGKILL)
-        except (OSError, ValueError):
-            continue  # gone already, or not ours to read

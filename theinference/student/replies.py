@@ -6,18 +6,19 @@ describes, sizes that do not add up, offsets past the end, shapes that do not ma
 text that is not UTF-8, NaN where a count belongs...) is the call's `bad_reply` with a message,
 never an exception in the grader. Nothing here recurses deeper than MAX_NESTING.
 
-The frame after its 8-byte length (see worker.py's write_message): a 4-byte little-endian
+The frame after its 8-byte length (see the worker's wire.py, write_message): a 4-byte little-endian
 JSON length, the JSON header, then the arrays' raw bytes back to back (never unpickled).
 """
 
 import json
 import re
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 ALLOWED_DTYPES = {"b", "i", "u", "f", "c"}
+MAX_REPLY_BYTES = 1 << 30  # a whole frame, arrays included
 # the worker describes lists at most 4 deep inside a header that is itself 2 deep (value, items)
 MAX_NESTING = 16
 MAX_HEADER_BYTES = 16 << 20  # messages and value descriptions; arrays travel as raw bytes
@@ -32,9 +33,28 @@ LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass
+class Captured:
+    """The head of one stream the student's process printed to, and how much was cut."""
+
+    data: bytearray = field(default_factory=bytearray)
+    dropped: int = 0
+
+    def add(self, chunk: bytes, cap: int) -> None:
+        room = max(cap - len(self.data), 0)
+        self.data += chunk[:room]
+        self.dropped += max(len(chunk) - room, 0)
+
+    def text(self) -> str:
+        out = self.data.decode("utf-8", errors="replace")
+        if self.dropped:
+            out += f"\n[... output cut at {len(self.data) // 1024} KiB: {self.dropped} more bytes]"
+        return out
+
+
+@dataclass
 class Outcome:
     """What one adapter call came to. kind: returned, todo, raised, import_error, missing,
-    signature, timeout, crashed, bad_reply, cancelled."""
+    signature, timeout, cpu_limit, memory_limit, crashed, bad_reply, cancelled."""
 
     kind: str
     value: object = None

@@ -4,28 +4,33 @@
 made only of read-only system and Python directories, the course (read-only, at /course), the
 weights (read-only, at /weights/model.safetensors) and a private /tmp and HOME: it cannot see
 the grader's processes, its cache, other courses, the host's /tmp or any network.
-Without bubblewrap a grader running as root at least drops the student's process to `nobody`;
-otherwise it runs as the grader's own user (`none`), which protects nothing on the filesystem.
+Without bubblewrap a grader running as root drops the student's process to a fresh uid of its
+own (`unprivileged-user`, identity.py); otherwise it runs as the grader's own user (`none`),
+which protects nothing on the filesystem. Containment of its processes and memory holds in
+every mode (reaper.py, watchdog.py).
 """
 
 import ctypes
 import functools
 import os
-import pwd
 import shutil
 import site
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-MODES = ("auto", "bwrap", "none")
+MODES = ("auto", "bwrap", "unprivileged-user", "none")
+STRENGTH = {"none": 0, "unprivileged-user": 1, "bwrap": 2}  # what each kind enforces, in order
 INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap)"
 COURSE_MOUNT = "/course"
 WEIGHTS_MOUNT = "/weights/model.safetensors"
-WORKER_MOUNT = "/grader/worker.py"
+WORKER_DIR = Path(__file__).parent / "worker"  # the worker's folder: Python's and Node's
+WORKER_MOUNT = "/grader/worker"  # where the sandbox binds it, whole and read-only
 HOME_MOUNT = "/home/student"
+RUN_TOKEN_VAR = "THEINFERENCE_RUN_TOKEN"  # in every student process's environment (reaper.py)
+PRIVATE_TMPFS = ("/tmp", HOME_MOUNT, "/dev/shm")  # the student's own writable folders
+TMPFS_BYTES = 256 << 20  # each: room for a student's scratch files, bounded in memory
 NAMESPACES = (
     "--unshare-user",
     "--unshare-pid",
@@ -38,7 +43,6 @@ SYSTEM_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr")
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime")
 PASSED_ENV = ("LANG", "LC_ALL")
 PASSED_PREFIXES = ("OMP_", "OPENBLAS_", "MKL_", "NVPL_", "BLIS_", "GOTO_")  # BLAS tuning
-NOBODY = "nobody"
 PR_SET_DUMPABLE = 4
 
 
@@ -54,8 +58,11 @@ class Sandbox:
     notes: list[str] = field(default_factory=list)  # said once per run, e.g. how to do better
 
 
-def choose(mode: str, course: Path) -> Sandbox:
-    """The sandbox for `--sandbox MODE`; `bwrap` without a working bubblewrap is an error."""
+def choose(mode: str) -> Sandbox:
+    """The sandbox for `--sandbox MODE`: `none` leaves bubblewrap out, `auto` takes the
+    strongest this machine allows, `unprivileged-user` and `bwrap` are minimums (the strongest
+    available, refused below them). A root grader never runs the student as root when it can
+    drop to a uid of the student's own."""
     if mode not in MODES:
         raise SandboxError(f"unknown sandbox '{mode}': choose one of {', '.join(MODES)}")
     notes = []
@@ -66,14 +73,24 @@ def choose(mode: str, course: Path) -> Sandbox:
         if mode == "bwrap":
             raise SandboxError(f"--sandbox bwrap: {problem}; {INSTALL_HINT}, or grade elsewhere")
         notes.append(f"no sandbox: {problem}; to isolate the student's code, {INSTALL_HINT}")
+    chosen = without_bwrap(notes)
+    if mode == "unprivileged-user" and chosen.kind == "none":
+        why = chosen.notes[-1] if os.geteuid() == 0 else "only a grader running as root can drop"
+        raise SandboxError(f"--sandbox unprivileged-user: {why}; {INSTALL_HINT}")
+    return chosen
+
+
+def without_bwrap(notes: list[str]) -> Sandbox:
+    """A fresh unprivileged uid when the grader is root and the Python installation is
+    readable by others (the course is copied where it is not); else the grader's own user."""
     if os.geteuid() != 0:
         return Sandbox("none", notes)
-    unreachable = [p for p in (course, *_python_roots()) if not readable_by_others(p)]
-    if not unreachable:
+    unreadable = [p for p in _python_roots() if not readable_by_others(p)]
+    if not unreadable:
         return Sandbox("unprivileged-user", notes)
     notes.append(
-        f"the student's process runs as root: {unreachable[0]} is not readable by others, "
-        f"so it cannot run as {NOBODY}"
+        f"the student's process runs as root: {unreadable[0]} (the Python installation) is "
+        "not readable by others, so it cannot run as an unprivileged user"
     )
     return Sandbox("none", notes)
 
@@ -98,6 +115,17 @@ def bwrap_problem() -> str:
     return ""
 
 
+@functools.cache
+def bwrap_sizes_tmpfs() -> bool:
+    """Whether this bubblewrap can size a tmpfs (`--size`, 0.8 and later)."""
+    probe = [shutil.which("bwrap") or "bwrap", *NAMESPACES, "--ro-bind", "/", "/"]
+    probe += ["--size", str(TMPFS_BYTES), "--tmpfs", "/tmp", "true"]
+    try:
+        return subprocess.run(probe, capture_output=True, timeout=30, check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
 # --- bubblewrap ------------------------------------------------------------------------------
 
 
@@ -108,11 +136,13 @@ def bwrap_command(inner: list[str], course: Path, weights: Path, hidden: list[Pa
     args += ["--uid", "65534", "--gid", "65534"]  # no capabilities, not root even inside
     # the private /tmp and HOME first: a Python environment that lives under /tmp (a venv in a
     # temporary clone) is then bound on top of it instead of hidden by it
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", HOME_MOUNT]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    for folder in PRIVATE_TMPFS:  # sized where bwrap can (0.8+): their files live in memory
+        args += [*(["--size", str(TMPFS_BYTES)] if bwrap_sizes_tmpfs() else []), "--tmpfs", folder]
     args += _system_binds() + _python_binds()
     args += ["--ro-bind", str(course), COURSE_MOUNT]
     args += ["--ro-bind-try", str(weights), WEIGHTS_MOUNT]
-    args += ["--ro-bind", str(worker_script()), WORKER_MOUNT]
+    args += ["--ro-bind", str(WORKER_DIR), WORKER_MOUNT]
     for path in filter(Path.is_dir, hidden):  # a tmpfs over it where it would show
         if any(_below(path, root) for root in _python_roots()):
             args += ["--tmpfs", str(path)]
@@ -121,18 +151,29 @@ def bwrap_command(inner: list[str], course: Path, weights: Path, hidden: list[Pa
     return [*args, "--chdir", COURSE_MOUNT, "--", *inner]
 
 
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
 def bwrap_env(token_var: str, token: str) -> dict[str, str]:
-    """The whole environment inside: nothing of the grader's beyond locale and BLAS tuning."""
+    """The whole environment inside bubblewrap."""
+    return student_env((token_var, token), HOME_MOUNT, "/tmp", WEIGHTS_MOUNT, SYSTEM_PATH)
+
+
+def student_env(
+    token: tuple[str, str], home: str, tmpdir: str, weights: str, path: str
+) -> dict[str, str]:
+    """The student's whole environment, in every mode: nothing of the grader's beyond locale
+    and BLAS tuning (not its cache's path, its seed, or anything a grader's CI keeps there)."""
     env = {k: v for k, v in os.environ.items() if k in PASSED_ENV or k.startswith(PASSED_PREFIXES)}
     return {
         **env,
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "HOME": HOME_MOUNT,
+        "PATH": path,
+        "HOME": home,
         "USER": "student",
-        "TMPDIR": "/tmp",
-        "THEINFERENCE_WEIGHTS": WEIGHTS_MOUNT,
-        "PYTHONDONTWRITEBYTECODE": "1",
-        token_var: token,  # lets the grader find and kill anything that escaped the group
+        "TMPDIR": tmpdir,
+        "THEINFERENCE_WEIGHTS": weights,
+        "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ writes in the course directory
+        token[0]: token[1],  # lets the grader find and kill anything that escaped the tree
     }
 
 
@@ -177,57 +218,23 @@ def _below(path: Path, parent: Path) -> bool:
     return path == parent or parent in path.parents
 
 
-def worker_script() -> Path:
-    return Path(__file__).parent / "worker" / "worker.py"
-
-
 def signal_from_exit(code: int) -> int:
     """bwrap reports a child killed by signal N as exit code 128 + N; 0 when not that."""
     return code - 128 if 128 < code < 128 + 65 else 0
 
 
-# --- an unprivileged user, for a root grader without bubblewrap -------------------------------
-
-
-def nobody_ids() -> tuple[int, int]:
-    try:
-        entry = pwd.getpwnam(NOBODY)
-        return entry.pw_uid, entry.pw_gid
-    except KeyError:
-        return 65534, 65534
+# --- an unprivileged user, for a root grader without bubblewrap (identity.py) -----------
 
 
 def readable_by_others(path: Path) -> bool:
     """Every ancestor searchable by others and the directory itself listable: what a process
-    running as nobody needs to import the course."""
+    running as an unprivileged uid needs to import from it."""
     path = path.resolve()
     for part in [path, *path.parents]:
         mode = part.stat().st_mode
         if not mode & 0o001:
             return False
     return bool(path.stat().st_mode & 0o004)
-
-
-def private_run_dir(weights: Path) -> Path:
-    """A directory nobody can read (0o711 root, HOME inside it owned by nobody) holding the
-    weights as a read-only link or copy: the student's process never learns the cache's path."""
-    run_dir = Path(tempfile.mkdtemp(prefix="theinference-run-"))
-    run_dir.chmod(0o711)
-    uid, gid = nobody_ids()
-    home = run_dir / "home"
-    home.mkdir()
-    os.chown(home, uid, gid)
-    target = run_dir / "model.safetensors"
-    try:
-        if weights.stat().st_mode & 0o004:
-            os.link(weights, target)  # same inode, still root's and read-only to nobody
-        else:
-            raise OSError("not readable by others")
-    except OSError:
-        if weights.is_file():
-            shutil.copyfile(weights, target)
-            target.chmod(0o444)
-    return run_dir
 
 
 def hide_grader_environ() -> None:

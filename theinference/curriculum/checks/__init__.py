@@ -5,12 +5,11 @@ import importlib
 import pkgutil
 
 from theinference.curriculum.checks.common import CHECKS, Check, Verdict
-from theinference.oracle.recompute import Recompute
 
-SHARED = {"common", "recompute", "values", "cost"}  # helpers, not stages
+SHARED = {"common", "values", "cost"}  # helpers, not stages
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name not in SHARED:
         importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["CHECKS", "Check", "Recompute", "Verdict"]
+__all__ = ["CHECKS", "Check", "Verdict"]

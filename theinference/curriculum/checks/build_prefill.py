@@ -27,7 +27,7 @@ def prompt_arguments(case: Case, config: ModelConfig) -> list:
     adapter="run_prefill",
     arguments=prompt_arguments,
     expect=lambda recompute, args: recompute.last_logits(args[0]),
-    second_path=lambda recompute, args: recompute.last_logits_cached_path(args[0]),
+    simulate=lambda path, args, variant: path.prefill_logits(args[0], variant),
 )
 def prefill_logits(value, args, ask, tol, config) -> Verdict:
     """The logits prefill returns for the prompt's last position equal the recompute's."""
@@ -96,10 +96,11 @@ def localise(pairs, expected: list[oracle.LayerKV], tol) -> Verdict:
                 before = f"{fine[-1]} and everything before it match; " if fine else ""
                 return Verdict(
                     Status.FAILED,
-                    hint=say("cache"),
+                    hint=departing_hint(layer, name),
                     comparisons=[c],
                     message=f"{before}layer {layer} {name} departs at position {pos}, head "
                     f"{head}: {mismatch_message(c)}",
+                    where={"layer": layer, "tensor": name, "position": pos, "head": head},
                 )
             fine.append(f"layer {layer} {name}")
     everything = compare(
@@ -109,6 +110,14 @@ def localise(pairs, expected: list[oracle.LayerKV], tol) -> Verdict:
         tol,
     )
     return Verdict(Status.PASSED, comparisons=[everything])
+
+
+def departing_hint(layer: int, name: str) -> str:
+    """The shapes are right, so the row count is not the problem: what the layer that departs
+    first says about the cause."""
+    if layer == 0:
+        return say("cache_first_layer", name=name)
+    return say("cache_later_layer", layer=layer, before=layer - 1)
 
 
 def first_departure(got: np.ndarray, want: np.ndarray, tol) -> tuple[int, int]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from theinference.curriculum.stages import Case, stage_words
+from theinference.oracle.cached_path import Simulate
 from theinference.oracle.config import ModelConfig
 from theinference.results import Finding
 from theinference.results.compare import Tolerance
@@ -45,7 +46,9 @@ class Check:
     answer to a question; `judge` validates the student's value and asks what it needs
     (usually the case's own arguments; generate-loop asks about the student's own tokens).
     `probe`, given the arguments, asks the student's process to measure or alter something
-    during the call (see worker.py); the judge then gets (value, what the probe saw)."""
+    during the call (see worker.py); the judge then gets (value, what the probe saw).
+    `simulate` runs the case along the cached path (oracle/cached_path.py), for the noise
+    floor and, with a bug's variant, for the fingerprints."""
 
     name: str
     stage: str  # the slug of the stage whose module declares it
@@ -55,7 +58,7 @@ class Check:
     expect: Callable[..., object]  # (Recompute, args) -> the answer
     judge: Judge
     probe: Callable[[list], dict] | None = None
-    second_path: Callable[..., np.ndarray] | None = None  # for the noise floor
+    simulate: Simulate | None = None
 
 
 CHECKS: dict[str, Check] = {}
@@ -66,7 +69,7 @@ def stage_of(module: str) -> str:
     return module.rsplit(".", 1)[-1].replace("_", "-")
 
 
-def check(name: str, *, adapter: str, arguments, expect, probe=None, second_path=None):
+def check(name: str, *, adapter: str, arguments, expect, probe=None, simulate=None):
     """Register the decorated judge as check `name` of its module's stage."""
 
     def register(judge: Judge) -> Judge:
@@ -81,7 +84,7 @@ def check(name: str, *, adapter: str, arguments, expect, probe=None, second_path
             expect=expect,
             judge=judge,
             probe=probe,
-            second_path=second_path,
+            simulate=simulate,
         )
         return judge
 

@@ -23,7 +23,7 @@ def decoded(recompute, args):
     adapter="run_decode_step",
     arguments=decode_arguments,
     expect=decoded,
-    second_path=lambda recompute, args: recompute.last_logits_cached_path(args[0] + [args[1]]),
+    simulate=lambda path, args, variant: path.decode(args[0], [args[1]], variant)[0],
 )
 def decode_step(value, args, ask, tol, config) -> Verdict:
     """The logits of next_id decoded at position len(prompt_ids), after prefilling the prompt,

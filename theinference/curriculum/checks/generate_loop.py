@@ -57,6 +57,7 @@ def generate(value, args, ask, tol: Tolerance, config: ModelConfig) -> Verdict:
         Status.FAILED,
         tokens=strip,
         hint=say("mismatch"),
+        where={"token": first, "position": len(prompt) + first},
         message=f"token {first} (position {len(prompt) + first}) departs: yours {yours[first]}, "
         f"the recompute's argmax {expected[first]}, whose logit is higher by {gap:.3g}",
     )

@@ -35,6 +35,7 @@ def expect_sequence(recompute, args: list) -> np.ndarray:
     adapter="run_decode_sequence",
     arguments=sequence_arguments,
     expect=expect_sequence,
+    simulate=lambda path, args, variant: path.decode(args[0], args[1], variant),
 )
 def decode_sequence(value, args, ask, tol: Tolerance, config: ModelConfig) -> Verdict:
     """Each step's logits, decoding the continuation one token at a time after the prompt,
@@ -71,6 +72,7 @@ def decode_sequence(value, args, ask, tol: Tolerance, config: ModelConfig) -> Ve
         actual=actual,
         steps=steps,
         hint=say("drift") if first > 0 else full_decode_step.say("mismatch"),
+        where={"step": first, "position": len(prompt) + first},
     )
 
 

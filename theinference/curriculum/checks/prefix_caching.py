@@ -50,13 +50,15 @@ def prefix_caching(value, args, ask, tol: Tolerance, config: ModelConfig) -> Ver
                 hint=say(kind),
                 message=f"prompt {i} ({len(prompts[i])} tokens): reused {reused} "
                 f"positions, expected {right}",
+                where={"prompt": i},
             )
         if not c.passed:
             return Verdict(
                 Status.FAILED,
                 comparisons=[c],
-                hint=say("logits"),
+                hint=say("reused_nothing") if reused == 0 else say("logits"),
                 message=f"prompt {i} (reused {reused} of {len(prompts[i])}): {mismatch_message(c)}",
+                where={"prompt": i},
             )
     return Verdict(Status.PASSED, comparisons=[max(comparisons, key=lambda c: c.worst)])
 

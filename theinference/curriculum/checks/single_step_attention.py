@@ -17,7 +17,7 @@ def seq_arguments(case: Case, config: ModelConfig) -> list:
     adapter="run_step_attention",
     arguments=seq_arguments,
     expect=lambda recompute, args: recompute.layer0_attention_last(args[0]),
-    second_path=lambda recompute, args: recompute.layer0_attention_cached_path(args[0]),
+    simulate=lambda path, args, variant: path.step_attention(args[0], variant),
 )
 def step_attention(value, args, ask, tol, config) -> Verdict:
     """Layer 0's attention-sublayer output at the last position, walked one token at a time

@@ -1,15 +1,18 @@
 """Gradescope's results.json from the results JSON of `theinference test`: a test per stage
 (and one for its seeded hidden cases, shown after publication), scored and shown as the
-course's [grading] says, each carrying the diagnosis in markdown: status, suspected bug and
-hint, the allclose figures, the student's trimmed traceback, captured output (capped). Every
-piece of text is made inert markdown (results/text.py): the student's cannot render as ours.
+course's [grading] says, each carrying the diagnosis in markdown: status, suspected bug, error
+lesson and hint, where it departs, the allclose figures, the student's trimmed traceback,
+captured output (capped). The one rendering: `test --format gradescope` and `gradescope run`
+both call `gradescope_results`. Every piece of text is made inert markdown (results/text.py):
+the student's cannot render as ours.
 
 Field names and values follow Gradescope's autograder specification; schema/gradescope-
 results.json holds them, and the tests validate every results.json against it.
 """
 
-from theinference.classroom.records import case_groups, group_score, stage_bug
 from theinference.course.settings import Grading
+from theinference.grading.scores import case_groups, group_score, suspected_bug_of
+from theinference.results import where_text
 from theinference.results.text import markdown_fence, markdown_text
 
 TRACEBACK_LINES = 30
@@ -35,8 +38,13 @@ def gradescope_results(results: dict, points: dict[str, float], grading: Grading
         "output_format": "md",
         "visibility": "visible",
         "stdout_visibility": "hidden",
-        "extra_data": {"weights": results.get("weights", {}), "schema": results.get("schema"),
-                       "provenance": results.get("provenance", {})},
+        "extra_data": {
+            "weights": results.get("weights", {}),
+            "schema": results.get("schema"),
+            "provenance": results.get("provenance", {}),
+            "sandbox": results.get("sandbox"),
+            "notes": results.get("notes", []),
+        },
         "tests": tests,
     }
 
@@ -81,13 +89,8 @@ def stage_markdown(stage: dict, group: dict) -> str:
     lines = [f"**Status: {group['status']}**, {passed} of {len(cases)} cases passed"]
     if stage.get("reason"):
         lines.append(f"\n{markdown_text(stage['reason'])}")
-    bug = stage_bug({"cases": cases, "suspected_bug": None if group["hidden"] else
-                     stage.get("suspected_bug")})
-    if bug:
-        lines.append(f"\n**Suspected bug:** `{bug}`")  # a catalogue id, never the student's
-    hint = stage.get("hint") or next((c["hint"] for c in cases if c.get("hint")), "")
-    if hint and group["status"] != "passed":
-        lines.append(f"\n**Hint:** {markdown_text(hint)}")
+    if group["status"] != "passed":
+        lines += diagnosis_markdown(stage, group)
     if cases:
         lines += ["", "| case | status | worst error (× tolerance) | mismatched |",
                   "|---|---|---|---|"]
@@ -96,6 +99,28 @@ def stage_markdown(stage: dict, group: dict) -> str:
         if case["status"] != "passed":
             lines += case_detail(case)
     return "\n".join(lines)
+
+
+def diagnosis_markdown(stage: dict, group: dict) -> list[str]:
+    """The stage's diagnosis as the terminal gives it: the suspected bug (or the error's lesson)
+    in words, where it departs, the hint. A hidden group shows only what its own cases say."""
+    cases, hidden = group["cases"], group["hidden"]
+    said = {} if hidden else stage
+    bug = suspected_bug_of({"cases": cases, "suspected_bug": said.get("suspected_bug")})
+    name, lesson = said.get("bug_name", ""), said.get("lesson")
+    lines = []
+    if bug or name:
+        tag = f"`{bug}`" if bug else f"`{lesson}`" if lesson else ""  # the table's ids
+        named = ": ".join(x for x in (tag, name) if x)  # the bug table's words, not the student's
+        lines.append(f"\n**Suspected bug:** {named}")
+    if lesson:
+        lines.append(f"\n**Error lesson:** `{lesson}`")
+    if said.get("where"):
+        lines.append(f"\n**First departs at:** {where_text(said['where'])}")
+    hint = said.get("hint") or next((c["hint"] for c in cases if c.get("hint")), "")
+    if hint:
+        lines.append(f"\n**Hint:** {hint}")  # the checks' and the bug table's words
+    return lines
 
 
 def case_row(case: dict) -> str:
@@ -142,9 +167,15 @@ def summary(results: dict, tests: list[dict]) -> str:
     passed = sum(s["status"] == "passed" for s in stages)
     return (f"**{score:g} of {total:g} points**: {passed} of {len(stages)} stages passed "
             f"(weights {markdown_text(results.get('weights', {}).get('label', '?'))}). Run "
-            "`theinference test --stage SLUG` in your course for the full report.")
+            "`theinference test --stage SLUG` in your course for the full report. "
+            f"Sandbox: {markdown_text(str(results.get('sandbox', '?')))}.")
 
 
 def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + f"\n[... cut at {limit} characters]"
 
+
+def failure_results(message: str) -> dict:
+    """results.json for a submission that could not be graded: no points, and why."""
+    return {"score": 0.0, "output": markdown_text(message), "output_format": "md",
+            "visibility": "visible", "stdout_visibility": "hidden", "tests": []}

@@ -1,0 +1,134 @@
+"""Every process the student's code starts is found and killed, however it detaches.
+
+The grader makes itself a child subreaper (PR_SET_CHILD_SUBREAPER): a process that double-forks,
+calls setsid or re-executes itself with a clean environment is re-parented to the grader, not
+to init, so it stays in the tree cpu.py measures. At the end of every call every process of the
+tree but the worker itself (and bwrap's own two) is killed; when the worker stops, all of them.
+The grader reaps only the processes it killed or found ended under it, by pid: never
+waitpid(-1), which would take the worker's exit status from its Popen.
+"""
+
+import ctypes
+import functools
+import os
+import signal
+import time
+from pathlib import Path
+
+from theinference.student import cpu
+from theinference.student.cpu import WORKER_ROOTS, Stat, process_table, tree_table
+
+PR_SET_CHILD_SUBREAPER = 36
+KILL_ROUNDS = 100  # a process forking as fast as it can is outrun in a few
+REAP_WAIT = 2.0  # seconds for a killed process to become a zombie (it may be in a syscall)
+
+
+@functools.cache
+def become_subreaper() -> bool:
+    """Make this process the reaper of its descendants' orphans; False where that cannot be
+    had (not Linux), and then only the process group, the token and bwrap hold the tree."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        cpu.SUBREAPER = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        cpu.SUBREAPER = False
+    return cpu.SUBREAPER
+
+
+def kill_tree(root: int, since: int, keep: frozenset[int] = frozenset(), uid: int | None = None):
+    """SIGKILL every live process of root's tree (cpu.tree_members) but `keep`, and every
+    process running as `uid` (a uid of the student's own), until none is left; then reap those
+    that are the grader's children. A process that forks while it is killed is found in the
+    next round: its child is still in the tree."""
+    for _ in range(KILL_ROUNDS):
+        table = tree_table(root, since)
+        if uid is not None:  # a look at every process: only when the worker stops
+            everything = process_table()
+            table |= {pid: everything[pid] for pid in running_as(uid, everything)}
+        victims = {pid for pid, stat in table.items() if stat.state not in "ZX"} - keep
+        if not victims:
+            break
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+    reap_orphans(root, since, keep)
+
+
+def reap_orphans(root: int, since: int, keep: frozenset[int]) -> None:
+    """Wait for every process of the tree that is now the grader's own child (re-parented to
+    it) and not the worker's root: it was killed above, or ended by itself."""
+    grader, deadline = os.getpid(), time.monotonic() + REAP_WAIT
+    waiting = {
+        pid
+        for pid, stat in tree_table(root, since).items()
+        if stat.ppid == grader and pid not in keep | {root} and pid not in WORKER_ROOTS
+    }
+    while waiting:
+        for pid in list(waiting):
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done = pid  # not ours (any more): nothing to wait for
+            if done:
+                waiting.discard(pid)
+        if not waiting or time.monotonic() > deadline:
+            return
+        time.sleep(0.01)
+
+
+def running_as(uid: int | None, table: dict[int, Stat]) -> set[int]:
+    """The processes whose real or effective uid is `uid` (none when uid is None)."""
+    if uid is None:
+        return set()
+    found = set()
+    for pid in table:
+        try:
+            status = (Path("/proc") / str(pid) / "status").read_text()
+        except OSError:
+            continue
+        line = next((ln for ln in status.splitlines() if ln.startswith("Uid:")), "")
+        if str(uid) in line.split()[1:3]:
+            found.add(pid)
+    return found
+
+
+def worker_chain(root: int, wrapper: str | None, depth: int = 3) -> tuple[int, ...]:
+    """root and the first-started process of each level below it, down to the first that is
+    not `wrapper` (None: root is the worker): under bwrap, its outer process, its PID
+    namespace's init and the worker, which the end-of-call sweep spares."""
+    chain, pid = [root], root
+    for _ in range(depth if wrapper is not None else 0):
+        if program(pid) != wrapper:
+            break
+        table = process_table()
+        children = [p for p, s in table.items() if s.ppid == pid]
+        if not children:
+            break
+        pid = min(children, key=lambda p: (table[p].start, p))
+        chain.append(pid)
+    return tuple(chain)
+
+
+def program(pid: int) -> str:
+    """The name of the program pid runs (its argv[0]'s last part), "" when unreadable."""
+    try:
+        argv0 = (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")[0]
+    except OSError:
+        return ""
+    return os.path.basename(argv0.decode(errors="replace"))
+
+
+def kill_tagged(token_var: str, token: str) -> None:
+    """SIGKILL every process whose environment carries this run's token (Linux /proc): a
+    second net, for a process that left the tree while the grader was not a subreaper."""
+    needle = f"{token_var}={token}".encode()
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue  # gone already, or not ours to read
