@@ -1,6 +1,7 @@
 """generate-loop's refusal past the context: the exception must come up front, before any work.
-A guard met deep in the decode (after a 1020-token prefill and four decode steps) raises the
-right exception too, but too late: it must fail, in Python and in TypeScript alike."""
+A guard met once prefill has begun (at its first line, or deep in the decode after a 1020-token
+prefill and four decode steps) raises the right exception too, but too late: it must fail, in
+Python and in TypeScript alike."""
 
 from dataclasses import replace
 
@@ -28,6 +29,27 @@ LATE_TS = [
      "  const d = w[\"wte.weight\"].shape[1];\n"),
 ]
 
+# the same late guard, met as soon as prefill is called: no work done yet, but too late still
+IN_PREFILL_PY = [
+    LATE_PY[0],
+    ("def prefill(prompt_ids, w, mc):\n",
+     "def prefill(prompt_ids, w, mc):\n"
+     "    if len(prompt_ids) > 1000:\n"
+     '        raise ValueError("position past the context")\n'),
+]
+IN_PREFILL_TS = [
+    LATE_TS[0],
+    ("export function prefill(promptIds: number[], w: Weights, mc: ModelCache): Float32Array {\n",
+     "export function prefill(promptIds: number[], w: Weights, mc: ModelCache): Float32Array {\n"
+     "  if (promptIds.length > 1000) throw new RangeError(\"position past the context\");\n"),
+]
+COURSES = {
+    "python": (make_course, lambda: reference_text()),
+    "ts": (ts_course, lambda: REFERENCE_TS),
+}
+LATE = {"python": {"deep": LATE_PY, "in-prefill": IN_PREFILL_PY},
+        "ts": {"deep": LATE_TS, "in-prefill": IN_PREFILL_TS}}
+
 
 def edited(text: str, edits: list[tuple[str, str]]) -> str:
     for old, new in edits:
@@ -43,16 +65,20 @@ def refusal(course, weights):
     return result
 
 
-@pytest.mark.parametrize("language", ["python", "ts"])
-def test_a_refusal_after_the_work_fails_and_one_up_front_passes(language, tmp_path, weights):
-    """Catches a late guard (the right exception, raised only after prefill and several decode
-    steps) counted as the refusal the stage asks for, or an up-front refusal failed."""
-    if language == "python":
-        upfront = make_course(tmp_path / "upfront", reference_text())
-        late = make_course(tmp_path / "late", edited(reference_text(), LATE_PY))
-    else:
-        upfront = ts_course(tmp_path / "upfront", REFERENCE_TS)
-        late = ts_course(tmp_path / "late", edited(REFERENCE_TS, LATE_TS))
+@pytest.mark.parametrize(("language", "where"), [
+    ("python", "deep"),
+    ("python", "in-prefill"),
+    ("ts", "in-prefill"),
+    pytest.param("ts", "deep", marks=pytest.mark.slow),  # a 1020-token prefill in TypeScript
+])
+def test_a_refusal_after_the_work_fails_and_one_up_front_passes(language, where, tmp_path,
+                                                                 weights):
+    """Catches a late guard (the right exception, raised once prefill has been called, or only
+    after prefill and several decode steps) counted as the refusal the stage asks for, or an
+    up-front refusal failed."""
+    make, text = COURSES[language]
+    upfront = make(tmp_path / "upfront", text())
+    late = make(tmp_path / "late", edited(text(), LATE[language][where]))
     good = refusal(upfront, weights)
     assert good.status.value == "passed", good.message
     bad = refusal(late, weights)
