@@ -224,6 +224,20 @@ def test_reports_and_hint_use_the_typescript_names(tmp_path):
     assert "decode_step" in python.stdout
 
 
+PYTHON_IDIOMS = ["LayerCache()", "for _ in", "reshape(", ".transpose(", " @ ", "None", "NumPy"]
+
+
+def test_every_bugs_words_in_typescript_quote_no_python():
+    """Catches a TypeScript student told about [LayerCache() for _ in range(n)],
+    reshape(...).transpose(1, 0, 2), q @ k, None or NumPy arrays: a bug whose Python words quote
+    Python needs its `ts` words in diagnosis/bugs.toml."""
+    from theinference.diagnosis.bugs import bug_table
+
+    for bug in bug_table().values():
+        words = languages.localize(f"{bug.name('ts')} {bug.hint('ts')}", languages.TYPESCRIPT)
+        assert not [i for i in PYTHON_IDIOMS if i in words], (bug.id, words)
+
+
 def test_watch_reacts_to_typescript_files():
     """Catches a watcher that ignores .ts saves or rebuilds on node_modules churn."""
     assert is_watched(Path("src/kvcache.ts")) and is_watched(Path("tests/adapters.ts"))
