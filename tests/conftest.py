@@ -4,9 +4,14 @@ directories made from the real template."""
 import os
 from pathlib import Path
 
-import pytest
+# the oracle in this process runs on one BLAS thread too (set before NumPy loads): the suite's
+# processes then share the cores instead of spinning idle threads against each other
+for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_name, "1")
 
-from tests.helpers import make_course, reference_text
+import pytest  # noqa: E402
+
+from tests.helpers import make_course, reference_text  # noqa: E402
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -314,3 +314,16 @@ def test_a_grader_killed_outright_takes_its_worker_with_it(kind, tmp_path):
         grader.kill()
         for pid in escapees():  # this test's own worker, should it have survived
             os.kill(pid, signal.SIGKILL)
+
+
+def test_the_students_blas_runs_one_thread_unless_the_grader_says_otherwise(monkeypatch):
+    """Would catch a student's process left to BLAS's own thread count (idle threads spin: a
+    one-row product then costs several times its CPU on a busy machine, and CPU time is what
+    the cost checks measure), or an instructor's explicit thread count overridden."""
+    for name in sandbox.ONE_BLAS_THREAD:
+        monkeypatch.delenv(name, raising=False)
+    env = sandbox.student_env(("T", "t"), "/h", "/tmp", "/w", "/bin")
+    assert all(env[name] == "1" for name in sandbox.ONE_BLAS_THREAD)
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "4")
+    env = sandbox.student_env(("T", "t"), "/h", "/tmp", "/w", "/bin")
+    assert env["OPENBLAS_NUM_THREADS"] == "4"

@@ -27,6 +27,7 @@ from theinference.curriculum.stages import token_ids
 from theinference.oracle import gpt2 as oracle_gpt2
 from theinference.oracle.weights import Weights
 from theinference.student.process import Limits, StudentProcess
+from theinference.student.sandbox import ONE_BLAS_THREAD as ONE_THREAD
 from theinference.student.sandbox import Sandbox
 
 SCHEMA = "theinference.speed/1"
@@ -37,8 +38,6 @@ WARM_UP = [[464, 2068], 2]  # imports and the weights' pages, before anything is
 CALLS = {"generate": (SHORT_PROMPT, GENERATED), "long_one": (LONG_PROMPT, 1),
          "long_many": (LONG_PROMPT, 1 + DECODE_STEPS)}  # name -> (prompt length, new tokens)
 REPEATS = 3
-ONE_THREAD = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                                     "MKL_NUM_THREADS")}
 
 YARDSTICK_ADAPTERS = '''"""The oracle's own cached generation, run as a student's course is run."""
 

@@ -43,6 +43,11 @@ SYSTEM_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr")
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime")
 PASSED_ENV = ("LANG", "LC_ALL")
 PASSED_PREFIXES = ("OMP_", "OPENBLAS_", "MKL_", "NVPL_", "BLIS_", "GOTO_")  # BLAS tuning
+# one BLAS thread unless the grader's environment says otherwise: idle BLAS threads spin, so
+# on a busy machine a multithreaded one-row product costs several times the CPU (and wall)
+# of the work itself, and the student's CPU time is what the cost checks measure
+ONE_BLAS_THREAD = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                          "MKL_NUM_THREADS")}
 PR_SET_DUMPABLE = 4
 
 
@@ -163,9 +168,11 @@ def student_env(
     token: tuple[str, str], home: str, tmpdir: str, weights: str, path: str
 ) -> dict[str, str]:
     """The student's whole environment, in every mode: nothing of the grader's beyond locale
-    and BLAS tuning (not its cache's path, its seed, or anything a grader's CI keeps there)."""
+    and BLAS tuning (one thread unless that tuning says otherwise; not its cache's path, its
+    seed, or anything a grader's CI keeps there)."""
     env = {k: v for k, v in os.environ.items() if k in PASSED_ENV or k.startswith(PASSED_PREFIXES)}
     return {
+        **ONE_BLAS_THREAD,
         **env,
         "PATH": path,
         "HOME": home,
