@@ -21,6 +21,8 @@ OUTCOME_STATUS = {
     "todo": Status.TODO,
     "timeout": Status.TIMEOUT,
 }
+# the workers' prefill watch (it counts prefill's calls; the cache it zeroes is not read here)
+REFUSAL_PROBE = {"kind": "zero_cache_after_prefill"}
 
 
 def grade_case(
@@ -31,6 +33,8 @@ def grade_case(
     check = CHECKS[case.check]
     args = check.arguments(case, answers.recompute.config)
     probe = check.probe(args) if check.probe else None
+    if case.inputs.get("must_raise"):
+        probe = REFUSAL_PROBE  # did the work start before the refusal?
     if is_baseline_probe(probe):
         outcome = call_against_baseline(process, check.adapter, args, stage.timeout, probe)
     else:
@@ -88,10 +92,11 @@ def judge(
 
 def verdict_for_must_raise(outcome: Outcome, case: Case) -> Verdict:
     """A case whose request is invalid (e.g. generating past the context): the student's code
-    must refuse it with the exception the template names, not crash into it later."""
+    must refuse it with the exception the template names, up front: before prefill runs, not
+    from a guard met later (after all that work) nor by crashing into it."""
     wanted = case.inputs.get("raises", "ValueError")
     if outcome.kind == "raised" and outcome.exception == wanted:
-        return Verdict(Status.PASSED, message=f"raised {outcome.message}, as it should")
+        return refusal_verdict(outcome, case.inputs["must_raise"], wanted)
     if outcome.kind == "raised":
         return Verdict(
             Status.FAILED,
@@ -101,6 +106,27 @@ def verdict_for_must_raise(outcome: Outcome, case: Case) -> Verdict:
     if outcome.kind == "returned":
         return Verdict(Status.FAILED, message=f"{case.inputs['must_raise']}: it returned")
     return verdict_without_value(outcome)
+
+
+def refusal_verdict(outcome: Outcome, request: str, wanted: str) -> Verdict:
+    """The right exception: passed when prefill never ran before it."""
+    calls = (outcome.probe or {}).get("prefill_calls")
+    if calls == 0:
+        return Verdict(Status.PASSED, message=f"raised {outcome.message} before any work, as it "
+                       "should")
+    if calls is None:
+        why = (outcome.probe or {}).get("reason") or "the probe did not run"
+        return Verdict(
+            Status.FAILED,
+            message=f"{request}: it raised {outcome.message}, but whether it did so before any "
+            f"work cannot be told ({why}). Check the request up front, before prefill.",
+        )
+    return Verdict(
+        Status.FAILED,
+        message=f"{request}: it raised {outcome.message} only after prefill had run. Check the "
+        f"request up front and raise {wanted} before any work: a guard met later in the decode "
+        "refuses too late.",
+    )
 
 
 def verdict_without_value(outcome: Outcome) -> Verdict:

@@ -26,20 +26,25 @@ class ZeroCacheAfterPrefill(Probe):
 
     def __init__(self, course_dir: str):
         self.patched: list[tuple[object, str, object]] = []
-        self.state = {"applied": False, "reason": "prefill was never called", "zeroed": 0}
+        # prefill_calls: how many times it ran (None: no prefill to watch), which tells a
+        # refusal made up front from one made after the work
+        self.state = {"applied": False, "reason": "prefill was never called", "zeroed": 0,
+                      "prefill_calls": 0}
         for module, attr, fn in functions_named("prefill", course_dir):
             self.patched.append((module, attr, fn))
             setattr(module, attr, self._wrap(fn))
         if not self.patched:
             self.state["reason"] = "src/kvcache.py has no function named prefill"
+            self.state["prefill_calls"] = None
 
     def _wrap(self, original):
         def prefill(prompt_ids, w, *rest, **named):
+            self.state["prefill_calls"] += 1
             out = original(prompt_ids, w, *rest, **named)
             zeroed = zero_arrays([*rest, *named.values()], skip=array_ids(w))
             total = self.state["zeroed"] + zeroed
             why = "" if total else "prefill left no K/V values in mc: nothing a decode could read"
-            self.state = {"applied": total > 0, "reason": why, "zeroed": total}
+            self.state |= {"applied": total > 0, "reason": why, "zeroed": total}
             return out
 
         return prefill

@@ -74,6 +74,7 @@ async function callAdapter(adapters, kvcache, request) {
       exception: EQUIVALENT_EXCEPTIONS[kind] ?? kind,
       message: describeError(err),
       traceback: studentStack(err),
+      probe: probe.report(), // a refusal's: did the work start before it?
     };
   } finally {
     probe.remove();
@@ -95,18 +96,22 @@ function installProbe(kvcache, probe) {
 // layout. A decode that still gives the right logits cannot have read the cache.
 class ZeroCacheAfterPrefill {
   constructor(kvcache) {
-    this.state = { applied: false, reason: "prefill was never called", zeroed: 0 };
+    // prefill_calls: how many times it ran (null: no prefill to watch), which tells a refusal
+    // made up front from one made after the work
+    this.state = { applied: false, reason: "prefill was never called", zeroed: 0, prefill_calls: 0 };
     this.restore = null;
     try {
       this.restore = kvcache.__theinferenceWrapPrefill((original) => (ids, w, ...rest) => {
+        this.state.prefill_calls += 1;
         const out = original(ids, w, ...rest);
         const total = this.state.zeroed + zeroFloats(rest, weightBuffers(w));
         const why = total ? "" : "prefill left no K/V values in mc: nothing a decode could read";
-        this.state = { applied: total > 0, reason: why, zeroed: total };
+        this.state = { ...this.state, applied: total > 0, reason: why, zeroed: total };
         return out;
       });
     } catch (err) {
       this.state.reason = `src/kvcache.ts has no function prefill the grader can wrap (${err})`;
+      this.state.prefill_calls = null;
     }
   }
 
