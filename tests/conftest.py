@@ -6,7 +6,7 @@ from pathlib import Path
 
 # the oracle in this process runs on one BLAS thread too (set before NumPy loads): the suite's
 # processes then share the cores instead of spinning idle threads against each other
-for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+for _name in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_name, "1")
 
 import pytest  # noqa: E402

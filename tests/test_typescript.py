@@ -13,6 +13,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from theinference.course import languages
@@ -223,6 +224,34 @@ def test_reports_and_hint_use_the_typescript_names(tmp_path):
     assert "decode_step" not in done.stdout and "len(prompt_ids)" not in done.stdout
     python = cli("hint", "full-decode-step", "-C", str(tmp_path))
     assert "decode_step" in python.stdout
+
+
+PYTHON_IDIOMS = ["LayerCache()", "for _ in", "reshape(", ".transpose(", " @ ", "None", "NumPy"]
+
+
+def test_every_bugs_words_in_typescript_quote_no_python():
+    """Catches a TypeScript student told about [LayerCache() for _ in range(n)],
+    reshape(...).transpose(1, 0, 2), q @ k, None or NumPy arrays: a bug whose Python words quote
+    Python needs its `ts` words in diagnosis/bugs.toml."""
+    from theinference.diagnosis.bugs import bug_table
+
+    for bug in bug_table().values():
+        words = languages.localize(f"{bug.name('ts')} {bug.hint('ts')}", languages.TYPESCRIPT)
+        assert not [i for i in PYTHON_IDIOMS if i in words], (bug.id, words)
+
+
+def test_a_course_with_its_own_runner_runs_as_a_dropped_uid(tmp_path, weights):
+    """Catches the copy a dropped uid reads (a course in a folder others cannot enter) losing
+    the exec bit of node_modules' esbuild: every TypeScript import then fails with EACCES."""
+    from tests.test_containment import require_unprivileged
+
+    tmp_path.chmod(0o700)  # others cannot read the course: the uid gets a copy
+    course = ts_course(tmp_path / "c", REFERENCE_TS, copy=True)
+    dropped = require_unprivileged()
+    with StudentProcess(course, weights.path, Limits(timeout=60), sandbox=dropped) as process:
+        out = process.call("run_step_attention", [[464, 2068]])
+    assert out.kind == "returned", out.message
+    assert np.asarray(out.value).shape == (768,)
 
 
 def test_watch_reacts_to_typescript_files():

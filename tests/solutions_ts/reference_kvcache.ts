@@ -11,8 +11,10 @@ import {
   block,
   dot,
   embed,
+  head,
   lnRows,
   matmul,
+  matmulT,
   mlp,
   nCtx,
   nHead,
@@ -106,15 +108,29 @@ export function embedToken(tokenId: number, position: number, w: Weights): Float
   return out;
 }
 
+// the prompt's queries over its own keys and values, all [n, d] -> [n, d] merged heads
+function attendPrompt(q: Rows, k: Rows, v: Rows, heads: number): Rows {
+  const a: Rows = q.map(() => new Float32Array(q[0].length));
+  for (let h = 0; h < heads; h++) {
+    const scores = matmulT(head(q, h), head(k, h)); // [n, n]
+    scores.forEach((s, t) => {
+      const upto = t + 1; // causal: row t sees 0..t
+      for (let j = 0; j < upto; j++) s[j] /= Math.sqrt(HEAD_DIM);
+      softmax(s, upto);
+      s.fill(0, upto);
+    });
+    matmul(scores, head(v, h)).forEach((out, t) => a[t].set(out, h * HEAD_DIM));
+  }
+  return a;
+}
+
 // [n, d] -> [n, d]: one block over the whole prompt, writing its K/V rows into cache
 function prefillLayer(X: Rows, w: Weights, layer: number, cache: LayerCache): Rows {
   const p = `h.${layer}.`;
   const H = lnRows(X, w[p + "ln_1.weight"], w[p + "ln_1.bias"]);
   const [q, k, v] = qkv(H, w, layer);
-  const local = new LayerCache(nHead(w)); // the prompt's own K/V, attended over below
-  appendKv(local, k, v);
   appendKv(cache, k, v); // the prompt's K/V, kept for decoding
-  const a = q.map((qt, t) => attendRows(qt, local, t + 1)); // causal: row t sees 0..t
+  const a = attendPrompt(q, k, v, nHead(w));
   X = addRows(X, matmul(a, w[p + "attn.c_proj.weight"], w[p + "attn.c_proj.bias"]));
   return addRows(X, mlp(lnRows(X, w[p + "ln_2.weight"], w[p + "ln_2.bias"]), w, layer));
 }

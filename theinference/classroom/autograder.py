@@ -1,7 +1,9 @@
 """The Gradescope autograder: `gradescope build` zips setup.sh, run_autograder, the course's
 settings and this very theinference; `gradescope warm` (run by setup.sh when the image is
 built) makes the weights and the oracle's answers for every public case, so no student waits
-on a cold oracle; `gradescope run` (run by run_autograder) grades /autograder/submission.
+on a cold oracle, and for a TypeScript course installs the course's pinned runner (setup.sh
+installs Node first); `gradescope run` (run by run_autograder) grades /autograder/submission,
+in its own language.
 
 The root is /autograder unless THEINFERENCE_AUTOGRADER_ROOT says otherwise (the tests lay out
 a temporary root like Gradescope's).
@@ -15,8 +17,15 @@ from pathlib import Path
 from theinference import __version__
 from theinference.atomic import atomic_write
 from theinference.classroom.batch import Plan, run_test
-from theinference.classroom.intake import IntakeError, Submission, content_hash, read_files
+from theinference.classroom.intake import (
+    IntakeError,
+    Submission,
+    content_hash,
+    course_language,
+    read_files,
+)
 from theinference.course.directory import SETTINGS_FILE, TEMPLATE_DIR
+from theinference.course.languages import TYPESCRIPT
 from theinference.course.settings import Settings
 from theinference.grading.provenance import seed_label
 
@@ -37,7 +46,7 @@ PY=python3; command -v python3.11 >/dev/null && PY=python3.11
 # theinference {version}, the very copy that built this bundle, with its dependencies
 /autograder/venv/bin/pip install --upgrade pip
 /autograder/venv/bin/pip install ./{source}
-# the weights and the oracle's answers for every public case, made now, not per submission
+{node}# the weights and the oracle's answers for every public case, made now, not per submission
 export THEINFERENCE_CACHE_DIR=/autograder/theinference-cache
 /autograder/venv/bin/python -m theinference gradescope warm --settings ./{settings}
 """
@@ -54,11 +63,29 @@ exec "$PY" -m theinference gradescope run --root "$ROOT"
 """
 
 
+# A TypeScript course's: Node 20 or later, whose npm installs the runner in `gradescope warm`
+SETUP_NODE = """# the TypeScript course: Node 20 or later (NodeSource's where the image's is older);
+# `gradescope warm` below installs the course's pinned runner (tsx) from its lock file, once
+node_major() {{ node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0; }}
+candidate=$(apt-cache policy nodejs | sed -n 's/ *Candidate: \\([0-9]*:\\)\\?\\([0-9]*\\).*/\\2/p')
+if [ "$(node_major)" -lt 20 ] && [ "${{candidate:-0}}" -ge 20 ]; then
+  apt-get install -y nodejs npm
+fi
+if [ "$(node_major)" -lt 20 ]; then
+  apt-get install -y ca-certificates curl
+  curl -fsSL https://deb.nodesource.com/setup_20.x | bash -
+  apt-get install -y nodejs
+fi
+node --version && npm --version
+"""
+
+
 def build_bundle(settings_toml: bytes | None, out: Path) -> list[str]:
     """The autograder zip, files at its root as Gradescope requires; returns the names."""
     toml = settings_toml or (TEMPLATE_DIR / SETTINGS_FILE).read_bytes()
+    node = SETUP_NODE.format() if course_language(toml) == TYPESCRIPT else ""
     entries: dict[str, tuple[bytes, int]] = {
-        "setup.sh": (SETUP_SH.format(version=__version__, source=SOURCE_DIR,
+        "setup.sh": (SETUP_SH.format(version=__version__, source=SOURCE_DIR, node=node,
                                      settings=SETTINGS_FILE).encode(), 0o755),
         "run_autograder": (RUN_AUTOGRADER.format().encode(), 0o755),
         SETTINGS_FILE: (toml, 0o644),
@@ -86,15 +113,18 @@ def source_files() -> list[Path]:
 
 def warm(settings: Settings, points: dict[str, float]) -> tuple[int, float]:
     """The oracle's answer (and float32 noise) for every public case of the graded stages,
-    into the answer cache; returns (answers, seconds)."""
+    into the answer cache, and a TypeScript course's runner; returns (answers, seconds)."""
     import time
 
+    from theinference.classroom.runner import runner_modules
     from theinference.curriculum.checks import CHECKS
     from theinference.curriculum.stages import load_stages
     from theinference.grading.answers import Answers
     from theinference.oracle.weights import load_weights
 
     started = time.monotonic()
+    if settings.language == TYPESCRIPT:
+        runner_modules()  # installed now, so each submission only copies it
     weights = load_weights(settings.weights, Path.cwd())
     answers = Answers.cached(weights)
     count = 0

@@ -24,8 +24,11 @@ from theinference.classroom.intake import (
     own_code,
     read_files,
     remove_tree,
+    submission_language,
 )
 from theinference.classroom.records import FINAL, SCHEMA, read_record, record_path, stage_rows
+from theinference.classroom.runner import RunnerError, give_runner, runner_modules
+from theinference.course.languages import TYPESCRIPT
 from theinference.course.settings import Grading
 from theinference.grading.provenance import provenance, with_run
 
@@ -143,18 +146,21 @@ def grade_or_reuse(sub, plan, key, results_dir, jobs) -> tuple[dict, bool]:
     if old and (old["content_sha256"], old["plan_key"]) == (digest, key) and old["status"] in FINAL:
         return old, True
     status, message, results = run_test(files, plan, jobs)
-    record = new_record(sub, plan, key, digest, status, message, results, started, files)
+    record = new_record(sub, plan, key, digest, status, message, results, started, files,
+                        submission_language(files, plan.settings_toml))
     write_record(results_dir, record)
     return record, False
 
 
-def new_record(sub, plan, key, digest, status, message, results, started, files=None) -> dict:
+def new_record(sub, plan, key, digest, status, message, results, started, files=None,
+               language=None) -> dict:
     rows = stage_rows(results, plan.points, plan.grading)
     sandbox = (results or {}).get("sandbox", "not run")
     return {
         "schema": SCHEMA,
         "id": sub.id,
         "source": sub.path.name,
+        "language": language,  # python | ts; None when the submission could not be read
         "content_sha256": digest,
         "plan_key": key,
         "status": status,  # graded | rejected | grader-error
@@ -176,7 +182,10 @@ def run_test(files: dict[str, bytes], plan: Plan, jobs: int) -> tuple[str, str, 
     folder; returns (status, message, its JSON)."""
     work = Path(tempfile.mkdtemp(prefix="theinference-grade-"))
     try:
-        course = lay_over_template(files, work / "course", plan.settings_toml)
+        language = submission_language(files, plan.settings_toml)
+        course = lay_over_template(files, work / "course", plan.settings_toml, language)
+        if language == TYPESCRIPT:
+            give_runner(course, runner_modules())  # installed once for the class, then copied
         output, errors = work / "results.json", work / "stderr.txt"
         with errors.open("wb") as err:
             code = run_bounded(plan.test_command(course, output), err, plan.submission_timeout,
@@ -187,6 +196,8 @@ def run_test(files: dict[str, bytes], plan: Plan, jobs: int) -> tuple[str, str, 
         if code is None:
             return "grader-error", f"not finished within {plan.submission_timeout:g} s", None
         return "grader-error", f"theinference test exited {code}: {tail}", None
+    except RunnerError as exc:
+        return "grader-error", str(exc), None
     except (OSError, ValueError) as exc:
         return "grader-error", f"{type(exc).__name__}: {exc}", None
     finally:

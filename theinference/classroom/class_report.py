@@ -14,6 +14,8 @@ from theinference.classroom.svg import bar_chart, histogram
 from theinference.results import where_text
 from theinference.results.text import html_text as escape  # controls shown, not kept
 
+LANGUAGE_NAMES = {"python": "Python", "ts": "TypeScript"}
+
 STYLE = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:60em;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.2em .6em}
 th{background:#f3f3f3}.passed{color:#17692b}.failed,.error,.timeout{color:#b3261e}
@@ -28,6 +30,7 @@ def class_summary(records: list[dict]) -> dict:
     return {
         "students": len(records),
         "graded": len(graded),
+        "languages": Counter(language_name(r) for r in records if r.get("language")),
         "pass_rate": {
             slug: (sum(s["status"] == "passed" for s in rows[slug]) / len(rows[slug]))
             if rows[slug] else 0.0
@@ -41,6 +44,10 @@ def class_summary(records: list[dict]) -> dict:
         "worst": [w for r in graded if (w := student_worst(r)) is not None],
         "seconds": [student_seconds(r) for r in graded],
     }
+
+
+def language_name(record: dict) -> str:
+    return LANGUAGE_NAMES.get(record.get("language") or "", "")
 
 
 def log_tolerances(worst: float) -> float:
@@ -82,8 +89,10 @@ def class_body(records: list[dict], folder: str, sections: tuple[str, ...] = ())
     s = class_summary(records)
     slugs = list(s["pass_rate"])
     worst_logs = [log_tolerances(w) for w in s["worst"]]
+    languages = ", ".join(f"{count} {name}" for name, count in sorted(s["languages"].items()))
     parts = [
-        f"<h1>Class report</h1><p id=counts>{s['students']} submissions, {s['graded']} graded.</p>",
+        f"<h1>Class report</h1><p id=counts>{s['students']} submissions"
+        f"{f' ({escape(languages)})' if languages else ''}, {s['graded']} graded.</p>",
         "<section id=pass-rate><h2>Pass rate per stage</h2>",
         bar_chart([(slug, s["pass_rate"][slug]) for slug in slugs], percent=True),
         "</section><section id=bugs><h2>Most common suspected bugs</h2>",
@@ -121,15 +130,18 @@ def students_table(records: list[dict], slugs: list[str], folder: str) -> str:
         link = f"{folder}/{escape(r['id'])}.html"
         rows.append(f"<tr><td><a href=\"{link}\">{escape(r['id'])}</a></td>"
                     f"<td class={escape(r['status'])}>{escape(r['status'])}</td>"
+                    f"<td>{escape(language_name(r))}</td>"
                     f"<td>{r['score']:g}/{r['max_score']:g}</td>{cells}</tr>")
-    return ("<table><tr><th>student</th><th>status</th><th>score</th>" + head + "</tr>"
+    return ("<table><tr><th>student</th><th>status</th><th>language</th><th>score</th>" + head
+            + "</tr>"
             + "".join(rows) + "</table>")
 
 
 def student_body(record: dict) -> str:
     parts = [f"<h1>{escape(record['id'])}</h1>",
              f"<p>{escape(record['status'])}: {record['score']:g} of {record['max_score']:g} "
-             f"points. {escape(record['message'])}</p>",
+             f"points{f' ({language_name(record)})' if language_name(record) else ''}. "
+             f"{escape(record['message'])}</p>",
              "<table><tr><th>stage</th><th>status</th><th>score</th><th>cases passed</th>"
              "<th>suspected bug</th><th>worst error (× tolerance)</th></tr>"]
     for s in record["stages"]:

@@ -1,5 +1,5 @@
-"""gradebook.csv: one row per student, a column per stage (its score), the total and the
-suspected bugs; and `gradebook merge`, which joins shards' results into one folder.
+"""gradebook.csv: one row per student, its language, a column per stage (its score), the total
+and the suspected bugs; and `gradebook merge`, which joins shards' results into one folder.
 
 The gradebook holds nothing that varies from run to run (no timings), so a class graded in
 shards and merged gives the same file, byte for byte, as the class graded at once.
@@ -35,13 +35,14 @@ def gradebook_text(records: list[dict]) -> str:
     slugs = stage_slugs(records)
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["student", "status", *slugs, "total", "max_total", "passed_stages",
+    writer.writerow(["student", "status", "language", *slugs, "total", "max_total", "passed_stages",
                      "suspected_bugs", "message", "content_sha256", "sandbox"])
     for record in records:
         by_slug = {row["slug"]: row for row in record["stages"]}
         writer.writerow([
             csv_cell(record["id"]),  # a file name: never a spreadsheet formula
             record["status"],
+            record.get("language") or "",
             *(_cell(by_slug.get(slug)) for slug in slugs),
             _number(record["score"]),
             _number(record["max_score"]),

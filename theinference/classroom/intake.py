@@ -4,18 +4,23 @@ loose files) turned into a course directory to grade, without trusting their con
 Archives are read member by member: no absolute path, no `..`, no link or device, and caps on
 the file count and on the bytes actually read (a declared size can lie). A directory's symlinks
 are refused too, so nothing outside the submission is ever read or graded. The student's files
-are laid over a fresh template, and the instructor's theinference.toml always wins.
+are laid over a fresh template of their language (a TypeScript submission is known by its
+kvcache.ts or adapters.ts; a submission with neither, or both languages, is in the course's),
+and the instructor's theinference.toml always wins, but for the language it names.
 """
 
 import hashlib
+import re
 import shutil
 import stat
 import tarfile
+import tomllib
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from theinference.course.directory import SETTINGS_FILE, TEMPLATE_DIR, init_course, template_files
+from theinference.course.languages import ADAPTERS, KVCACHE, LANGUAGES, PYTHON, TEMPLATES
 
 MAX_FILES = 2000
 MAX_BYTES = 64 << 20  # a whole submission, unpacked
@@ -83,11 +88,34 @@ def content_hash(files: dict[str, bytes]) -> str:
     return digest.hexdigest()
 
 
-def lay_over_template(files: dict[str, bytes], dest: Path, settings_toml: bytes | None) -> Path:
-    """A fresh course at dest with the student's files placed where the template has them
-    (a loose `kvcache.py` goes to src/kvcache.py), and the instructor's settings."""
-    init_course(dest)
-    by_name = _template_basenames()
+def submission_language(files: dict[str, bytes], settings_toml: bytes | None) -> str:
+    """The language of a submission's own files (src/kvcache.ts or tests/adapters.ts, also
+    loose): when they say one language, that one; else the instructor's course's."""
+    said = []
+    for language in LANGUAGES:
+        names = {ADAPTERS[language].as_posix(), KVCACHE[language].as_posix()}
+        names |= {n.rsplit("/", 1)[-1] for n in names}
+        if names & set(files):
+            said.append(language)
+    return said[0] if len(said) == 1 else course_language(settings_toml)
+
+
+def course_language(settings_toml: bytes | None) -> str:
+    """The `language` the instructor's theinference.toml names (Python when it names none)."""
+    try:
+        said = tomllib.loads((settings_toml or b"").decode()).get("language", PYTHON)
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return PYTHON  # open_course reports the file when the submission is graded
+    return said if said in LANGUAGES else PYTHON
+
+
+def lay_over_template(
+    files: dict[str, bytes], dest: Path, settings_toml: bytes | None, language: str = PYTHON
+) -> Path:
+    """A fresh course at dest in `language` with the student's files placed where its template
+    has them (a loose `kvcache.py` goes to src/kvcache.py), and the instructor's settings."""
+    init_course(dest, language)
+    by_name = _template_basenames(language)
     for name, data in files.items():
         target = by_name.get(name, name) if "/" not in name else name
         if target == SETTINGS_FILE:
@@ -96,7 +124,7 @@ def lay_over_template(files: dict[str, bytes], dest: Path, settings_toml: bytes 
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
     if settings_toml is not None:
-        (dest / SETTINGS_FILE).write_bytes(settings_toml)
+        (dest / SETTINGS_FILE).write_bytes(with_language(settings_toml, language))
     return dest
 
 
@@ -110,10 +138,23 @@ def own_code(files: dict[str, bytes]) -> dict[str, str]:
             for path in OWN_CODE if path in placed}
 
 
-def _template_basenames() -> dict[str, str]:
+def with_language(settings_toml: bytes, language: str) -> bytes:
+    """The instructor's settings naming this submission's language (a mixed class grades each
+    submission in its own): any top-level `language` line replaced by one at the top, when
+    the settings name another."""
+    if course_language(settings_toml) == language:
+        return settings_toml
+    text = settings_toml.decode(errors="replace")
+    first_table = re.search(r"(?m)^[ \t]*\[", text)  # top-level keys come before it
+    cut = first_table.start() if first_table else len(text)
+    head = re.sub(r"(?m)^[ \t]*language[ \t]*=.*(\n|$)", "", text[:cut])
+    return f'language = "{language}"\n{head}{text[cut:]}'.encode()
+
+
+def _template_basenames(language: str = PYTHON) -> dict[str, str]:
     """A top-level file named like exactly one template file goes where that file is."""
     names: dict[str, list[str]] = {}
-    for rel in template_files():
+    for rel in template_files(TEMPLATES[language]):
         names.setdefault(rel.name, []).append(rel.as_posix())
     return {n: paths[0] for n, paths in names.items() if len(paths) == 1 and n != "__init__.py"}
 

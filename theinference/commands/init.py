@@ -28,7 +28,10 @@ def init(
 
         files.append(add_ci(directory, ci))
     first = load_stages()[0].slug
-    install = "  npm install   # once: the TypeScript runner (tsx)\n" if lang == TYPESCRIPT else ""
+    install = (
+        "  npm install   # once: the TypeScript runner (tsx) and compiler, pinned\n"
+        if lang == TYPESCRIPT else ""
+    )
     typer.echo(
         f"Created {directory} ({len(files)} files). Next:\n"
         f"  cd {directory}\n{install}  theinference test --stage {first} --watch"

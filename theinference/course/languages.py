@@ -19,8 +19,6 @@ TEMPLATES = {PYTHON: HERE / "templates" / "python", TYPESCRIPT: HERE / "template
 ADAPTERS = {PYTHON: Path("tests/adapters.py"), TYPESCRIPT: Path("tests/adapters.ts")}
 KVCACHE = {PYTHON: Path("src/kvcache.py"), TYPESCRIPT: Path("src/kvcache.ts")}
 TSX_ENTRY = Path("node_modules/tsx/package.json")
-# the provided gpt2.ts is plain JavaScript arithmetic, several times slower than NumPy's BLAS
-TIMEOUT_FACTOR = {PYTHON: 1.0, TYPESCRIPT: 4.0}
 
 # The course's Python names and their TypeScript spelling (the seeds' camelCase). Longest
 # first where one contains another; applied to whole words only.

@@ -26,6 +26,7 @@ OUTCOME_STATUS = {
     "timeout": Status.TIMEOUT,
     "cpu_limit": Status.FAILED,  # a CPU budget is a cost check's: past it, the cost failed
 }
+REFUSAL_HOOK = "prefill"  # a refusal's witness: did prefill begin before it?
 
 
 def grade_case(
@@ -41,7 +42,8 @@ def grade_case(
         outcome = measured_call(stage, check, args, process, answers)
     else:
         on_hook = fixed.answer if isinstance(fixed, SwapPlan) else None
-        outcome = process.call(check.adapter, args, stage.timeout, check.hook, on_hook)
+        hook = REFUSAL_HOOK if case.inputs.get("must_raise") else check.hook
+        outcome = process.call(check.adapter, args, stage.timeout, hook, on_hook)
     verdict = judge(stage, case, args, outcome, answers, clock, fixed)
     result = CaseResult(
         **finding_of(verdict),
@@ -137,10 +139,11 @@ def judge(
 
 def verdict_for_must_raise(outcome: Outcome, case: Case) -> Verdict:
     """A case whose request is invalid (e.g. generating past the context): the student's code
-    must refuse it with the exception the template names, not crash into it later."""
+    must refuse it with the exception the template names, up front: before prefill begins, not
+    from a guard met later (after all that work) nor by crashing into it."""
     wanted = case.inputs.get("raises", "ValueError")
     if outcome.kind == "raised" and outcome.exception == wanted:
-        return Verdict(Status.PASSED, message=f"raised {outcome.message}, as it should")
+        return refusal_verdict(outcome, case.inputs["must_raise"], wanted)
     if outcome.kind == "raised":
         return Verdict(
             Status.FAILED,
@@ -150,6 +153,28 @@ def verdict_for_must_raise(outcome: Outcome, case: Case) -> Verdict:
     if outcome.kind == "returned":
         return Verdict(Status.FAILED, message=f"{case.inputs['must_raise']}: it returned")
     return verdict_without_value(outcome)
+
+
+def refusal_verdict(outcome: Outcome, request: str, wanted: str) -> Verdict:
+    """The right exception: passed when prefill never began before it."""
+    hook = outcome.probe or {}
+    began = hook.get("entered") if hook.get("found") else None
+    if began == 0:
+        return Verdict(Status.PASSED, message=f"raised {outcome.message} before any work, as it "
+                       "should")
+    if began is None:
+        why = "no function named prefill in src/kvcache.py" if hook else "the hook did not run"
+        return Verdict(
+            Status.FAILED,
+            message=f"{request}: it raised {outcome.message}, but whether it did so before any "
+            f"work cannot be told ({why}). Check the request up front, before prefill.",
+        )
+    return Verdict(
+        Status.FAILED,
+        message=f"{request}: it raised {outcome.message} only after prefill had run. Check the "
+        f"request up front and raise {wanted} before any work: a guard met later in the decode "
+        "refuses too late.",
+    )
 
 
 def verdict_without_value(outcome: Outcome) -> Verdict:

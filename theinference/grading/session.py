@@ -70,8 +70,6 @@ def prepare(
     every = load_stages()
     if timeout is not None:
         every = [replace(s, timeout=timeout) for s in every]
-    else:
-        every = timed_for(every, course.language)
     if seed is not None:
         every = [with_hidden_cases(s, seed) for s in every]
     chosen = select(every, slugs)
@@ -104,12 +102,6 @@ def prepare(
         provenance=produced,
         speed=speed,
     )
-
-
-def timed_for(stages: list[Stage], language: str) -> list[Stage]:
-    """Each stage's own timeout, scaled for a course language slower than NumPy."""
-    factor = languages.TIMEOUT_FACTOR[language]
-    return [replace(s, timeout=s.timeout * factor) for s in stages]
 
 
 def filtered(stages: list[Stage], wanted: tuple[str, ...], named: bool) -> list[Stage]:

@@ -19,7 +19,6 @@ from theinference.curriculum.stages import Stage
 from theinference.grading.answers import Answers
 from theinference.grading.grader import grade
 from theinference.grading.policy import RunPolicy, plan, quick_draws
-from theinference.grading.session import timed_for
 from theinference.oracle.weights import Weights
 from theinference.results import RunResult, StageResult, Status
 from theinference.results.events import ignore
@@ -116,7 +115,6 @@ def grade_text(
         (course / languages.KVCACHE[language]).write_text(kvcache)
         if language == languages.TYPESCRIPT:
             (course / "node_modules").symlink_to(ts_node_modules(solutions))
-            stages = timed_for(stages, language)
         return grade(course, stages, weights, Limits(), answers, listener=listener)
 
 

@@ -13,6 +13,7 @@ classic mistake along this path is what a student with that mistake returns
 """
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 
@@ -38,10 +39,14 @@ class CachedPath:
         self._prefills: dict = {}
 
     def answer(self, simulate: Simulate, args: list, variant: Variant = GPT2):
-        """What `simulate` gives for a case: finite numbers, or None."""
+        """What `simulate` gives for a case: finite numbers, or None. Where a query sees no
+        key, NumPy gives NaN (an answer the checks refuse before any diagnosis) and a loop over
+        no keys, as in JavaScript, a zero sum: the finite one is the bug's."""
         try:
-            with np.errstate(all="ignore"):  # a fully masked row is NaN: not this bug
+            with np.errstate(all="ignore"):  # a fully masked row is NaN in NumPy
                 out = simulate(self, args, variant)
+                if not np.all(np.isfinite(out)) and not variant.unseen_zero:
+                    out = simulate(self, args, replace(variant, unseen_zero=True))
         except Unsimulable:
             return None
         return out if bool(np.all(np.isfinite(out))) else None
@@ -97,4 +102,5 @@ def prompt_steps(variant: Variant) -> Variant:
         merge_heads=variant.merge_heads,
         swap_kv=variant.swap_kv,
         gelu=variant.gelu,
+        unseen_zero=variant.unseen_zero,
     )

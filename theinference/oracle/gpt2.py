@@ -114,6 +114,9 @@ class Variant:
     swap_kv: bool = False
     gelu: Callable = gelu
     ln_f: bool = True
+    # a query that sees no key: NumPy's softmax over nothing is NaN; a loop over no keys (as a
+    # JavaScript one) sums nothing, a zero vector
+    unseen_zero: bool = False
 
 
 GPT2 = Variant()
@@ -135,13 +138,18 @@ def qkv(h: np.ndarray, w: dict, layer: int) -> list[np.ndarray]:
     return np.split(out, 3, axis=-1)
 
 
-def attend(q, k, v, visible: np.ndarray | None, scale: np.float32) -> np.ndarray:
+def attend(
+    q, k, v, visible: np.ndarray | None, scale: np.float32, unseen_zero: bool = False
+) -> np.ndarray:
     # q [h, n, hd] over k, v [h, m, hd] -> [h, n, hd]; visible [n, m] (None: every key)
     scores = q @ k.transpose(0, 2, 1)  # [h, n, m]
     scores *= scale
     if visible is not None:
         np.copyto(scores, HIDDEN, where=~visible)  # broadcast over heads, in place
-    return softmax(scores) @ v
+    weights = softmax(scores)
+    if unseen_zero and visible is not None:
+        weights[:, ~visible.any(axis=-1)] = F32(0.0)  # no key seen: a sum over nothing
+    return weights @ v
 
 
 def attn_sublayer(
@@ -170,7 +178,8 @@ def attn_sublayer(
     if shortcut:
         q, x = q[:, -1:], x[-1:]
     keys, values = (v, k) if variant.swap_kv else (k, v)
-    heads = attend(q, keys, values, mask(q.shape[1], k.shape[1]), variant.scale(HEAD_DIM))
+    visible = mask(q.shape[1], k.shape[1])
+    heads = attend(q, keys, values, visible, variant.scale(HEAD_DIM), variant.unseen_zero)
     out = variant.merge_heads(heads) @ w[p + "attn.c_proj.weight"]  # [n, d]
     out += w[p + "attn.c_proj.bias"]
     out += x

@@ -98,8 +98,8 @@ def readable_copy(course: Path, into: Path, hidden: list[Path]) -> Path:
         os.chmod(folder, 0o755)
         for name in files:
             path = os.path.join(folder, name)
-            if not os.path.islink(path):
-                os.chmod(path, 0o644)
+            if not os.path.islink(path):  # a program stays one (node_modules' esbuild)
+                os.chmod(path, 0o755 if os.stat(path).st_mode & 0o100 else 0o644)
     return target
 
 

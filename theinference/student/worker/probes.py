@@ -42,7 +42,9 @@ class Hook:
         self.name, self.exchange, self.swap_cache = name, exchange, swap_cache
         self.lock = threading.RLock()
         self.patched = []
-        self.state = {"hook": name, "calls": 0, "found": 0, "swap": None}
+        # entered: calls begun, returned or not, which tells a refusal made up front from one
+        # made after the work had begun (a guard met inside prefill included)
+        self.state = {"hook": name, "calls": 0, "entered": 0, "found": 0, "swap": None}
         self.next_word: int | None = 1  # the call after which to tell the grader next
         for module, attr, fn in functions_named(name, course_dir):
             self.patched.append((module, attr, fn))
@@ -51,6 +53,8 @@ class Hook:
 
     def _wrap(self, original):
         def hooked(*args, **named):
+            with self.lock:
+                self.state["entered"] += 1
             out = original(*args, **named)
             with self.lock:
                 self.state["calls"] += 1

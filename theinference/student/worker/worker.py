@@ -129,6 +129,7 @@ def call_adapter(adapters, request: dict, course_dir: str, exchange) -> dict:
             "exception": type(exc).__name__,
             "message": describe_exception(exc),
             "traceback": student_traceback(exc, course_dir),
+            "probe": probe.report(),  # a refusal's: did the work start before it?
         }
     finally:
         probe.remove()

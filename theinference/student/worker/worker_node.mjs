@@ -76,6 +76,7 @@ async function callAdapter(adapters, kvcache, request) {
       exception: EQUIVALENT_EXCEPTIONS[kind] ?? kind,
       message: describeError(err),
       traceback: studentStack(err),
+      probe: probe.report(), // a refusal's: did the work start before it?
     };
   } finally {
     probe.remove();
@@ -109,10 +110,13 @@ function calibrate() {
 function installHook(kvcache, name) {
   const none = { remove() {}, report() { return null; } };
   if (typeof name !== "string") return none;
-  const state = { hook: name, calls: 0, found: 0, swap: null };
+  // entered: calls begun, returned or not, which tells a refusal made up front from one made
+  // after the work had begun (a guard met inside prefill included)
+  const state = { hook: name, calls: 0, entered: 0, found: 0, swap: null };
   let restore = null, nextWord = 1; // the call after which to tell the grader next
   try {
     restore = kvcache.__theinferenceWrap(camelCase(name), (original) => (...args) => {
+      state.entered += 1;
       const out = original(...args);
       state.calls += 1;
       if (nextWord === null || state.calls < nextWord) return out; // not to ask before then

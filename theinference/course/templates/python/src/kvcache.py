@@ -113,7 +113,8 @@ def generate(prompt_ids: list[int], max_new_tokens: int, w: dict) -> list[int]:
     """Greedy generation through the cache: exactly max_new_tokens new ids (not the prompt).
 
     Raise ValueError when len(prompt_ids) + max_new_tokens exceeds the context
-    (w["wpe.weight"].shape[0] = 1024 positions): there is no position to put them at.
+    (w["wpe.weight"].shape[0] = 1024 positions): there is no position to put them at. Check it
+    first, before prefill: a guard met later, deep in the decode, refuses too late.
     """
     raise NotImplementedError("generate-loop: implement generate in src/kvcache.py")
 

@@ -5,7 +5,8 @@
 // (wte, wpe, h.{layer}.attn.c_attn, ...); GPT-2's Conv1D weights are stored [in, out], so every
 // projection is `x @ W + b`. A sequence of vectors is an array of rows: Rows = Float32Array[].
 
-import { readFileSync } from "node:fs";
+import { closeSync, fstatSync, openSync, readSync } from "node:fs";
+import { product, weightBytes } from "./kernel.ts";
 
 export const HEAD_DIM = 64; // every GPT-2 size uses 64-wide heads
 
@@ -28,25 +29,29 @@ export function loadWeightsSync(path?: string): Weights {
   if (!file) throw new Error("no weights path: set THEINFERENCE_WEIGHTS or pass one");
   const cached = loaded.get(file);
   if (cached) return cached;
-  const bytes = readFileSync(file);
-  const headerLen = Number(bytes.readBigUInt64LE(0));
-  const header = JSON.parse(bytes.subarray(8, 8 + headerLen).toString("utf8"));
-  delete header.__metadata__;
-  let start = bytes.byteOffset + 8 + headerLen;
-  let buffer = bytes.buffer;
-  if (start % 4 !== 0) {
-    // a Float32Array view needs 4-byte alignment: move the data section once
-    buffer = bytes.buffer.slice(start, bytes.byteOffset + bytes.length);
-    start = 0;
+  const fd = openSync(file, "r");
+  try {
+    const size = fstatSync(fd).size;
+    const head = Buffer.alloc(8);
+    readSync(fd, head, 0, 8, 0);
+    const dataStart = 8 + Number(head.readBigUInt64LE(0));
+    // the whole file goes into the kernel's memory, where matmul reads the weights as they are
+    const bytes = weightBytes(size, dataStart);
+    for (let at = 0; at < size; ) at += readSync(fd, bytes, at, size - at, at);
+    const header = JSON.parse(Buffer.from(bytes.subarray(8, dataStart)).toString("utf8"));
+    delete header.__metadata__;
+    const w: Weights = {};
+    for (const [name, t] of Object.entries<any>(header)) {
+      if (t.dtype !== "F32") throw new Error(`${name}: dtype ${t.dtype}, expected F32`);
+      const [from, to] = t.data_offsets as [number, number];
+      const start = bytes.byteOffset + dataStart + from;
+      w[name] = { shape: t.shape, data: new Float32Array(bytes.buffer, start, (to - from) / 4) };
+    }
+    loaded.set(file, w);
+    return w;
+  } finally {
+    closeSync(fd);
   }
-  const w: Weights = {};
-  for (const [name, t] of Object.entries<any>(header)) {
-    if (t.dtype !== "F32") throw new Error(`${name}: dtype ${t.dtype}, expected F32`);
-    const [from, to] = t.data_offsets as [number, number];
-    w[name] = { shape: t.shape, data: new Float32Array(buffer, start + from, (to - from) / 4) };
-  }
-  loaded.set(file, w);
-  return w;
 }
 
 export function nLayer(w: Weights): number {
@@ -61,57 +66,36 @@ export function nCtx(w: Weights): number {
   return w["wpe.weight"].shape[0];
 }
 
-const transposed = new WeakMap<Tensor, Float32Array>();
-
-// W [d, m] -> W^T [m, d], made once per weight and kept, so each output is a contiguous dot
-function columns(W: Tensor): Float32Array {
-  let t = transposed.get(W);
-  if (!t) {
-    const [d, m] = W.shape;
-    t = new Float32Array(d * m);
-    for (let k = 0; k < d; k++) for (let j = 0; j < m; j++) t[j * d + k] = W.data[k * m + j];
-    transposed.set(W, t);
-  }
-  return t;
-}
-
-// [n, d] @ W [d, m] + b [m] -> [n, m]. Blocks of 4 rows x 4 columns keep 16 sums in registers.
-export function matmul(X: Rows, W: Tensor, b?: Tensor): Rows {
+// [n, d] @ W [d, m] + b [m] -> [n, m]. W is a weight, or rows of your own (d rows of m). The
+// products here run in the WebAssembly kernel (kernel.ts), on every core.
+export function matmul(X: Rows, W: Tensor | Rows, b?: Tensor): Rows {
+  if (Array.isArray(W)) return product(X, W, W.length, W[0]?.length ?? 0, b?.data);
   const [d, m] = W.shape;
-  const T = columns(W);
-  const out: Rows = X.map(() => (b ? Float32Array.from(b.data) : new Float32Array(m)));
-  for (let i = 0; i < X.length; i += 4) {
-    const last = X.length - 1;
-    const x0 = X[i], x1 = X[Math.min(i + 1, last)], x2 = X[Math.min(i + 2, last)];
-    const x3 = X[Math.min(i + 3, last)];
-    for (let j = 0; j < m; j += 4) {
-      const c0 = j * d, c1 = Math.min(j + 1, m - 1) * d, c2 = Math.min(j + 2, m - 1) * d;
-      const c3 = Math.min(j + 3, m - 1) * d;
-      let s00 = 0, s01 = 0, s02 = 0, s03 = 0, s10 = 0, s11 = 0, s12 = 0, s13 = 0;
-      let s20 = 0, s21 = 0, s22 = 0, s23 = 0, s30 = 0, s31 = 0, s32 = 0, s33 = 0;
-      for (let k = 0; k < d; k++) {
-        const a0 = x0[k], a1 = x1[k], a2 = x2[k], a3 = x3[k];
-        const w0 = T[c0 + k], w1 = T[c1 + k], w2 = T[c2 + k], w3 = T[c3 + k];
-        s00 += a0 * w0; s01 += a0 * w1; s02 += a0 * w2; s03 += a0 * w3;
-        s10 += a1 * w0; s11 += a1 * w1; s12 += a1 * w2; s13 += a1 * w3;
-        s20 += a2 * w0; s21 += a2 * w1; s22 += a2 * w2; s23 += a2 * w3;
-        s30 += a3 * w0; s31 += a3 * w1; s32 += a3 * w2; s33 += a3 * w3;
-      }
-      const sums = [[s00, s01, s02, s03], [s10, s11, s12, s13], [s20, s21, s22, s23],
-        [s30, s31, s32, s33]];
-      for (let r = 0; r < 4 && i + r < X.length; r++) {
-        for (let c = 0; c < 4 && j + c < m; c++) out[i + r][j + c] += sums[r][c];
-      }
-    }
-  }
-  return out;
+  return product(X, W.data, d, m, b?.data);
 }
 
-// [n] -> [n]: a dot product of two vectors of the same length
+// [n, d] and [m, d] -> [n, m]: every row of X dotted with every row of Y, X @ Y^T
+export function matmulT(X: Rows, Y: Rows): Rows {
+  return product(X, Y, X[0]?.length ?? Y[0]?.length ?? 0, Y.length, undefined, true);
+}
+
+// [n, d] -> [n, HEAD_DIM]: head h's columns of every row (views, not copies)
+export function head(X: Rows, h: number): Rows {
+  return X.map((x) => x.subarray(h * HEAD_DIM, (h + 1) * HEAD_DIM));
+}
+
+// [n] . [n] -> a number. Four running sums: each waits on its own adds, not on the others'
 export function dot(a: Float32Array, b: Float32Array): number {
-  let s = 0;
-  for (let i = 0; i < a.length; i++) s += a[i] * b[i];
-  return s;
+  let s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  let i = 0;
+  for (; i + 3 < a.length; i += 4) {
+    s0 += a[i] * b[i];
+    s1 += a[i + 1] * b[i + 1];
+    s2 += a[i + 2] * b[i + 2];
+    s3 += a[i + 3] * b[i + 3];
+  }
+  for (; i < a.length; i++) s0 += a[i] * b[i];
+  return s0 + s1 + (s2 + s3);
 }
 
 export function gelu(x: number): number {
@@ -184,27 +168,16 @@ export function attnSublayer(X: Rows, w: Weights, layer: number): Rows {
   const p = `h.${layer}.`;
   const H = lnRows(X, w[p + "ln_1.weight"], w[p + "ln_1.bias"]);
   const [q, k, v] = qkv(H, w, layer);
-  const heads = nHead(w);
-  const scale = 1 / Math.sqrt(HEAD_DIM);
   const a: Rows = X.map(() => new Float32Array(X[0].length));
-  const scores = new Float32Array(X.length);
-  for (let h = 0; h < heads; h++) {
-    const lo = h * HEAD_DIM, hi = lo + HEAD_DIM;
-    for (let t = 0; t < X.length; t++) {
-      const qt = q[t];
-      for (let j = 0; j <= t; j++) {
-        const kj = k[j]; // causal: token t sees 0..t
-        let s = 0;
-        for (let i = lo; i < hi; i++) s += qt[i] * kj[i];
-        scores[j] = s * scale;
-      }
-      softmax(scores, t + 1);
-      const at = a[t];
-      for (let j = 0; j <= t; j++) {
-        const vj = v[j], prob = scores[j];
-        for (let i = lo; i < hi; i++) at[i] += prob * vj[i];
-      }
-    }
+  for (let h = 0; h < nHead(w); h++) {
+    const scores = matmulT(head(q, h), head(k, h)); // [n, n]: every query against every key
+    scores.forEach((s, t) => {
+      for (let j = 0; j <= t; j++) s[j] /= Math.sqrt(HEAD_DIM);
+      softmax(s, t + 1); // causal: token t sees 0..t
+      s.fill(0, t + 1);
+    });
+    const out = matmul(scores, head(v, h)); // [n, HEAD_DIM]: each row's weighted sum of values
+    out.forEach((o, t) => a[t].set(o, h * HEAD_DIM));
   }
   return addRows(X, matmul(a, w[p + "attn.c_proj.weight"], w[p + "attn.c_proj.bias"]));
 }
@@ -226,15 +199,8 @@ export function block(X: Rows, w: Weights, layer: number): Rows {
 
 // [d] -> [vocab]: tied embedding, h @ wte^T (apply ln_f first)
 export function unembed(h: Float32Array, w: Weights): Float32Array {
-  const wte = w["wte.weight"];
-  const [vocab, d] = wte.shape;
-  const out = new Float32Array(vocab);
-  for (let t = 0; t < vocab; t++) {
-    let s = 0;
-    for (let i = 0, base = t * d; i < d; i++) s += h[i] * wte.data[base + i];
-    out[t] = s;
-  }
-  return out;
+  const [vocab, d] = w["wte.weight"].shape;
+  return product([h], w["wte.weight"].data, d, vocab, undefined, true)[0];
 }
 
 // [n] -> [n, vocab]: the whole model from scratch, every position

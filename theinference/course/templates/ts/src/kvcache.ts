@@ -1,7 +1,9 @@
 // Your KV cache for GPT-2. Each stub throws NotImplementedError until you write it.
 //
-// Grade a stage with `npx theinference test --stage <slug> --watch` from the course directory.
-// Only attention changes from src/gpt2.ts: reuse lnRows, qkv, mlp, unembed and embed as they are.
+// Grade a stage with `theinference test --stage <slug> --watch` from the course directory (the
+// grader is a Python command, not an npm package); `npx tsc --noEmit` type-checks your files.
+// Only attention changes from src/gpt2.ts: reuse lnRows, qkv, mlp, unembed and embed as they are
+// (matmul, matmulT and head do the heavy products fast, if you want them for attention).
 
 import {
   HEAD_DIM,
@@ -17,9 +19,11 @@ export {
   NotImplementedError,
   dot,
   embed,
+  head,
   lnRows,
   loadWeights,
   matmul,
+  matmulT,
   mlp,
   nCtx,
   nHead,
@@ -131,7 +135,8 @@ export function decodeSequence(
 
 // Greedy generation through the cache: exactly maxNewTokens new ids (not the prompt).
 // Throw a RangeError when promptIds.length + maxNewTokens exceeds the context (nCtx(w) = 1024
-// positions): there is no position to put them at.
+// positions): there is no position to put them at. Check it first, before prefill: a guard met
+// later, deep in the decode, refuses too late.
 export function generate(promptIds: number[], maxNewTokens: number, w: Weights): number[] {
   throw new NotImplementedError("generate-loop: implement generate in src/kvcache.ts");
 }

@@ -1,0 +1,241 @@
+// The fast matrix products behind gpt2.ts's matmul, matmulT and unembed. PROVIDED: you need not
+// read it.
+//
+// kernel.wasm (assembled from kernel.wat) multiplies with WebAssembly SIMD, on every core: this
+// thread and helper threads share each product's output columns, taking them in chunks from a
+// shared counter, so a helper that is slow to wake never holds a product up. Every output value
+// is summed in the same order whichever thread computes it, so results do not depend on the
+// number of threads (OMP_NUM_THREADS sets it, as it does for NumPy's BLAS; else every core).
+// The weights are read straight into the kernel's memory (weightBytes) and used where they are;
+// other arrays are copied in for each product.
+
+import { readFileSync } from "node:fs";
+import { availableParallelism } from "node:os";
+import { Worker } from "node:worker_threads";
+
+interface Exports {
+  gemm(...args: number[]): void;
+  gemv(x: number, w: number, ldw: number, out: number, d: number, j0: number, j1: number): void;
+  gemvt(x: number, w: number, ldw: number, out: number, d: number, j0: number, j1: number): void;
+}
+
+const PAGE = 65536;
+const KC = 256; // rows of W per packed block
+const NC = 512; // columns of W per packed block: KC x NC floats stay in a core's cache
+const PACK_BYTES = KC * (NC + 8) * 4;
+const THREADS = Math.min(Number(process.env.OMP_NUM_THREADS) || availableParallelism(), 16);
+const HELPERS = Math.max(THREADS - 1, 0);
+const CHUNKS_PER_THREAD = 4; // more, smaller chunks even out a thread that falls behind
+
+const memory = new WebAssembly.Memory({ initial: 1, maximum: PAGE, shared: true });
+const module = new WebAssembly.Module(readFileSync(new URL("./kernel.wasm", import.meta.url)));
+const wasm = new WebAssembly.Instance(module, { env: { memory } }).exports as unknown as Exports;
+const ownBuffers = new WeakSet<ArrayBufferLike>([memory.buffer]);
+let top = PAGE; // the first page is never handed out
+
+// --- memory ---------------------------------------------------------------------------------
+
+// `bytes` of kernel memory, kept for good, starting `skew` bytes before a 64-byte boundary
+function reserve(bytes: number, skew = 0): number {
+  const at = Math.ceil((top + skew) / 64) * 64 - skew;
+  top = at + bytes;
+  const pages = Math.ceil(top / PAGE) - memory.buffer.byteLength / PAGE;
+  if (pages > 0) memory.grow(pages);
+  ownBuffers.add(memory.buffer); // views made before a grow stay valid: the memory is shared
+  return at;
+}
+
+// `size` bytes of kernel memory for a weights file, placed so that its data section (at
+// `dataStart` in the file) is 64-byte aligned: its tensors are then views the kernel reads.
+export function weightBytes(size: number, dataStart: number): Uint8Array {
+  const at = reserve(size, dataStart % 64);
+  return new Uint8Array(memory.buffer, at, size);
+}
+
+let scratchAt = 0;
+let scratchSize = 0;
+
+// room for one product's copies and output, reused by the next; grown when one needs more
+function scratch(bytes: number): number {
+  if (bytes > scratchSize) {
+    scratchSize = Math.max(bytes, 2 * scratchSize);
+    scratchAt = reserve(scratchSize);
+  }
+  return scratchAt;
+}
+
+function floats(at: number, n: number): Float32Array {
+  return new Float32Array(memory.buffer, at, n);
+}
+
+function align(at: number): number {
+  return Math.ceil(at / 64) * 64;
+}
+
+function copyRows(rows: Float32Array[], at: number): void {
+  rows.forEach((row, i) => floats(at + i * row.length * 4, row.length).set(row));
+}
+
+// --- the products ---------------------------------------------------------------------------
+
+// X [n, d] @ W + b -> [n, m], where W is [d, m], or [m, d] when transposed (the product is then
+// X @ W^T); W is one row-major array, or its rows. Returns n rows, views into one new array.
+export function product(
+  X: Float32Array[],
+  W: Float32Array | Float32Array[],
+  d: number,
+  m: number,
+  b?: Float32Array,
+  transposed = false,
+): Float32Array[] {
+  checkShapes(X, W, d, m, b, transposed);
+  const n = X.length;
+  const ldo = Math.ceil(m / 8) * 8; // room for the last 8-wide tile
+  const inPlace = !Array.isArray(W) && ownBuffers.has(W.buffer);
+  const [xBytes, outBytes, wBytes] = [n * d * 4, n * ldo * 4, inPlace ? 0 : d * m * 4];
+  const x = scratch(xBytes + outBytes + wBytes + THREADS * PACK_BYTES + 3 * 64);
+  const out = align(x + xBytes), w = align(out + outBytes), pack = align(w + wBytes);
+  copyRows(X, x);
+  if (Array.isArray(W)) copyRows(W, w);
+  else if (!inPlace) floats(w, W.length).set(W);
+  const o = floats(out, n * ldo);
+  for (let i = 0; i < n; i++) b ? o.set(b, i * ldo) : o.fill(0, i * ldo, i * ldo + m);
+  const at = inPlace ? (W as Float32Array).byteOffset : w;
+  if (n > 0 && d > 0 && m > 0) run(plan({ x, w: at, out, n, d, m, ldo, transposed }), m, pack);
+  const result = floats(out, n * ldo).slice(); // out of the scratch area, into the caller's hands
+  return X.map((_, i) => result.subarray(i * ldo, i * ldo + m));
+}
+
+function checkShapes(
+  X: Float32Array[],
+  W: Float32Array | Float32Array[],
+  d: number,
+  m: number,
+  b: Float32Array | undefined,
+  transposed: boolean,
+): void {
+  const refuse = (what: string) => {
+    throw new RangeError(`matmul: ${what}`);
+  };
+  for (const x of X) if (x.length !== d) refuse(`a row of ${x.length} values, W has ${d} rows`);
+  if (!Array.isArray(W) && W.length !== d * m) refuse(`W has ${W.length} values, not ${d} x ${m}`);
+  const width = transposed ? d : m;
+  if (Array.isArray(W) && W.some((r) => r.length !== width)) refuse(`W's rows are not all ${width} long`);
+  if (b && b.length !== m) refuse(`a bias of ${b.length} values for ${m} columns`);
+}
+
+interface Job {
+  x: number;
+  w: number;
+  out: number;
+  n: number;
+  d: number;
+  m: number;
+  ldo: number;
+  transposed: boolean;
+}
+
+const GEMM = 0, GEMV = 1, GEMVT = 2;
+
+// The routine for a product, the width of a chunk of its output columns, and its arguments
+// before the column range: a one-row product streams W once; any other packs it in blocks.
+function plan(job: Job): [number, number, number[]] {
+  const { x, w, out, n, d, m, ldo, transposed } = job;
+  const width = (unit: number) => Math.ceil(m / (THREADS * CHUNKS_PER_THREAD) / unit) * unit;
+  if (n === 1 && d % 4 === 0) {
+    return [transposed ? GEMVT : GEMV, width(4), [x, w, transposed ? d * 4 : m * 4, out, d]];
+  }
+  const [sk, sj] = transposed ? [4, d * 4] : [m * 4, 4];
+  return [GEMM, width(8), [x, d * 4, w, sk, sj, out, ldo * 4, n, d]];
+}
+
+// one routine over the output columns [j0, j1); `pack` is the calling thread's own area
+function work(kind: number, args: number[], j0: number, j1: number, pack: number): void {
+  if (kind === GEMM) wasm.gemm(...args, j0, j1, pack, KC, NC);
+  else if (kind === GEMV) wasm.gemv(args[0], args[1], args[2], args[3], args[4], j0, j1);
+  else wasm.gemvt(args[0], args[1], args[2], args[3], args[4], j0, j1);
+}
+
+// --- threads --------------------------------------------------------------------------------
+
+// The shared control block. TICKET holds the job's generation (high 16 bits) and its next
+// chunk (low 16): a thread takes a chunk by a compare-and-swap that fails once the job is over,
+// so a helper that wakes late never takes a chunk of the next job with this one's arguments
+// (they are written after TICKET moves on, and read before a chunk is taken).
+const GEN = 0, TICKET = 1, DONE = 2, KIND = 3, WIDTH = 4, COLS = 5, PACK = 6, FAILED = 7, ARGS = 8;
+const control = new Int32Array(new SharedArrayBuffer(32 * 4));
+
+function run([kind, width, args]: [number, number, number[]], m: number, pack: number): void {
+  const chunks = Math.ceil(m / width);
+  // one row through W as stored streams memory that one core already keeps busy: measured
+  // (benchmarks/ts_kernel.py), waking a helper costs it more than the helper brings
+  if (HELPERS === 0 || chunks === 1 || kind === GEMV) return work(kind, args, 0, m, pack);
+  startHelpers();
+  const gen = (control[GEN] + 1) & 0x7fff;
+  Atomics.store(control, TICKET, gen << 16);
+  control.set([kind, width, m, pack], KIND);
+  control.set(args, ARGS);
+  Atomics.store(control, DONE, 0);
+  Atomics.store(control, GEN, gen);
+  Atomics.notify(control, GEN);
+  const own = pack + HELPERS * PACK_BYTES; // helper i packs at pack + i * PACK_BYTES
+  for (let c = take(gen, chunks); c >= 0; c = take(gen, chunks)) {
+    work(kind, args, c * width, Math.min((c + 1) * width, m), own);
+    Atomics.add(control, DONE, 1);
+  }
+  // wait only for the chunks a helper took and has not finished
+  for (let done; (done = Atomics.load(control, DONE)) < chunks; ) Atomics.wait(control, DONE, done);
+  if (Atomics.exchange(control, FAILED, 0)) throw new Error("matmul: a kernel thread failed");
+}
+
+// the next chunk of job `gen`, or -1 when none is left
+function take(gen: number, chunks: number): number {
+  for (;;) {
+    const ticket = Atomics.load(control, TICKET);
+    if (ticket >>> 16 !== gen || (ticket & 0xffff) >= chunks) return -1;
+    if (Atomics.compareExchange(control, TICKET, ticket, ticket + 1) === ticket) return ticket & 0xffff;
+  }
+}
+
+// A helper's loop, run from this text (no file to find, no TypeScript loader to start)
+const HELPER_SOURCE = `
+const { workerData } = require("node:worker_threads");
+const { module, memory, control, index, packBytes, KC, NC } = workerData;
+const wasm = new WebAssembly.Instance(module, { env: { memory } }).exports;
+const [GEN, TICKET, DONE, KIND, WIDTH, COLS, PACK, FAILED, ARGS] = [0, 1, 2, 3, 4, 5, 6, 7, 8];
+let seen = 0;
+for (;;) {
+  Atomics.wait(control, GEN, seen);
+  const gen = (seen = Atomics.load(control, GEN));
+  const [kind, width, cols, pack] = control.subarray(KIND, PACK + 1);
+  const args = Array.from(control.subarray(ARGS, ARGS + 9));
+  const chunks = Math.ceil(cols / width), own = pack + index * packBytes;
+  for (;;) {
+    const ticket = Atomics.load(control, TICKET);
+    if (ticket >>> 16 !== gen || (ticket & 0xffff) >= chunks) break;
+    if (Atomics.compareExchange(control, TICKET, ticket, ticket + 1) !== ticket) continue;
+    const j0 = (ticket & 0xffff) * width, j1 = Math.min(j0 + width, cols);
+    try {
+      if (kind === 0) wasm.gemm(...args, j0, j1, own, KC, NC);
+      else if (kind === 1) wasm.gemv(args[0], args[1], args[2], args[3], args[4], j0, j1);
+      else wasm.gemvt(args[0], args[1], args[2], args[3], args[4], j0, j1);
+    } catch {
+      Atomics.store(control, FAILED, 1); // counted as done all the same: the caller must not hang
+    }
+    Atomics.add(control, DONE, 1);
+    Atomics.notify(control, DONE);
+  }
+}
+`;
+
+let helpers: Worker[] | null = null;
+
+function startHelpers(): void {
+  if (helpers) return;
+  helpers = Array.from({ length: HELPERS }, (_, index) => {
+    const workerData = { module, memory, control, index, packBytes: PACK_BYTES, KC, NC };
+    const helper = new Worker(HELPER_SOURCE, { eval: true, execArgv: [], workerData });
+    helper.unref(); // a finished program exits without waiting for its helpers
+    return helper;
+  });
+}
