@@ -203,7 +203,9 @@ export function runPrefill(ids: number[]) {
 
 def test_the_grader_measures_a_typescript_call_and_its_own_product(tmp_path, weights):
     """Catches a Node worker the grader's outside CPU measure cannot see (a busy call costing
-    nothing), or a calibration that the TypeScript worker cannot run (every floor would fail)."""
+    nothing), a calibration that the TypeScript worker cannot run (every floor would fail), one
+    in plain JavaScript (2-3 GFLOP/s: a floor several times too generous for a gpt2.ts that
+    multiplies in the kernel, 15-25), or one through a kernel the student changed."""
     from theinference.student.calibration import measure
 
     course = ts_course(tmp_path / "c", adapters=BUSY_ADAPTERS)
@@ -212,7 +214,12 @@ def test_the_grader_measures_a_typescript_call_and_its_own_product(tmp_path, wei
         rate, why = measure(process)
     assert kept.kind == "returned" and kept.value is not None, kept.message
     assert isinstance(kept.cpu_seconds, float) and kept.cpu_seconds > 0.01
-    assert rate is not None and rate > 1e7, why
+    assert rate is not None and rate > 6e9, why
+    kernel = course / "src" / "kernel.ts"
+    kernel.write_text(kernel.read_text() + "\n// a product slowed when it is calibrated\n")
+    with StudentProcess(course, weights.path, Limits(timeout=120)) as process:
+        rate, why = measure(process)
+    assert rate is None and "src/kernel.ts is not the provided one" in why
 
 
 def test_reports_and_hint_use_the_typescript_names(tmp_path):
