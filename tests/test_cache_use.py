@@ -277,6 +277,19 @@ def test_the_rate_is_measured_without_loading_the_students_code(tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.parametrize("mode", ["auto", "none"])
+def test_a_module_laid_beside_the_course_never_runs_in_the_calibration(tmp_path, mode):
+    """Catches a calibration that imports from the course directory: a numpy.py at the
+    course's root (a loose file in a class submission lands there) would run in it and could
+    slow the rate ten times, raising the floor until a recompute passes under it."""
+    course = course_with(tmp_path, SPIN_AND_NAP)
+    (course / "numpy.py").write_text("raise SystemExit('the course shadowed numpy')\n")
+    with StudentProcess(course, Path("/nonexistent.safetensors"), Limits(),
+                        sandbox=sandbox.choose(mode)) as process:
+        rate, why = calibration.measure(process)
+    assert rate is not None and rate > 1e8, why
+
+
 SPIN_AND_NAP = """
 import time
 def spin(n):

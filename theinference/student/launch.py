@@ -28,7 +28,10 @@ def worker_argv(
     tail = [str(request_fd), str(reply_fd), str(course_dir), str(memory_bytes)]
     tail += [] if mode == "adapters" else [mode]
     if language != TYPESCRIPT:
-        return [sys.executable, "-P", str(worker_dir / "worker.py"), *tail]
+        # -I for the calibration: no user site-packages either (a usercustomize.py the
+        # student's process could leave in HOME)
+        isolation = "-I" if mode == "calibrate" else "-P"
+        return [sys.executable, isolation, str(worker_dir / "worker.py"), *tail]
     heap_mb = max(int(memory_bytes) // 2**20, 256)
     return [
         shutil.which("node") or "node",
