@@ -1,7 +1,10 @@
-"""Cache use proven in every cached stage: a submission that recomputes fails with a message
-that says so, in any layout; a correct solution in any layout passes; "cannot tell" never
+"""Cache use proven in every cached stage, by evidence the student's code can neither see nor
+set: a swapped cache (the answer must be the one over K/V no token sequence has) and a bound
+from arithmetic (a fresh process stopped at a fraction of a recompute's floor). Forgers fail
+with a message that says so; correct solutions in any layout pass; "cannot tell" never
 passes."""
 
+import os
 import textwrap
 import tomllib
 from dataclasses import replace
@@ -10,133 +13,281 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.helpers import SOLUTIONS, grade_course, make_course, reference_text
+from tests.helpers import SOLUTIONS, make_course, reference_text
 from theinference.curriculum.checks import CHECKS
-from theinference.curriculum.checks.common import Verdict, Words
-from theinference.curriculum.checks.cost import baseline_probe, call_against_baseline, cost_verdict
-from theinference.curriculum.stages import load_stages
+from theinference.curriculum.checks.common import Words
+from theinference.curriculum.checks.floor import floor_verdict, forward_flop
+from theinference.curriculum.stages import load_stages, with_run_draws
+from theinference.grading.answer_cache import ORACLE_VERSION, read_or_make_secret
+from theinference.oracle.config import ModelConfig
 from theinference.results import Status
+from theinference.student import calibration, sandbox
 from theinference.student.process import Limits, StudentProcess
-from theinference.student.worker import probes
+from theinference.student.worker import swap as worker_swap
 
 CHEATS = tomllib.loads((SOLUTIONS / "recompute_cheats.toml").read_text())["cheats"]
-CACHED = ["full-decode-step", "per-step-identity", "generate-loop", "prefix-caching"]
-LAYOUTS = ["reference_kvcache.py", "independent_kvcache.py", "preallocated_kvcache.py"]
-COST_CASE = {"full-decode-step": "reads the cache", "per-step-identity": "reads the cache"}
-COST_CASE |= {"generate-loop": "comes from the cache", "prefix-caching": "reuse is real"}
+SWAPPED = ["single-step-attention", "full-decode-step", "per-step-identity"]
+FLOORED = ["generate-loop", "prefix-caching"]
+LAYOUTS = [
+    "reference_kvcache.py",
+    "independent_kvcache.py",
+    "preallocated_kvcache.py",
+    "torch_kvcache.py",
+]
+PROOF_CASE = {
+    "single-step-attention": "reads the cache",
+    "full-decode-step": "reads the cache",
+    "per-step-identity": "reads the cache",
+    "generate-loop": "comes from the cache",
+    "prefix-caching": "reuse is real",
+}
+# the swap cases' draws, made small so the fast tests stay fast (the specs draw as the cases do)
+SMALL_DRAWS = {
+    "decode_cache_use": {"prompt": {"random": [9, 9]}, "next_id": {"token": "any"}},
+    "decode_sequence_swap": {"prompt": {"random": [7, 7]}, "continuation": {"random": [3, 3]}},
+    "step_attention_swap": {"seq": {"random": [8, 8]}},
+}
+GPT2 = ModelConfig(n_layer=12, n_embd=768, vocab_size=50257, n_ctx=1024)
 
 
-def only_case(slug: str, needle: str):
+def proof_stage(slug: str, small: bool = False):
     (stage,) = [s for s in load_stages() if s.slug == slug]
-    return replace(stage, cases=tuple(c for c in stage.cases if needle in c.name))
+    (case,) = [c for c in stage.cases if PROOF_CASE[slug] in c.name]
+    if small and case.check in SMALL_DRAWS:
+        swap = {"swap": {"between": [0, 2**31 - 1]}}
+        case = replace(case, inputs={"draw": SMALL_DRAWS[case.check] | swap})
+    return replace(stage, cases=(case,), timeout=900)
 
 
-def grade_one(course: Path, weights, slug: str, needle: str):
-    from theinference.grading.grader import grade
-    from theinference.results.events import ignore
-
-    stage = replace(only_case(slug, needle), timeout=900)
-    run = grade(course, [stage], weights, Limits(timeout=900), listener=ignore)
-    ((case,),) = [s.cases for s in run.stages]
+def grade_proof(course: Path, weights, slug: str, small: bool = False, seed: int | None = None):
+    (case,) = grade_proofs(course, weights, [slug], small, seed)
     return case
 
 
-def test_every_cached_stage_has_a_cache_use_case_whose_check_probes():
-    """Catches a cached stage that compares outputs only (a recompute would pass it)."""
-    for slug in CACHED:
-        (case,) = only_case(slug, COST_CASE[slug]).cases
-        assert CHECKS[case.check].probe is not None, slug
-    assert {c["stage"] for c in CHEATS} == set(CACHED)
-    assert all(sum(c["stage"] == s for c in CHEATS) >= 2 for s in CACHED)  # two layouts each
+def grade_proofs(course: Path, weights, slugs: list, small: bool = False, seed=None) -> list:
+    """Each stage's proof case, graded in one run (one student process for them all)."""
+    from theinference.grading.grader import grade
+    from theinference.results.events import ignore
+
+    stages = [proof_stage(slug, small) for slug in slugs]
+    run = grade(course, stages, weights, Limits(timeout=900), listener=ignore, seed=seed)
+    return [case for stage in run.stages for case in stage.cases]
 
 
-# --- the behavioural verdict --------------------------------------------------------------
+def test_every_cached_stage_has_a_proof_no_recompute_can_give():
+    """Catches a cached stage (or single-step attention) that compares outputs only, where a
+    recompute would pass, and a stage without its forgers."""
+    for slug in SWAPPED + FLOORED:
+        check = CHECKS[proof_stage(slug).cases[0].check]
+        assert (check.swap is not None) == (slug in SWAPPED), slug
+        assert (check.flop is not None) == (slug in FLOORED), slug
+    for slug in SWAPPED:  # every call of the stage looks alike until the hooked function returns
+        (stage,) = [s for s in load_stages() if s.slug == slug]
+        assert {CHECKS[c.check].hook for c in stage.cases} == {CHECKS[stage.cases[-1].check].hook}
+    assert {c["stage"] for c in CHEATS} == set(SWAPPED + FLOORED)
+    assert all(sum(c["stage"] == s for c in CHEATS) >= 2 for s in SWAPPED + FLOORED)
+
+
+def test_proof_arguments_are_drawn_per_run_and_from_the_seed():
+    """Catches a probe whose arguments a submission could know (fixed in the spec) or that a
+    given --seed does not reproduce."""
+    for slug in SWAPPED + FLOORED:
+        stage = proof_stage(slug)
+        drawn = [with_run_draws(stage, seed).cases[0].inputs for seed in (1, 2, 1)]
+        assert drawn[0] == drawn[2] and drawn[0] != drawn[1], slug
+        assert "draw" not in drawn[0]
+
+
+# --- locating K/V by content, in layouts the grader was not written against ------------------
+
+H, N, HD = 12, 5, 64
+
+
+def kv(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((H, N, HD)).astype(np.float32)
+
+
+def layouts(k: np.ndarray, v: np.ndarray) -> dict:
+    """The same K/V kept in many ways; each value a (holder, read back as [h, n, hd])."""
+    import torch
+
+    stacked = np.zeros((1, 2, H, 16, HD))  # [layers, K|V, h, capacity, hd], float64
+    stacked[0, 0, :, :N], stacked[0, 1, :, :N] = k, v
+    as_torch = [torch.from_numpy(k.copy())[None], torch.from_numpy(v.copy())[None]]
+    rows = [[k[:, p].reshape(-1).copy() for p in range(N)], [v[:, p].copy() for p in range(N)]]
+    return {
+        "[h, n, hd]": ({"k": k.copy(), "v": v.copy()}, lambda c: (c["k"], c["v"])),
+        "keys transposed, [n, h, hd] values": (
+            [k.transpose(0, 2, 1).copy(), v.transpose(1, 0, 2).copy()],
+            lambda c: (c[0].transpose(0, 2, 1), c[1].transpose(1, 0, 2)),
+        ),
+        "merged [n, d]": (
+            tuple(a.transpose(1, 0, 2).reshape(N, -1).copy() for a in (k, v)),
+            lambda c: tuple(a.reshape(N, H, HD).transpose(1, 0, 2) for a in c),
+        ),
+        "one array per head": (
+            {"k": [k[i].copy() for i in range(H)], "v": [v[i].copy() for i in range(H)]},
+            lambda c: (np.stack(c["k"]), np.stack(c["v"])),
+        ),
+        "preallocated stack": (stacked, lambda c: (c[0, 0, :, :N], c[0, 1, :, :N])),
+        "torch [1, h, n, hd]": (as_torch, lambda c: (c[0][0].numpy(), c[1][0].numpy())),
+        "a list of rows": (
+            rows,
+            lambda c: (np.stack(c[0]).reshape(N, H, HD).transpose(1, 0, 2), np.stack(c[1], 1)),
+        ),
+    }
+
+
+def swap_blobs(finds, writes) -> list[bytes]:
+    return [a.tobytes() for f, w in zip(finds, writes, strict=True) for a in (*f, *w)]
+
+
+@pytest.mark.parametrize("layout", list(layouts(kv(0), kv(1))))
+def test_the_swap_finds_and_overwrites_kv_in_any_layout(layout):
+    """Catches a swap that knows only the reference's layout (a correct cache would fail), that
+    copies instead of writing in place, or that touches the weights."""
+    k, v = kv(0), kv(1)
+    holder, read = layouts(k, v)[layout]
+    weights = {"wte.weight": np.ones((4, HD), dtype=np.float32), "copy": k.copy()}
+    new_k, new_v = kv(2), kv(3)
+    plan = {"layers": 1, "heads": H, "head_dim": HD, "n": N}
+    done = worker_swap.swap_cache([holder], weights, plan, swap_blobs([(k, v)], [(new_k, new_v)]))
+    assert done["applied"], done
+    got_k, got_v = read(holder)
+    np.testing.assert_allclose(got_k, new_k, rtol=1e-6)
+    np.testing.assert_allclose(got_v, new_v, rtol=1e-6)
+    assert np.array_equal(weights["copy"], k)  # the weights are never searched nor written
+
+
+def test_a_cache_missing_one_layer_is_not_swapped_and_says_which():
+    """Catches a partial swap (some K/V kept elsewhere would make the answer meaningless) or a
+    silent one: nothing is written, and the reason names the layer."""
+    k, v, k1, v1 = kv(0), kv(1), kv(4), kv(5)
+    holder = {"layers": [{"k": k.copy(), "v": v.copy()}, {"k": k1.copy()}]}  # layer 1's V absent
+    plan = {"layers": 2, "heads": H, "head_dim": HD, "n": N}
+    blobs = swap_blobs([(k, v), (k1, v1)], [(kv(6), kv(7)), (kv(8), kv(9))])
+    done = worker_swap.swap_cache([holder], None, plan, blobs)
+    assert not done["applied"] and "layer 1's V" in done["reason"]
+    assert np.array_equal(holder["layers"][0]["k"], k)
+
+
+HOOKED_COURSE = {
+    "adapters": """
+        import numpy as np
+        from src.kvcache import prefill as build_cache   # found by its own name
+        class MC:
+            def __init__(self): self.store = {}
+        def run(ids):
+            mc = MC()
+            build_cache(ids, {"w": np.zeros(3)}, mc)
+            return float(mc.store["k"].sum())
+        """,
+    "kvcache": """
+        import numpy as np
+        def prefill(ids, w, mc):
+            mc.store["k"] = np.arange(12 * len(ids) * 64, dtype=np.float32).reshape(12, -1, 64)
+            mc.store["v"] = -mc.store["k"]
+        """,
+}
+
+
+def test_the_hooked_function_is_swapped_after_it_returns_under_any_alias(tmp_path):
+    """Catches a hook that only wraps `prefill` when the adapter uses that very name, a swap
+    sent before the function returned, or a graded call (no swap) that is altered."""
+    course = course_with(tmp_path, HOOKED_COURSE["adapters"], HOOKED_COURSE["kvcache"])
+    k = np.arange(12 * 2 * 64, dtype=np.float32).reshape(12, 2, 64)
+    words = []
+
+    def swap(word):
+        words.append(word)
+        plan = {"layers": 1, "heads": 12, "head_dim": 64, "n": 2}
+        return {"swap": plan}, swap_blobs([(k, -k)], [(np.ones_like(k), np.ones_like(k))])
+
+    with StudentProcess(course, Path("/nonexistent.safetensors"), Limits()) as w:
+        plain = w.call("run", [[1, 2]], 60, hook="prefill")
+        swapped = w.call("run", [[1, 2]], 60, hook="prefill", on_hook=swap)
+    assert plain.kind == swapped.kind == "returned", (plain.message, swapped.message)
+    assert float(plain.value) == float(k.sum()) and float(swapped.value) == k.size
+    assert len(words) == 1 and swapped.probe["swap"]["applied"], swapped.probe
+
+
+SILENT = """
+def run(ids):
+    import time
+    time.sleep(30)   # never reads another request, never answers
+    return [1.0]
+"""
+
+
+def test_a_process_that_stops_reading_cannot_block_the_grader(tmp_path):
+    """Catches a grader that writes a large request (or a hook's answer) to a pipe nobody reads
+    and blocks forever: the call times out instead."""
+    course = course_with(tmp_path, SILENT)
+    with StudentProcess(course, Path("/nonexistent.safetensors"), Limits()) as w:
+        first = w.call("run", [[1]], 2)
+        second = w.call("run", [list(range(200_000))], 2)  # far more than a pipe holds
+    assert first.kind == second.kind == "timeout"
+
+
+# --- the bound from arithmetic ------------------------------------------------------------------
 
 
 def say_for(slug: str) -> Words:
     return Words("theinference.curriculum.checks." + slug.replace("-", "_"))
 
 
-def test_a_cost_far_past_the_margin_fails_and_says_what_was_measured():
-    """Catches a recompute passing, or a failure that does not say what it measured."""
-    probe = {"cpu_seconds": 25.3, "baseline_cpu_seconds": 1.2, "baseline_error": None}
-    figures = {"steps": 24, "prompt": 1000, "total": 1024}
-    verdict = cost_verdict(probe, say_for("per-step-identity"), figures)
-    assert verdict.status == Status.FAILED
-    assert "25.30 s of CPU" in verdict.message and "21.1x" in verdict.message
-    assert "1024 tokens" in verdict.message and "recomputes" in verdict.message
+def test_the_floor_counts_a_recomputes_least_work():
+    """Catches a floor that counts too much (a correct cache would fail) or nothing."""
+    one_row = forward_flop(GPT2, 1)
+    assert one_row == 2 * (11 * 12 + 2) * 768**2
+    generate = CHECKS["generate_cost"].flop([[1] * 512, 64], GPT2)
+    assert generate == sum(forward_flop(GPT2, 512 + s) for s in range(64))
 
 
-def test_a_cost_within_the_margin_is_the_cost_of_a_cache():
-    """Catches a correct solution failed for the cost its own prefill already has."""
-    probe = {"cpu_seconds": 2.0, "baseline_cpu_seconds": 1.5, "baseline_error": None}
-    measured = cost_verdict(probe, say_for("generate-loop"), {"steps": 8, "prompt": 5, "total": 13})
-    assert isinstance(measured, str) and "1.33x" in measured
+def test_a_call_stopped_at_its_budget_fails_and_says_what_was_measured():
+    """Catches a recompute passing, or a failure that does not give the figures."""
+    measured = {"cpu_seconds": 9.1, "floor": 30.0, "limit": 7.5, "stopped": True}
+    verdict = floor_verdict(measured, say_for("generate-loop"), {"steps": 64, "prompt": 512})
+    assert verdict.status == Status.FAILED and verdict.suspected_bug == "decode-recomputes"
+    assert "9.10 s of CPU" in verdict.message and "30.00 s" in verdict.message
 
 
-@pytest.mark.parametrize(
-    "probe",
-    [None, {}, {"cpu_seconds": 3.0, "baseline_error": "NotImplementedError: build-prefill"}],
-)
-def test_nothing_measured_is_never_a_pass(probe):
+def test_a_call_well_under_the_floor_is_the_cost_of_a_cache():
+    """Catches a correct cache failed for the cost its own prefill already has."""
+    measured = {"cpu_seconds": 1.5, "floor": 30.0, "limit": 7.5, "stopped": False}
+    said = floor_verdict(measured, say_for("prefix-caching"), {"prompts": 32, "total": 574})
+    assert isinstance(said, str) and "20x under" in said
+
+
+@pytest.mark.parametrize("measured", [None, {}, {"error": "the calibration failed: crashed"}])
+def test_nothing_measured_is_never_a_pass(measured):
     """Catches "not applicable" counted as a pass."""
-    verdict = cost_verdict(probe, say_for("prefix-caching"), {"prompts": 2, "total": 9})
+    verdict = floor_verdict(measured, say_for("prefix-caching"), {"prompts": 2, "total": 9})
     assert verdict.status == Status.FAILED and "does not pass" in verdict.message
 
 
-# --- the structural probe, on layouts it was not written against ------------------------------
+def test_the_rate_is_measured_without_loading_the_students_code(tmp_path):
+    """Catches a calibration the student's code could run in (and so slow down, to raise the
+    floor), or one that measures nothing."""
+    marker = tmp_path / "imported"
+    course = course_with(tmp_path, f"open({str(marker)!r}, 'w').close()\n" + SPIN_AND_NAP)
+    with StudentProcess(course, Path("/nonexistent.safetensors"), Limits()) as process:
+        rate, why = calibration.measure(process)
+    assert rate is not None and rate > 1e8, why
+    assert not marker.exists()
 
 
-class PropertyCopies:
-    def __init__(self):
-        self._k = np.ones((2, 3, 4), dtype=np.float32)
-
-    @property
-    def k(self):
-        return self._k.copy()
-
-
-def test_zeroing_reaches_every_layout_and_never_the_weights():
-    """Catches a probe defeated by a `.k` property that copies, per-head lists or one
-    preallocated buffer, and a probe that corrupts the weights a cache refers to."""
-    w = {"wte.weight": np.ones((5, 4), dtype=np.float32)}
-    per_head = {"heads": [np.ones((3, 4), dtype=np.float32) for _ in range(2)], "w": w}
-    buffer = np.ones((2, 2, 8), dtype=np.float32)
-    view_holder = type("Layer", (), {})()
-    view_holder.k = buffer[:, :3]  # a view: the whole buffer is zeroed
-    layouts = [PropertyCopies(), per_head, view_holder]
-    zeroed = probes.zero_arrays(layouts, skip=probes.array_ids(w))
-    assert zeroed == 2 * 3 * 4 + 2 * 3 * 4 + buffer.size
-    assert not layouts[0]._k.any() and not any(h.any() for h in per_head["heads"])
-    assert not buffer.any() and w["wte.weight"].all()
-
-
-def test_prefill_is_found_under_any_name_it_is_imported_as(tmp_path):
-    """Catches a probe that only wraps `prefill` when the adapter uses that very name."""
-    course = course_with(
-        tmp_path,
-        adapters="""
-        import numpy as np
-        from src.kvcache import prefill as build_cache
-        class MC:
-            def __init__(self): self.store = {"k": np.zeros((1, 4), dtype=np.float32)}
-        def run(ids):
-            mc = MC()
-            build_cache(ids, {}, mc)
-            return float(mc.store["k"].sum())
-        """,
-        kvcache="""
-        import numpy as np
-        def prefill(ids, w, mc):
-            mc.store["k"] = np.ones((len(ids), 4), dtype=np.float32)
-        """,
-    )
-    with StudentProcess(course, Path("/nonexistent.safetensors"), Limits()) as w:
-        outcome = w.call("run", [[1, 2, 3]], 30, {"kind": "zero_cache_after_prefill"})
-    assert outcome.kind == "returned", outcome.message
-    assert float(outcome.value) == 0.0  # zeroed right after the aliased prefill returned
-    assert outcome.probe == {"applied": True, "reason": "", "zeroed": 12}
-    assert isinstance(outcome.cpu_seconds, float) and outcome.cpu_seconds >= 0
+@pytest.mark.parametrize("mode", ["auto", "none"])
+def test_a_module_laid_beside_the_course_never_runs_in_the_calibration(tmp_path, mode):
+    """Catches a calibration that imports from the course directory: a numpy.py at the
+    course's root (a loose file in a class submission lands there) would run in it and could
+    slow the rate ten times, raising the floor until a recompute passes under it."""
+    course = course_with(tmp_path, SPIN_AND_NAP)
+    (course / "numpy.py").write_text("raise SystemExit('the course shadowed numpy')\n")
+    with StudentProcess(course, Path("/nonexistent.safetensors"), Limits(),
+                        sandbox=sandbox.choose(mode)) as process:
+        rate, why = calibration.measure(process)
+    assert rate is not None and rate > 1e8, why
 
 
 SPIN_AND_NAP = """
@@ -151,67 +302,6 @@ def nap(n):
     return [1.0]
 """
 
-# what a submission can reach from inside its process: the clock, and the worker that replies
-FORGER = """
-import sys
-_ticks = [0.0]
-def _same_cost_every_time():
-    _ticks[0] += 0.5
-    return _ticks[0]
-time.process_time = _same_cost_every_time
-_worker = sys.modules["__main__"]
-_honest = _worker.call_adapter
-def _forged(*args, **named):
-    reply = _honest(*args, **named)
-    if reply.get("outcome") == "returned":
-        reply["cpu_seconds"] = 0.01
-        reply["probe"] = {"kind": "cpu_against", "cpu_seconds": 0.01,
-                          "baseline_cpu_seconds": 1.0, "baseline_error": None}
-    return reply
-_worker.call_adapter = _forged
-"""
-
-
-def against_baseline(course: Path, case: tuple, baseline: tuple):
-    with StudentProcess(course, Path("/nonexistent.safetensors"), Limits()) as process:
-        probe = baseline_probe(*baseline)
-        return call_against_baseline(process, *case, 30, probe)
-
-
-def test_cpu_time_is_measured_by_the_grader_for_the_call_and_its_baseline(tmp_path):
-    """Catches CPU time measured as wall time (a sleep costs no CPU), or the two calls'
-    figures swapped or not recorded."""
-    course = course_with(tmp_path, adapters=SPIN_AND_NAP)
-    outcome = against_baseline(course, ("spin", [0.3]), ("nap", [0.3]))
-    assert outcome.kind == "returned", outcome.message
-    assert outcome.cpu_seconds >= 0.2 and outcome.probe["cpu_seconds"] == outcome.cpu_seconds
-    assert outcome.probe["baseline_cpu_seconds"] < 0.1
-    assert outcome.probe["baseline_error"] is None
-
-
-def test_a_process_that_forges_its_clock_and_its_replies_fails_the_cost_check(tmp_path):
-    """Catches CPU time taken from the student's process: this one makes time.process_time
-    report the same cost for every call and rewrites the worker's replies to claim a cheap
-    call against a dear baseline; its call truly costs 10x its baseline."""
-    course = course_with(tmp_path, adapters=SPIN_AND_NAP + FORGER)
-    outcome = against_baseline(course, ("spin", [1.0]), ("spin", [0.1]))
-    assert outcome.kind == "returned", outcome.message
-    assert outcome.probe["cpu_seconds"] >= 0.8 and outcome.probe["baseline_cpu_seconds"] < 0.5
-    figures = {"steps": 16, "prompt": 512, "total": 528}
-    verdict = cost_verdict(outcome.probe, say_for("per-step-identity"), figures)
-    assert isinstance(verdict, Verdict) and verdict.status == Status.FAILED, verdict
-    assert "recompute" in verdict.message
-
-
-def test_a_baseline_that_fails_leaves_nothing_to_compare_and_never_passes(tmp_path):
-    """Catches a failed baseline call read as a zero-cost one (any call would pass against it)."""
-    course = course_with(tmp_path, adapters=SPIN_AND_NAP)
-    outcome = against_baseline(course, ("spin", [0.1]), ("missing_adapter", []))
-    assert "missing_adapter" in outcome.probe["baseline_error"]
-    verdict = cost_verdict(outcome.probe, say_for("per-step-identity"), {"total": 3})
-    assert isinstance(verdict, Verdict) and verdict.status == Status.FAILED
-
-
 def course_with(tmp_path: Path, adapters: str, kvcache: str = "") -> Path:
     for folder in ("tests", "src"):
         (tmp_path / folder).mkdir()
@@ -221,46 +311,103 @@ def course_with(tmp_path: Path, adapters: str, kvcache: str = "") -> Path:
     return tmp_path
 
 
-# --- end to end: cheats fail, correct layouts pass ----------------------------------------------
+# --- end to end: forgers fail, correct layouts pass -------------------------------------------
 
 
 def cheat_params():
-    fast = {"full-decode-step"}  # the structural probe: a 12-token prompt
     return [
-        pytest.param(c, id=c["id"], marks=() if c["stage"] in fast else pytest.mark.slow)
+        pytest.param(c, id=c["id"], marks=() if c["stage"] in SWAPPED else pytest.mark.slow)
         for c in CHEATS
     ]
 
 
 @pytest.mark.parametrize("cheat", cheat_params())
-def test_a_recompute_fails_its_stage_saying_it_recomputes(cheat, tmp_path, weights):
-    """Catches a submission that gets the right numbers without using its cache."""
+def test_a_forger_fails_its_stage_saying_it_recomputes(cheat, tmp_path, weights):
+    """Catches a submission that gets the right numbers without using its cache, however it
+    was written against the grader's proofs."""
     course = make_course(tmp_path / "c", reference_text() + cheat["code"])
-    case = grade_one(course, weights, cheat["stage"], cheat["case"])
+    case = grade_proof(course, weights, cheat["stage"], small=True)
     assert case.status == Status.FAILED, case
-    assert "recompute" in case.message, case.message
+    assert "recompute" in case.message or "could not swap" in case.message, case.message
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_correct_cache_in_any_layout_passes_the_swaps(layout, tmp_path, weights):
+    """Catches a swap that only finds the reference's layout (float64 buffers, one stacked
+    preallocated buffer behind copying properties, PyTorch tensors)."""
+    course = make_course(tmp_path / "c", (SOLUTIONS / layout).read_text())
+    cases = grade_proofs(course, weights, SWAPPED, small=True)
+    assert len(cases) == len(SWAPPED)
+    for slug, case in zip(SWAPPED, cases, strict=True):
+        assert case.status == Status.PASSED, (slug, case.message)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_a_correct_solution_passes_every_cache_use_case_in_any_layout(layout, tmp_path, weights):
-    """Catches a cache-use check that only knows the reference's layout."""
+def test_a_correct_cache_in_any_layout_passes_every_full_size_proof(layout, tmp_path, weights):
+    """Catches a proof that a correct cache fails at the sizes the stages draw (a floor too
+    tight, a swap lost in a 1000-token cache)."""
     course = make_course(tmp_path / "c", (SOLUTIONS / layout).read_text())
-    for slug in CACHED:
-        case = grade_one(course, weights, slug, COST_CASE[slug])
+    for slug in SWAPPED + FLOORED:
+        case = grade_proof(course, weights, slug)
         assert case.status == Status.PASSED, (slug, case.message)
 
 
-def test_the_third_layout_passes_the_structural_probe(tmp_path, weights):
-    """Catches a structural probe that needs mc.layers[l].k to be the stored array itself."""
-    course = make_course(tmp_path / "c", (SOLUTIONS / "preallocated_kvcache.py").read_text())
-    case = grade_one(course, weights, "full-decode-step", "reads the cache")
-    assert case.status == Status.PASSED, case.message
+def test_answers_signed_by_the_student_as_the_graders_user_are_never_believed(
+    tmp_path, monkeypatch
+):
+    """Catches attack 8: as the grader's own user (here root that cannot drop: the drop to a
+    uid of its own made unavailable), a submission reads the answer secret, signs zeros as the
+    answer to its own arguments and returns zeros. That run must fail (its answers stay in
+    memory), and a later correct run on the same cache, sandboxed (bwrap or a uid of its own)
+    so that it reads the disk cache, must pass: the forged file was signed with a secret
+    replaced since."""
+    from typer.testing import CliRunner
+
+    from theinference.cli import app
+
+    home = tmp_path / "home"
+    cache = home / ".cache" / "theinference"
+    cache.mkdir(parents=True)
+    weights = Path(os.environ["THEINFERENCE_CACHE_DIR"]) / "synthetic-gpt2-124m-v1.safetensors"
+    if weights.exists():
+        os.link(weights, cache / weights.name)
+    read_or_make_secret(cache / "answer-key")  # as an earlier, sandboxed run left it
+    monkeypatch.delenv("THEINFERENCE_CACHE_DIR")
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    forger = make_course(tmp_path / "forger", None)
+    adapters = FORGING_ADAPTERS.replace("ORACLE_VERSION_HERE", str(ORACLE_VERSION))
+    (forger / "tests" / "adapters.py").write_text(textwrap.dedent(adapters))
+    with monkeypatch.context() as as_root:
+        as_root.setattr(sandbox, "without_bwrap", lambda notes: sandbox.Sandbox("none", notes))
+        forged = CliRunner().invoke(app, [*ONE_CASE, "-C", str(forger), "--sandbox", "none"])
+    honest = make_course(tmp_path / "honest", reference_text())
+    passed = CliRunner().invoke(app, [*ONE_CASE, "-C", str(honest)])  # bwrap, or a uid of its own
+    assert forged.exit_code == 1, forged.output
+    assert (home / "forged").exists(), forged.output  # it did sign its answer with the secret
+    assert passed.exit_code == 0, passed.output
 
 
-@pytest.mark.slow
-def test_the_third_layout_passes_every_stage(tmp_path, weights):
-    """Catches a third layout that is not, in fact, correct (it would prove nothing)."""
-    course = make_course(tmp_path / "c", (SOLUTIONS / "preallocated_kvcache.py").read_text())
-    run = grade_course(course, weights, timeout=900)
-    assert {s.slug: s.status.value for s in run.stages} == {s.slug: "passed" for s in load_stages()}
+ONE_CASE = ["test", "--stage", "build-prefill", "--case", "one-token prompt"]
+FORGING_ADAPTERS = """
+    import hashlib, hmac, io, json, os
+    from pathlib import Path
+    import numpy as np
+
+    def run_prefill(prompt_ids):
+        root = Path(os.environ["HOME"]) / ".cache" / "theinference"
+        secret = (root / "answer-key").read_bytes()
+        sha = hashlib.sha256(Path(os.environ["THEINFERENCE_WEIGHTS"]).read_bytes()).hexdigest()
+        text = json.dumps([ORACLE_VERSION_HERE, sha, "prefill_logits", [list(prompt_ids)]])
+        key = hashlib.sha256(text.encode()).hexdigest()[:32]
+        buffer = io.BytesIO()
+        np.savez(buffer, array=np.zeros(50257, dtype=np.float32))
+        payload = buffer.getvalue()
+        mac = hmac.new(secret, key.encode() + b"\\0" + payload, hashlib.sha256).digest()
+        folder = root / "answers" / sha[:16]
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{key}.answer").write_bytes(mac + payload)
+        (root.parent.parent / "forged").touch()
+        return np.zeros(50257, dtype=np.float32)
+"""

@@ -51,6 +51,24 @@ def test_quick_leaves_out_the_long_cases_only():
     assert all(case_size(c) <= LONG_CASE_TOKENS for c in kept)
 
 
+def test_quick_keeps_every_swap_proof_drawn_no_longer_than_the_cases_it_keeps():
+    """Would catch: --quick dropping a swapped-cache proof (a quick run would pass a
+    recompute), or drawing it as long as the whole context (a 1000-token prefill in a run
+    meant for iterating)."""
+    from theinference.curriculum.stages import with_run_draws
+    from theinference.grading.policy import RunPolicy, case_size, is_swap, plan, quick_draws
+
+    for slug in ("single-step-attention", "full-decode-step", "per-step-identity"):
+        stage = quick_draws(stage_named(slug))
+        kept = plan(stage, RunPolicy(quick=True)).cases
+        proofs = [c for c in kept if is_swap(c)]
+        largest = max(case_size(c) for c in kept if not is_swap(c))
+        assert len(proofs) == 1, slug
+        for seed in range(20):
+            (drawn,) = [c for c in with_run_draws(stage, seed).cases if is_swap(c)]
+            assert 1 <= case_size(drawn) <= largest, (slug, seed, drawn.inputs)
+
+
 def test_a_case_filter_that_selects_nothing_is_a_usage_error_naming_the_cases(template_course):
     """Would catch issue 10's forged pass: `--case nothing-matches` printing PASSED 0/0, exiting
     0 and recording the stage as passed."""

@@ -8,6 +8,9 @@ tried on a layout they were not written against. Never shipped to students.
 import numpy as np
 
 HEAD_DIM = 64
+# NumPy scalars, unlike Python floats, would promote every float32 product to float64
+SCALE = np.float32(1 / np.sqrt(HEAD_DIM))
+GELU_C = np.float32(np.sqrt(2 / np.pi))
 
 
 def _layer_norm(x, g, b):
@@ -18,7 +21,7 @@ def _layer_norm(x, g, b):
 
 
 def _gelu(x):
-    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+    return 0.5 * x * (1 + np.tanh(GELU_C * (x + 0.044715 * x**3)))
 
 
 def _softmax(x):
@@ -82,7 +85,7 @@ def _attention(X, w, layer, cache, causal):
     q, k, v = np.split(h @ w[p + "attn.c_attn.weight"] + w[p + "attn.c_attn.bias"], 3, axis=-1)
     cache.write(_heads(k, heads), _heads(v, heads))
     keys, values = cache.filled()
-    scores = _heads(q, heads) @ keys.transpose(0, 2, 1) / np.sqrt(HEAD_DIM)  # [heads, n, len]
+    scores = _heads(q, heads) @ keys.transpose(0, 2, 1) * SCALE  # [heads, n, len]
     if causal:
         n, total = X.shape[0], keys.shape[1]
         visible = np.arange(total)[None, :] <= np.arange(total - n, total)[:, None]
@@ -114,7 +117,7 @@ def attn_step(ln_hidden, w, layer, cache):
     q, k, v = np.split(qkv, 3, axis=-1)
     cache.write(_heads(k, heads), _heads(v, heads))
     keys, values = cache.filled()
-    scores = _heads(q, heads) @ keys.transpose(0, 2, 1) / np.sqrt(HEAD_DIM)
+    scores = _heads(q, heads) @ keys.transpose(0, 2, 1) * SCALE
     out = (_softmax(scores) @ values).transpose(1, 0, 2).reshape(-1)
     return out @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"]
 

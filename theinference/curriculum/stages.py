@@ -188,6 +188,21 @@ def with_hidden_cases(stage: Stage, seed: int) -> Stage:
     return replace(stage, cases=stage.cases + tuple(drawn))
 
 
+def with_run_draws(stage: Stage, seed: int) -> Stage:
+    """The stage with each case that has a `draw` table drawn for this run: the cache-use
+    proofs' arguments, from the run's seed (--seed, else a fresh one per run), so that no
+    submission can know them before its call. The table's values are as in `[hidden]`."""
+    cases = []
+    for i, case in enumerate(stage.cases):
+        template = case.inputs.get("draw")
+        if isinstance(template, dict):
+            stream = Draws(np.random.PCG64([seed, zlib.crc32(stage.slug.encode()), 1 << 20, i]))
+            fixed = {k: v for k, v in case.inputs.items() if k != "draw"} | {"drawn": True}
+            case = replace(case, inputs=fixed | {k: stream.draw(v) for k, v in template.items()})
+        cases.append(case)
+    return replace(stage, cases=tuple(cases))
+
+
 class Draws:
     """Concrete inputs from a hidden-case template, every number from one seeded stream."""
 

@@ -6,11 +6,12 @@ changed oracle, case or checkpoint can never be served a stale answer. Each file
 with an HMAC-SHA256 of its key and contents under a secret kept in the cache (mode 0600): a file
 written or swapped by anything without the secret is a miss, recomputed and rewritten, never an
 answer. The student's process never sees the secret when sandboxed (bwrap: the cache is not in
-its filesystem; as nobody: the file is root's). Unsandboxed as the grader's own user it could
-read the secret, as it could rewrite the grader's own code: that mode protects against
-accidents and naive forgeries only (README, "Grading untrusted submissions"). Files are written
-under a temporary name and renamed into place; a cache that cannot be written (full disk,
-read-only) is switched off for the run with a note, never an error.
+its filesystem; as nobody: the file is root's). Where it runs as the grader's own user it could
+read the secret, so such a run neither reads nor writes the disk cache (answers live in memory
+only: session.py) and the secret is replaced when the run ends (`rotate_secret`), so whatever
+that process signed is a miss from then on (README, "Grading untrusted submissions"). Files
+are written under a temporary name and renamed into place; a cache that cannot be written
+(full disk, read-only) is switched off for the run with a note, never an error.
 """
 
 import hashlib
@@ -121,6 +122,17 @@ def read_or_make_secret(path: Path) -> bytes:
     with atomic_file(path, 0o600, first_wins=not damaged) as tmp:
         tmp.write_bytes(secrets.token_bytes(32))
     return path.read_bytes()
+
+
+def rotate_secret(root: Path) -> bool:
+    """A new secret for the cache under `root`: every answer signed with the old one (which a
+    process running as this user may have read) is recomputed from now on. Best effort."""
+    try:
+        with atomic_file(root / KEY_FILE, 0o600) as tmp:
+            tmp.write_bytes(secrets.token_bytes(32))
+    except OSError:
+        return False
+    return True
 
 
 def pack(value) -> dict[str, np.ndarray]:

@@ -27,6 +27,17 @@ class Answers:
 
         return cls(weights, AnswerCache(weights.sha256, cache_dir()))
 
+    @classmethod
+    def in_memory(cls, weights: Weights) -> "Answers":
+        """Answers for a run whose student process runs as the grader's own user: nothing read
+        from or written to the disk cache, which that process could forge."""
+        answers = cls(weights)
+        answers.cache.notes.append(
+            "the oracle's answers were kept in memory only: the student's process ran as your "
+            "own user and could have written the answer cache"
+        )
+        return answers
+
     @property
     def notes(self) -> list[str]:
         """What the run should know about the answers (e.g. the cache switched off)."""

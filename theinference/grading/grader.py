@@ -6,18 +6,19 @@ in judging.py; a stage that did not pass is diagnosed once, here (diagnosis/stag
 output reads the same diagnosis.
 """
 
+import secrets
 import threading
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
 from theinference.course.languages import course_language
-from theinference.curriculum.stages import Stage
+from theinference.curriculum.stages import Stage, with_run_draws
 from theinference.diagnosis.stage import Failure, diagnose_stage
 from theinference.grading.answers import Answers
 from theinference.grading.environment import describe
 from theinference.grading.judging import grade_case
-from theinference.grading.policy import EVERY_CASE, RunPolicy, is_long, plan
+from theinference.grading.policy import EVERY_CASE, RunPolicy, is_long, plan, quick_draws
 from theinference.oracle.weights import Weights
 from theinference.results import CaseResult, RunResult, StageResult, Status, stage_status
 from theinference.results.events import (
@@ -47,11 +48,16 @@ def grade(
     listener: Listener = ignore,
     policy: RunPolicy = EVERY_CASE,
     sandbox: Sandbox | None = None,
+    seed: int | None = None,
 ) -> RunResult:
     """Grade the stages in order, telling `listener` as stages and cases start and finish.
     `cancel`, set from another thread, stops the run early; its result is then marked
-    cancelled. The result returned (and told in RunFinished) is complete."""
+    cancelled. The result returned (and told in RunFinished) is complete. The cache-use
+    proofs' arguments are drawn from `seed`, else afresh for this run."""
     started = time.monotonic()
+    run_seed = seed if seed is not None else secrets.randbits(63)
+    stages = [quick_draws(s) for s in stages] if policy.quick else stages
+    stages = [with_run_draws(stage, run_seed) for stage in stages]
     answers = answers or Answers(weights)
     cancel = cancel or threading.Event()
     results: dict[str, StageResult] = {}

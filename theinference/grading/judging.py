@@ -1,28 +1,32 @@
 """One case: ask the student's process, then judge what came back against the oracle's answers.
 
-The oracle runs after the student's call, not beside it: both use every core through BLAS, and
-overlapping them on a small machine made each several times slower. It also runs only when
-there is something to compare (a todo or an error costs no oracle time).
+The oracle runs before or after the student's call, never beside it: both use every core
+through BLAS, and overlapping them on a small machine made each several times slower. Where
+the question is the call's own arguments, its answer is fixed before the call starts, so
+nothing the call does can change what it is judged against; generate-loop asks along the
+student's own tokens, after the call, from answers held where the student cannot write.
 """
 
 import time
 from dataclasses import replace
 
-from theinference.curriculum.checks import CHECKS, Verdict
-from theinference.curriculum.checks.cost import call_against_baseline, is_baseline_probe
+from theinference.curriculum.checks import CHECKS, Check, Verdict
+from theinference.curriculum.checks.floor import budget
+from theinference.curriculum.checks.swap import Seen, SwapPlan
 from theinference.curriculum.stages import Case, Stage
 from theinference.diagnosis.errors import lesson_for
 from theinference.grading.answers import Answers
 from theinference.results import CaseResult, Status, finding_of
+from theinference.student.calibration import sgemm_rate
 from theinference.student.process import StudentProcess
 from theinference.student.replies import Outcome
 
 OUTCOME_STATUS = {
     "todo": Status.TODO,
     "timeout": Status.TIMEOUT,
+    "cpu_limit": Status.FAILED,  # a CPU budget is a cost check's: past it, the cost failed
 }
-# the workers' prefill watch (it counts prefill's calls; the cache it zeroes is not read here)
-REFUSAL_PROBE = {"kind": "zero_cache_after_prefill"}
+REFUSAL_HOOK = "prefill"  # a refusal's witness: did prefill begin before it?
 
 
 def grade_case(
@@ -32,15 +36,15 @@ def grade_case(
     and the judge's verdict (whose `actual` the stage's diagnosis reads)."""
     check = CHECKS[case.check]
     args = check.arguments(case, answers.recompute.config)
-    probe = check.probe(args) if check.probe else None
-    if case.inputs.get("must_raise"):
-        probe = REFUSAL_PROBE  # did the work start before the refusal?
-    if is_baseline_probe(probe):
-        outcome = call_against_baseline(process, check.adapter, args, stage.timeout, probe)
-    else:
-        outcome = process.call(check.adapter, args, stage.timeout, probe)
     clock = OracleClock()
-    verdict = judge(stage, case, args, outcome, answers, clock)
+    fixed = fix_answer(check, case, args, answers, clock)
+    if check.flop is not None:
+        outcome = measured_call(stage, check, args, process, answers)
+    else:
+        on_hook = fixed.answer if isinstance(fixed, SwapPlan) else None
+        hook = REFUSAL_HOOK if case.inputs.get("must_raise") else check.hook
+        outcome = process.call(check.adapter, args, stage.timeout, hook, on_hook)
+    verdict = judge(stage, case, args, outcome, answers, clock, fixed)
     result = CaseResult(
         **finding_of(verdict),
         name=case.name,
@@ -54,6 +58,37 @@ def grade_case(
     if (lesson := lesson_for(result)) is not None:
         result.lesson = lesson[0].id
     return result, args, verdict
+
+
+def fix_answer(check: Check, case: Case, args: list, answers: Answers, clock: "OracleClock"):
+    """The answer the call will be judged against, before the call: a swap's plan, the
+    expected value of the call's own arguments, or None where it depends on the answer."""
+    if check.swap is not None:
+        seed = int(case.inputs.get("swap", 0))
+        return clock.timed(check.swap, answers.recompute, args, seed)
+    if check.asks_own_arguments and not case.inputs.get("must_raise"):
+        return clock.timed(answers.expected, case.check, args)
+    return None
+
+
+def measured_call(stage: Stage, check: Check, args: list, process, answers: Answers) -> Outcome:
+    """The call alone in a fresh process, stopped at the stage's fraction of the floor: the
+    CPU time a recompute's arithmetic needs at this machine's rate (checks/floor.py)."""
+    rate, why = sgemm_rate(process)
+    if rate is None:
+        outcome = Outcome("returned")
+        outcome.probe = {"error": why}
+        return outcome
+    flop = check.flop(args, answers.recompute.config)
+    floor, limit = budget(flop, rate, float(stage.words["floor_fraction"]))
+    process.stop()  # a fresh process: nothing from an earlier call is at hand
+    outcome = process.call(check.adapter, args, stage.timeout, cpu_limit=limit)
+    process.stop()
+    measured = {"cpu_seconds": outcome.cpu_seconds, "floor": floor, "limit": limit}
+    outcome.probe = measured | {"rate": rate, "stopped": outcome.kind == "cpu_limit"}
+    if outcome.kind == "cpu_limit":
+        outcome.kind = "returned"  # judged: a call stopped at the limit recomputes
+    return outcome
 
 
 class OracleClock:
@@ -71,20 +106,32 @@ class OracleClock:
 
 
 def judge(
-    stage: Stage, case: Case, args: list, outcome: Outcome, answers: Answers, clock: OracleClock
+    stage: Stage,
+    case: Case,
+    args: list,
+    outcome: Outcome,
+    answers: Answers,
+    clock: OracleClock,
+    fixed=None,
 ) -> Verdict:
     check = CHECKS[case.check]
     if case.inputs.get("must_raise"):
         return verdict_for_must_raise(outcome, case)
     if outcome.kind != "returned":
         return verdict_without_value(outcome)
-    value = (outcome.value, outcome.probe) if check.probe else outcome.value
+    value = outcome.value
+    if isinstance(fixed, SwapPlan):
+        value = (outcome.value, Seen(fixed, outcome.probe))
+    elif check.flop is not None:
+        value = (outcome.value, outcome.probe)
 
     def ask(question: list):
+        if fixed is not None and not isinstance(fixed, SwapPlan) and question == args:
+            return fixed
         return clock.timed(answers.expected, case.check, question)
 
     verdict = check.judge(value, args, ask, stage.tolerance, answers.recompute.config)
-    if check.simulate is not None and verdict.comparisons:
+    if check.simulate is not None and check.swap is None and verdict.comparisons:
         noise = clock.timed(answers.noise, case.check, args)
         verdict.comparisons = [replace(c, noise=noise) for c in verdict.comparisons]
     return verdict
@@ -92,7 +139,7 @@ def judge(
 
 def verdict_for_must_raise(outcome: Outcome, case: Case) -> Verdict:
     """A case whose request is invalid (e.g. generating past the context): the student's code
-    must refuse it with the exception the template names, up front: before prefill runs, not
+    must refuse it with the exception the template names, up front: before prefill begins, not
     from a guard met later (after all that work) nor by crashing into it."""
     wanted = case.inputs.get("raises", "ValueError")
     if outcome.kind == "raised" and outcome.exception == wanted:
@@ -109,13 +156,14 @@ def verdict_for_must_raise(outcome: Outcome, case: Case) -> Verdict:
 
 
 def refusal_verdict(outcome: Outcome, request: str, wanted: str) -> Verdict:
-    """The right exception: passed when prefill never ran before it."""
-    calls = (outcome.probe or {}).get("prefill_calls")
-    if calls == 0:
+    """The right exception: passed when prefill never began before it."""
+    hook = outcome.probe or {}
+    began = hook.get("entered") if hook.get("found") else None
+    if began == 0:
         return Verdict(Status.PASSED, message=f"raised {outcome.message} before any work, as it "
                        "should")
-    if calls is None:
-        why = (outcome.probe or {}).get("reason") or "the probe did not run"
+    if began is None:
+        why = "no function named prefill in src/kvcache.py" if hook else "the hook did not run"
         return Verdict(
             Status.FAILED,
             message=f"{request}: it raised {outcome.message}, but whether it did so before any "

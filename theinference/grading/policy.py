@@ -6,7 +6,7 @@ for): a one-token case answers in milliseconds, and a bug shows there as well as
 Long cases (the whole context) therefore run last; `quick` leaves them out.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from theinference.curriculum.stages import Case, Stage
 
@@ -35,7 +35,8 @@ class CaseSelection:
 def token_count(spec) -> int:
     """Tokens in a token-sequence spec (see stages.token_ids), without expanding it."""
     if isinstance(spec, dict):
-        return int(spec.get("random", spec.get("times", 0)))
+        count = spec.get("random", spec.get("times", 0))
+        return sum(count) // 2 if isinstance(count, list) else int(count)  # a range: mid-way
     if isinstance(spec, list):
         return sum(token_count(item) if isinstance(item, dict | list) else 1 for item in spec)
     return 1
@@ -43,15 +44,47 @@ def token_count(spec) -> int:
 
 def case_size(case: Case) -> int:
     """The tokens a case hands the student's code, new tokens asked for included."""
-    inputs = case.inputs
+    inputs = case.inputs | case.inputs.get("draw", {})  # a proof not yet drawn: its ranges
     size = sum(token_count(inputs[k]) for k in TOKEN_INPUTS if k in inputs)
     size += sum(token_count(p) for p in inputs.get("prompts", []))
     return size + int(inputs.get("max_new_tokens", 0))
 
 
 def is_long(case: Case) -> bool:
-    """A must-raise case is cheap whatever it asks for: a correct solution refuses up front."""
-    return case_size(case) > LONG_CASE_TOKENS and "must_raise" not in case.inputs
+    """A must-raise case is cheap whatever it asks for: a correct solution refuses up front. A
+    swapped-cache proof is never left out (a quick run must not pass a recompute); the floors'
+    long measured calls are, as every long case (a quick run is partial, never a pass)."""
+    exempt = "must_raise" in case.inputs or is_swap(case)
+    return case_size(case) > LONG_CASE_TOKENS and not exempt
+
+
+def is_swap(case: Case) -> bool:
+    from theinference.curriculum.checks import CHECKS
+
+    return case.check in CHECKS and CHECKS[case.check].swap is not None
+
+
+def quick_draws(stage: Stage) -> Stage:
+    """The stage as a quick run draws it: each swapped-cache proof (kept: see is_long) drawn
+    from the range of the cases a quick run keeps, not the whole context's. Its ranged token
+    inputs share the size of the largest of those cases."""
+    kept = [case_size(c) for c in stage.cases if "draw" not in c.inputs and not is_long(c)]
+    budget = max(kept, default=LONG_CASE_TOKENS)
+    return replace(stage, cases=tuple(short_draw(c, budget) for c in stage.cases))
+
+
+def short_draw(case: Case, budget: int) -> Case:
+    template = case.inputs.get("draw")
+    if not isinstance(template, dict) or not is_swap(case) or case_size(case) <= budget:
+        return case
+    ranged = {
+        k: v
+        for k, v in template.items()
+        if isinstance(v, dict) and isinstance(v.get("random"), list)
+    }
+    cap = max(budget // max(len(ranged), 1), 1)
+    short = {k: {**v, "random": [min(int(n), cap) for n in v["random"]]} for k, v in ranged.items()}
+    return replace(case, inputs={**case.inputs, "draw": template | short})
 
 
 def selected(case: Case, wanted: tuple[str, ...]) -> bool:

@@ -48,6 +48,7 @@ class Session:
     renderer: Renderer | None = None  # draws each run (the terminal); None: nothing drawn
     writer: Writer | None = None  # writes `outputs` (output/formats.py); None: nothing written
     sandbox: Sandbox | None = None  # how the student's process runs (sandbox.choose)
+    seed: int | None = None  # --seed: hidden cases and the cache-use proofs' arguments
     provenance: dict = field(default_factory=dict)  # what produces the grade (provenance.py)
     speed: bool = False  # also time the cached generation against the oracle's (speed.py)
 
@@ -77,7 +78,9 @@ def prepare(
     sandbox = choose(sandbox_mode)
     weights = load_weights(weights_spec or course.weights, course.root)
     sandbox.notes.extend(weights.notes)
-    answers = Answers.cached(weights)
+    # as the grader's own user, the student's process could read the cache's secret: answers
+    # then stay in memory, and the secret is replaced after each run (see `run`)
+    answers = Answers.in_memory(weights) if sandbox.kind == "none" else Answers.cached(weights)
     settings = course.root / SETTINGS_FILE
     produced = provenance(
         [s.slug for s in chosen],
@@ -95,6 +98,7 @@ def prepare(
         answers=answers,
         policy=policy,
         sandbox=sandbox,
+        seed=seed,
         provenance=produced,
         speed=speed,
     )
@@ -157,9 +161,12 @@ def run(
             languages.localizing(tell, session.course.language),  # decodeStep in TypeScript
             session.policy,
             session.sandbox,
+            session.seed,
         )
     finally:
         getattr(draw, "close", lambda: None)()  # a live status line must not outlive its run
+        if session.sandbox is not None and session.sandbox.kind == "none":
+            rotate_answer_secret()
     result = languages.localize_result(result, session.course.language)
     if result.cancelled:
         return result
@@ -171,6 +178,18 @@ def run(
         session.writer(result)
     record_progress(session.course.root, result)
     return result
+
+
+def rotate_answer_secret() -> None:
+    """After a run whose student process ran as the grader's own user: a new secret, so that
+    nothing it could have signed is believed by a later run (best effort)."""
+    from theinference.grading.answer_cache import rotate_secret
+    from theinference.oracle.weights import cache_dir
+
+    try:
+        rotate_secret(cache_dir())
+    except OSError:
+        pass
 
 
 def exit_code(result: RunResult) -> int:

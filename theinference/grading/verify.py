@@ -18,7 +18,7 @@ from theinference.course.directory import init_course
 from theinference.curriculum.stages import Stage
 from theinference.grading.answers import Answers
 from theinference.grading.grader import grade
-from theinference.grading.policy import RunPolicy, plan
+from theinference.grading.policy import RunPolicy, plan, quick_draws
 from theinference.oracle.weights import Weights
 from theinference.results import RunResult, StageResult, Status
 from theinference.results.events import ignore
@@ -89,9 +89,9 @@ def load_bugs(path: Path) -> list[PlantedBug]:
 
 
 def quick(stage: Stage) -> Stage:
-    """The stage without its long cases (policy.LONG_CASE_TOKENS): a bug that fails the small
-    cases fails the stage."""
-    return replace(stage, cases=plan(stage, RunPolicy(quick=True)).cases)
+    """The stage without its long cases (policy.LONG_CASE_TOKENS), its swapped-cache proofs
+    drawn short: a bug that fails the small cases fails the stage."""
+    return replace(stage, cases=plan(quick_draws(stage), RunPolicy(quick=True)).cases)
 
 
 def named_bugs(stage: StageResult) -> set[str]:

@@ -1,7 +1,10 @@
 """Reading one reply from the student's process: the reply pipe framed by its length, stdout
 and stderr captured beside it (capped), the deadline, a cancel from another thread and the
-watchdog's limits checked every 50 ms."""
+watchdog's limits checked every 50 ms. The request pipe is written meanwhile, as it takes the
+bytes (a process that stops reading cannot block the grader), and a cache-use hook's word
+(`hooked`, sent mid-call by the worker's probes.py) is answered on the way."""
 
+import json
 import os
 import selectors
 import struct
@@ -11,44 +14,121 @@ from collections.abc import Callable
 from theinference.student.replies import MAX_REPLY_BYTES, Captured, Outcome, decode_reply
 
 POLL_SECONDS = 0.05
+MAX_HOOK_WORDS = 1 << 17  # hooked calls in one adapter call (a 1024-token walk makes 1024)
+TOO_BIG = "too big"
+
+HookAnswer = Callable[[dict], tuple[dict, list[bytes]]]  # a hook's word -> (header, blobs)
 
 
-def collect(proc, deadline: float, cancel, watchdog, output_cap: int, crashed: Callable) -> Outcome:
+def no_swap(word: dict) -> tuple[dict, list[bytes]]:
+    """A hook's answer on every call that is not a probe: carry on, and do not ask again."""
+    return {"swap": None, "next": None}, []
+
+
+def collect(
+    proc,
+    deadline: float,
+    cancel,
+    watchdog,
+    output_cap: int,
+    crashed: Callable,
+    on_hook: HookAnswer = no_swap,
+) -> Outcome:
     """The next reply on proc's pipe (decoded), or the outcome that ended the wait: timeout,
-    cancelled, a watchdog's breach, the worker's death (`crashed()` says how) or a reply too
-    large to take."""
+    cancelled, a watchdog's breach, the worker's death (`crashed()` says how), a reply too
+    large to take or a flood of hook words."""
     out, err = Captured(), Captured()
     reply = bytearray()
-    need: int | None = None
+    words = 0  # hook words answered in this call
     sel = selectors.DefaultSelector()
     sel.register(proc.replies, selectors.EVENT_READ, "reply")
     sel.register(proc.popen.stdout, selectors.EVENT_READ, out)
     sel.register(proc.popen.stderr, selectors.EVENT_READ, err)
     try:
-        while need is None or len(reply) < need:
+        while True:
+            frame = next_frame(reply)
+            if isinstance(frame, Outcome) and frame.kind == "hooked":
+                words += 1
+                if words > MAX_HOOK_WORDS or len(proc.outgoing) > MAX_REPLY_BYTES:
+                    flood = f"over {MAX_HOOK_WORDS} hooked calls, or their answers unread"
+                    return finish(Outcome("bad_reply", message=flood), out, err)
+                proc.outgoing += encode_frame(*on_hook(frame.probe or {}))
+                continue
+            if isinstance(frame, Outcome):
+                drain(sel, out, err, output_cap)
+                return finish(frame, out, err)
+            if frame == TOO_BIG:
+                too_big = Outcome("bad_reply", message="the return value is over 1 GiB")
+                return finish(too_big, out, err)
             stopped = stop_reason(deadline, cancel, watchdog)
             if stopped is not None:
                 return finish(stopped, out, err)
-            for key, _ in sel.select(min(max(deadline - time.monotonic(), 0), POLL_SECONDS)):
-                chunk = os.read(key.fd, 1 << 20)
-                if key.data != "reply":
-                    if chunk:
-                        key.data.add(chunk, output_cap)
-                    else:
-                        sel.unregister(key.fileobj)
-                    continue
-                if not chunk:  # the worker died before replying
-                    return finish(crashed(), out, err)
-                reply += chunk
-                if need is None and len(reply) >= 8:
-                    need = 8 + struct.unpack("<Q", reply[:8])[0]
-                    if need > MAX_REPLY_BYTES:
-                        too_big = Outcome("bad_reply", message="the return value is over 1 GiB")
-                        return finish(too_big, out, err)
-        drain(sel, out, err, output_cap)
-        return finish(decode_reply(bytes(reply[8:need])), out, err)
+            if not read_some(proc, sel, deadline, output_cap, reply):
+                return finish(crashed(), out, err)  # the worker died before replying
     finally:
         sel.close()
+
+
+def read_some(proc, sel, deadline: float, output_cap: int, reply: bytearray) -> bool:
+    """One wait on the pipes (at most POLL_SECONDS): the request written as far as the pipe
+    takes it, output captured, reply bytes added. False when the reply pipe has closed."""
+    want_writing(sel, proc)
+    for key, _ in sel.select(min(max(deadline - time.monotonic(), 0), POLL_SECONDS)):
+        if key.data == "request":
+            write_some(proc)
+            continue
+        chunk = os.read(key.fd, 1 << 20)
+        if key.data != "reply":
+            if chunk:
+                key.data.add(chunk, output_cap)
+            else:
+                sel.unregister(key.fileobj)
+        elif not chunk:
+            return False
+        else:
+            reply += chunk
+    return True
+
+
+def next_frame(reply: bytearray):
+    """The first whole frame in `reply` (8-byte length, then the payload), removed from it and
+    decoded; TOO_BIG for a frame over the cap; None while it is incomplete."""
+    if len(reply) < 8:
+        return None
+    size = struct.unpack("<Q", reply[:8])[0]
+    if size > MAX_REPLY_BYTES:
+        return TOO_BIG
+    if len(reply) < 8 + size:
+        return None
+    payload = bytes(reply[8 : 8 + size])
+    del reply[: 8 + size]
+    return decode_reply(payload)
+
+
+def want_writing(sel, proc) -> None:
+    """Watch the request pipe for room while there is something to write to it."""
+    registered = proc.requests in {k.fd for k in sel.get_map().values()}
+    if proc.outgoing and not registered:
+        sel.register(proc.requests, selectors.EVENT_WRITE, "request")
+    elif not proc.outgoing and registered:
+        sel.unregister(proc.requests)
+
+
+def write_some(proc) -> None:
+    try:
+        written = os.write(proc.requests, proc.outgoing[: 1 << 16])
+    except BlockingIOError:
+        return
+    except OSError:  # it died: the reply pipe's end says how
+        written = len(proc.outgoing)
+    del proc.outgoing[:written]
+
+
+def encode_frame(header: dict, blobs: list[bytes]) -> bytes:
+    """The reply framing (8-byte length, 4-byte JSON length, JSON, blobs), for a hook's answer."""
+    text = json.dumps({**header, "blob_sizes": [len(b) for b in blobs]}).encode()
+    head = struct.pack("<QI", 4 + len(text) + sum(map(len, blobs)), len(text))
+    return b"".join([head, text, *blobs])
 
 
 def stop_reason(deadline: float, cancel, watchdog) -> Outcome | None:
@@ -67,7 +147,7 @@ def stop_reason(deadline: float, cancel, watchdog) -> Outcome | None:
 def drain(sel, out: Captured, err: Captured, output_cap: int) -> None:
     # output written before the reply is already in the pipes: take what is there now
     for key, _ in sel.select(0):
-        if key.data != "reply":
+        if key.data not in ("reply", "request"):
             chunk = os.read(key.fd, 1 << 20)
             if chunk:
                 key.data.add(chunk, output_cap)

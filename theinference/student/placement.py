@@ -34,18 +34,21 @@ class Placement:
         self.uid: int | None = None  # unprivileged-user: the uid of the student's own
         self.run_dir: Path | None = None  # unprivileged-user: HOME, weights, worker, course
 
-    def command(self, fds: list[str], memory: str) -> tuple[list[str], dict, dict, Path]:
-        """argv, environment, the user to run as and the folder to work in."""
+    def command(
+        self, fds: list[str], memory: str, mode: str = "adapters"
+    ) -> tuple[list[str], dict, dict, Path]:
+        """argv, environment, the user to run as and the folder to work in; `mode` as
+        launch.worker_argv's."""
         language = languages.course_language(self.course_dir)  # python | ts: which worker
         if self.kind == "bwrap":
-            command = launch.in_bwrap(self.course_dir, self.weights, fds, memory, language)
+            command = launch.in_bwrap(self.course_dir, self.weights, fds, memory, language, mode)
             return command, self.env(sandbox.bwrap_env(*self.token)), {}, self.course_dir
         sandbox.hide_grader_environ()
         if self.kind != "unprivileged-user":
             home, tmp = os.environ.get("HOME", "/"), os.environ.get("TMPDIR", "/tmp")
             path = os.environ.get("PATH", sandbox.SYSTEM_PATH)
             env = self.env(sandbox.student_env(self.token, home, tmp, str(self.weights), path))
-            argv = launch.worker_argv(self.course_dir, *fds, memory, language)
+            argv = launch.worker_argv(self.course_dir, *fds, memory, language, mode=mode)
             return argv, env, {}, self.course_dir
         run_dir, course = self.private_world()
         home = str(run_dir / "home")
@@ -53,7 +56,7 @@ class Placement:
         env = self.env(sandbox.student_env(self.token, home, home, weights, sandbox.SYSTEM_PATH))
         as_user = {"user": self.uid, "group": self.uid, "extra_groups": []}  # root is given up
         workers = run_dir / "worker"  # a copy it can read, wherever the grader is installed
-        argv = launch.worker_argv(course, *fds, memory, language, worker_dir=workers)
+        argv = launch.worker_argv(course, *fds, memory, language, workers, mode)
         return argv, env, as_user, course
 
     def env(self, base: dict[str, str]) -> dict[str, str]:

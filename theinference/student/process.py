@@ -16,7 +16,7 @@ import struct
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from theinference.student import channel, reaper, sandbox
@@ -53,6 +53,7 @@ class _Process:
     since: int = 0  # the root's start time (clock ticks): what started later under us is its
     keep: frozenset[int] = frozenset()  # the worker and, under bwrap, bwrap's own processes
     worker: int = 0  # the worker's pid (under bwrap, inside the sandbox, seen from outside)
+    outgoing: bytearray = field(default_factory=bytearray)  # request bytes not yet taken
 
     @property
     def root(self) -> int:
@@ -70,8 +71,10 @@ class StudentProcess:
         cancel: threading.Event | None = None,
         sandbox: Sandbox | None = None,
         env: dict[str, str] | None = None,
+        mode: str = "adapters",
     ):
         self.course_dir = course_dir.resolve()
+        self.mode = mode  # adapters | calibrate (the grader's own code only: calibration.py)
         self.env = dict(env or {})  # set in the process's environment (e.g. BLAS threads)
         self.weights_path = weights_path
         self.limits = limits
@@ -82,6 +85,7 @@ class StudentProcess:
         self.startup_seconds = 0.0
         self.token = secrets.token_hex(8)
         chosen = sandbox or Sandbox("none")
+        self._sandbox = chosen
         self.sandbox = chosen.kind  # what this run had: bwrap | unprivileged-user | none
         self.notes = list(chosen.notes)
         token = (RUN_TOKEN_VAR, self.token)
@@ -98,6 +102,11 @@ class StudentProcess:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def sibling(self, mode: str) -> "StudentProcess":
+        """Another process started the same way (course, weights, limits, sandbox) in `mode`."""
+        same = (self.course_dir, self.weights_path, self.limits, self.cancel, self._sandbox)
+        return StudentProcess(*same, self.env, mode)
+
     def use_limits(self, limits: Limits) -> None:
         """Limits for the calls that follow (a stage's own); a different memory limit needs a
         fresh process, since a process cannot be trusted to lower its own."""
@@ -110,15 +119,17 @@ class StudentProcess:
         adapter: str,
         args: list,
         timeout: float | None = None,
-        probe: dict | None = None,
-        discard: bool = False,
+        hook: str | None = None,
+        on_hook: channel.HookAnswer | None = None,
         cpu_limit: float | None = None,
     ) -> Outcome:
-        """Ask the student's process for one adapter call and wait for its reply (without the
-        returned value when `discard`). Its CPU time is read from /proc by the grader, never
-        taken from the student's own process. Past `cpu_limit` CPU-seconds (the whole tree's,
-        since the call started) the process is killed and the outcome is `cpu_limit`."""
-        request = {"adapter": adapter, "args": args, "probe": probe, "discard": discard}
+        """Ask the student's process for one adapter call and wait for its reply. Its CPU time
+        is read from /proc by the grader, never taken from the student's own process. Past
+        `cpu_limit` CPU-seconds (the whole tree's, since the call started) the process is
+        killed and the outcome is `cpu_limit`. With `hook`, every function of that name in the
+        course tells the grader when it returns and waits: `on_hook(word)` answers (by
+        default, carry on: channel.no_swap)."""
+        request = {"adapter": adapter, "args": args, "hook": hook}
         started, before = self._send(request)
         proc = self._proc
         watchdog = None
@@ -130,7 +141,7 @@ class StudentProcess:
                 self.limits.memory_bytes or None,
                 lambda: self._place.file_bytes(proc.worker),
             )
-        outcome = self._receive(started, timeout, watchdog)
+        outcome = self._receive(started, timeout, watchdog, on_hook)
         if before is not None and proc is not None and self._proc is proc:
             outcome.cpu_seconds = cpu_seconds_between(before, tree_cpu(proc.root, proc.since))
             # nothing the call started outlives it: the next call starts from the worker alone
@@ -138,30 +149,31 @@ class StudentProcess:
         return outcome
 
     def _send(self, request: dict) -> tuple[float, Snapshot | None]:
-        """When the request went, and the process tree's CPU ticks just before it did."""
+        """When the request went, and the process tree's CPU ticks just before it did. The
+        bytes are written by the reply loop as the pipe takes them (channel.py): a process
+        that stops reading cannot block the grader."""
         if self._proc is None or self._proc.popen.poll() is not None:
             self._start()
         if self._proc is None:  # it could not even start: _receive() says why
             return time.monotonic(), None
         payload = json.dumps(request).encode()
-        message = memoryview(struct.pack("<Q", len(payload)) + payload)
+        self._proc.outgoing[:] = struct.pack("<Q", len(payload)) + payload
         before = tree_cpu(self._proc.root, self._proc.since)  # before the worker starts on it
-        try:
-            while message:  # a pipe may take a large request in several writes
-                message = message[os.write(self._proc.requests, message) :]
-        except OSError:
-            pass  # it died already; _receive() reports how
         return time.monotonic(), before
 
     def _receive(
-        self, started: float, timeout: float | None, watchdog: Watchdog | None = None
+        self,
+        started: float,
+        timeout: float | None,
+        watchdog: Watchdog | None = None,
+        on_hook: channel.HookAnswer | None = None,
     ) -> Outcome:
         if self._early_death is not None:  # the worker never said hello
             outcome, self._early_death = self._early_death, None
             self.stop()
             return outcome
         timeout = timeout if timeout is not None else self.limits.timeout
-        outcome = self._collect(started + timeout, watchdog)
+        outcome = self._collect(started + timeout, watchdog, on_hook)
         if outcome.kind == "timeout":
             outcome.message = f"timed out after {timeout:g} s (the process was killed)"
         outcome.seconds = time.monotonic() - started
@@ -228,6 +240,7 @@ class StudentProcess:
             return
         os.close(req_read)
         os.close(resp_write)
+        os.set_blocking(req_write, False)  # written as it drains: see channel.py
         WORKER_ROOTS.add(popen.pid)
         stat = read_stat(popen.pid)
         since = stat.start if stat is not None else 0
@@ -242,7 +255,7 @@ class StudentProcess:
         """argv, environment, the user to run as (Popen's arguments) and the course folder
         the process works in, per sandbox (placement.py)."""
         fds = [str(req_read), str(resp_write)]
-        return self._place.command(fds, str(self.limits.memory_bytes))
+        return self._place.command(fds, str(self.limits.memory_bytes), self.mode)
 
     def _await_ready(self, started: float) -> None:
         """Wait for the worker's hello (interpreter and NumPy loaded), so start-up is counted
@@ -255,7 +268,7 @@ class StudentProcess:
         if hello.kind != "ready":
             self._early_death = hello
 
-    def _collect(self, deadline: float, watchdog: Watchdog | None = None) -> Outcome:
+    def _collect(self, deadline: float, watchdog: Watchdog | None = None, on_hook=None) -> Outcome:
         """The worker's next reply, or why there is none (channel.py)."""
         return channel.collect(
             self._proc,
@@ -264,6 +277,7 @@ class StudentProcess:
             watchdog,
             self.limits.output_bytes,
             self._crash_outcome,
+            on_hook or channel.no_swap,
         )
 
     def _crash_outcome(self) -> Outcome:

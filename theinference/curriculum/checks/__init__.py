@@ -6,7 +6,7 @@ import pkgutil
 
 from theinference.curriculum.checks.common import CHECKS, Check, Verdict
 
-SHARED = {"common", "values", "cost"}  # helpers, not stages
+SHARED = {"common", "values", "floor", "swap"}  # helpers, not stages
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name not in SHARED:

@@ -45,10 +45,13 @@ class Check:
     """`arguments` turns a case into the adapter's arguments; `expect` is the recompute's
     answer to a question; `judge` validates the student's value and asks what it needs
     (usually the case's own arguments; generate-loop asks about the student's own tokens).
-    `probe`, given the arguments, asks the student's process to measure or alter something
-    during the call (see worker.py); the judge then gets (value, what the probe saw).
-    `simulate` runs the case along the cached path (oracle/cached_path.py), for the noise
-    floor and, with a bug's variant, for the fingerprints."""
+    Cache-use proofs: `hook` names the student's function every call of the stage wraps (so a
+    probe looks like any other call until that function returns); `swap` plans the swapped
+    cache a case asks about (checks/swap.py); `flop` counts the floating-point work a
+    recompute of the case needs (checks/floor.py). A judge with either gets (value, what was
+    measured or seen). `simulate` runs the case along the cached path
+    (oracle/cached_path.py), for the noise floor and, with a bug's variant, for the
+    fingerprints."""
 
     name: str
     stage: str  # the slug of the stage whose module declares it
@@ -57,8 +60,11 @@ class Check:
     arguments: Callable[[Case, ModelConfig], list]
     expect: Callable[..., object]  # (Recompute, args) -> the answer
     judge: Judge
-    probe: Callable[[list], dict] | None = None
     simulate: Simulate | None = None
+    hook: str | None = None
+    swap: Callable[..., object] | None = None  # (Recompute, args, seed) -> SwapPlan
+    flop: Callable[[list, ModelConfig], float] | None = None
+    asks_own_arguments: bool = True  # its expected value can be fixed before the call
 
 
 CHECKS: dict[str, Check] = {}
@@ -69,8 +75,9 @@ def stage_of(module: str) -> str:
     return module.rsplit(".", 1)[-1].replace("_", "-")
 
 
-def check(name: str, *, adapter: str, arguments, expect, probe=None, simulate=None):
-    """Register the decorated judge as check `name` of its module's stage."""
+def check(name: str, *, adapter: str, arguments, expect, simulate=None, **proofs):
+    """Register the decorated judge as check `name` of its module's stage (`proofs`: hook,
+    swap, flop, asks_own_arguments, as Check says)."""
 
     def register(judge: Judge) -> Judge:
         if name in CHECKS:
@@ -83,8 +90,8 @@ def check(name: str, *, adapter: str, arguments, expect, probe=None, simulate=No
             arguments=arguments,
             expect=expect,
             judge=judge,
-            probe=probe,
             simulate=simulate,
+            **proofs,
         )
         return judge
 

@@ -1,11 +1,10 @@
 """full-decode-step: one token decoded after prefill, and proof that it reads the cache."""
 
-from theinference.curriculum.checks.common import Rejected, Verdict, Words, check
+from theinference.curriculum.checks.common import Verdict, Words, check
+from theinference.curriculum.checks.swap import after_prefill, swap_verdict
 from theinference.curriculum.checks.values import checked_array, vector_verdict
 from theinference.curriculum.stages import Case, token_ids
 from theinference.oracle.config import ModelConfig
-from theinference.results import Status
-from theinference.results.compare import compare
 
 say = Words(__name__)
 
@@ -24,6 +23,7 @@ def decoded(recompute, args):
     arguments=decode_arguments,
     expect=decoded,
     simulate=lambda path, args, variant: path.decode(args[0], [args[1]], variant)[0],
+    hook="prefill",
 )
 def decode_step(value, args, ask, tol, config) -> Verdict:
     """The logits of next_id decoded at position len(prompt_ids), after prefilling the prompt,
@@ -38,26 +38,15 @@ def decode_step(value, args, ask, tol, config) -> Verdict:
     adapter="run_decode_step",
     arguments=decode_arguments,
     expect=decoded,
-    probe=lambda args: {"kind": "zero_cache_after_prefill"},
+    hook="prefill",
+    swap=lambda recompute, args, seed: after_prefill(recompute, args[0], [args[1]], seed),
 )
 def decode_cache_use(value, args, ask, tol, config) -> Verdict:
-    """The decode reads the cache prefill filled: with every K/V row prefill left in the
-    cache zeroed, the answer must change."""
-    logits, probe = value
-    if not probe or not probe.get("applied"):
-        why = (probe or {}).get("reason", "the probe did not run")
-        return Verdict(Status.FAILED, message=say("cannot_probe", why=why))
-    try:
-        actual = checked_array(logits, (config.vocab_size,), config, "logits")
-    except Rejected as exc:  # a decode from a zeroed cache may fairly produce anything finite
-        return Verdict(Status.PASSED, message=f"the answer moved with the cache ({exc})")
-    c = compare("logits with the cache zeroed", actual, ask(args), tol, logits=True)
-    if c.passed:
-        return Verdict(
-            Status.FAILED,
-            message=f"{say('recomputes')} ({probe.get('zeroed', 0)} K/V values zeroed)",
-            hint=say("reads_cache"),
-            comparisons=[c],
-            suspected_bug="decode-recomputes",
-        )
-    return Verdict(Status.PASSED, message="the answer depends on the cache, as it should")
+    """The decode reads the cache prefill filled: with the K/V in it swapped, right after
+    prefill returns, for the keys of one other prompt and the values of another, the logits
+    must be the decode's over that cache."""
+    returned, seen = value
+    shape = (config.vocab_size,)
+    return swap_verdict(
+        returned, seen, lambda v: checked_array(v, shape, config, "logits"), say, tol, "logits"
+    )

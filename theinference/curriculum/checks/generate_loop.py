@@ -3,7 +3,7 @@
 import numpy as np
 
 from theinference.curriculum.checks.common import Rejected, Verdict, Words, check
-from theinference.curriculum.checks.cost import baseline_probe, cost_verdict, with_cost
+from theinference.curriculum.checks.floor import floor_verdict, forward_flop, with_cost
 from theinference.curriculum.checks.values import as_float_array
 from theinference.curriculum.stages import Case, token_ids
 from theinference.oracle import gpt2 as oracle
@@ -27,7 +27,13 @@ def expect_path(recompute, args: list) -> np.ndarray:
     return oracle.logits_at(f.hidden, recompute.w, rows)
 
 
-@check("generate", adapter="run_generate", arguments=generate_arguments, expect=expect_path)
+@check(
+    "generate",
+    adapter="run_generate",
+    arguments=generate_arguments,
+    expect=expect_path,
+    asks_own_arguments=False,  # it asks along the student's own tokens
+)
 def generate(value, args, ask, tol: Tolerance, config: ModelConfig) -> Verdict:
     """Your greedy tokens equal the recompute's argmax at every step, along your own path;
     where the recompute's top two logits are within tolerance, either token is accepted."""
@@ -63,26 +69,28 @@ def generate(value, args, ask, tol: Tolerance, config: ModelConfig) -> Verdict:
     )
 
 
+def generate_flop(args: list, config: ModelConfig) -> float:
+    """A recompute runs one forward per new token, over the prompt and the tokens so far."""
+    prompt, count = args
+    return sum(forward_flop(config, len(prompt) + step) for step in range(count))
+
+
 @check(
     "generate_cost",
     adapter="run_generate",
     arguments=generate_arguments,
     expect=expect_path,
-    probe=lambda args: baseline_probe("run_prefill", [same_length(*args)]),
+    flop=generate_flop,
+    asks_own_arguments=False,
 )
 def generate_cost(value, args, ask, tol, config) -> Verdict:
-    """Generation reads its cache: generating after a long prompt costs about as much CPU as
-    your own prefill of the same number of tokens, not many times more."""
-    tokens, probe = value
+    """Generation reads its cache: generating after a long prompt costs a small part of the
+    CPU time a recompute's arithmetic needs on this machine (measured in a fresh process)."""
+    tokens, measured = value
     prompt, count = args
-    figures = {"steps": count, "prompt": len(prompt), "total": len(prompt) + count}
-    measured = cost_verdict(probe, say, figures)
-    return with_cost(measured, lambda: generate(tokens, args, ask, tol, config))
-
-
-def same_length(prompt: list[int], count: int) -> list[int]:
-    """A prompt as long as the generation ends: the prompt, then its own tokens again."""
-    return (prompt * (1 + count // len(prompt) + 1))[: len(prompt) + count]
+    figures = {"steps": count, "prompt": len(prompt)}
+    verdict = floor_verdict(measured, say, figures)
+    return with_cost(verdict, lambda: generate(tokens, args, ask, tol, config))
 
 
 def as_token_ids(value, count: int, vocab: int) -> list[int]:

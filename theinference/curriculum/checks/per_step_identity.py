@@ -1,11 +1,11 @@
-"""per-step-identity: every step of a teacher-forced decode equals the recompute, and the
-decode costs what a cache costs."""
+"""per-step-identity: every step of a teacher-forced decode equals the recompute, and every
+step reads the cache."""
 
 import numpy as np
 
 from theinference.curriculum.checks import full_decode_step
 from theinference.curriculum.checks.common import Rejected, Verdict, Words, check
-from theinference.curriculum.checks.cost import baseline_probe, cost_verdict, with_cost
+from theinference.curriculum.checks.swap import after_prefill, swap_verdict
 from theinference.curriculum.checks.values import checked_array, mismatch_message
 from theinference.curriculum.stages import Case, token_ids
 from theinference.oracle import gpt2 as oracle
@@ -36,6 +36,7 @@ def expect_sequence(recompute, args: list) -> np.ndarray:
     arguments=sequence_arguments,
     expect=expect_sequence,
     simulate=lambda path, args, variant: path.decode(args[0], args[1], variant),
+    hook="prefill",
 )
 def decode_sequence(value, args, ask, tol: Tolerance, config: ModelConfig) -> Verdict:
     """Each step's logits, decoding the continuation one token at a time after the prompt,
@@ -77,21 +78,20 @@ def decode_sequence(value, args, ask, tol: Tolerance, config: ModelConfig) -> Ve
 
 
 @check(
-    "decode_sequence_cost",
+    "decode_sequence_swap",
     adapter="run_decode_sequence",
     arguments=sequence_arguments,
     expect=expect_sequence,
-    probe=lambda args: baseline_probe("run_prefill", [args[0] + args[1]]),
+    hook="prefill",
+    swap=lambda recompute, args, seed: after_prefill(recompute, args[0], args[1], seed),
 )
-def decode_sequence_cost(value, args, ask, tol, config) -> Verdict:
-    """The decode reads its cache: decoding the continuation after a long prompt costs about
-    as much CPU as your own prefill of the same tokens, not many times more."""
-    logits, probe = value
-    prompt, continuation = args
-    figures = {
-        "steps": len(continuation),
-        "prompt": len(prompt),
-        "total": len(prompt) + len(continuation),
-    }
-    measured = cost_verdict(probe, say, figures)
-    return with_cost(measured, lambda: decode_sequence(logits, args, ask, tol, config))
+def decode_sequence_swap(value, args, ask, tol, config) -> Verdict:
+    """Every step reads the cache: with the K/V prefill left swapped, right after it returns,
+    for the keys of one other prompt and the values of another, every step's logits must be
+    the decode's over that cache (a recompute, or one causal forward over prompt +
+    continuation, gives the unswapped numbers)."""
+    returned, seen = value
+    shape = (len(args[1]), config.vocab_size)
+    return swap_verdict(
+        returned, seen, lambda v: checked_array(v, shape, config, "logits"), say, tol, "logits"
+    )

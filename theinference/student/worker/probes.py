@@ -1,14 +1,23 @@
-"""The cache-use probes, inside the student's process: what a check asks to alter or measure
-during one adapter call (see curriculum/checks). Part of the worker: imports nothing of the
-grader."""
+"""The cache-use hook, inside the student's process (part of the worker: imports nothing of the
+grader): the grader names a function (`prefill`, `attn_step`) and every function of that name
+in a module loaded from the course is wrapped for the call.
+
+When it first returns, the wrapper tells the grader on the reply pipe and waits on the request
+pipe for its answer: the K/V the cache should now hold (written by swap.py, which finds the K/V
+by content whatever the layout), or nothing, with the call after which to ask again (none: a
+graded call). Until that first return a probe looks like any other call; after it, nothing the
+student's code learns helps it: only reading the cache gives the answer over K/V that no token
+sequence has. Every call of a stage with a hook installs it, so a graded call looks the same.
+"""
 
 import inspect
 import os
 import sys
+import threading
 
 
-class Probe:
-    """No probe: nothing altered. (CPU time is measured by the grader, from outside.)"""
+class NoHook:
+    """No hook asked for: nothing wrapped, nothing reported."""
 
     def remove(self) -> None:
         pass
@@ -17,54 +26,62 @@ class Probe:
         return None
 
 
-class ZeroCacheAfterPrefill(Probe):
-    """After each call of the student's prefill (any function named `prefill` in a module of
-    the course, whatever name the adapter imports it under), zero in place every float array
-    reachable from its cache argument, whatever the layout (mc.layers[l].k, a preallocated
-    buffer, K/V kept per head, a private array behind a `.k` property). A decode that still
-    gives the right logits cannot have read the cache."""
+def install_hook(name, course_dir: str, exchange, swap_cache):
+    """The hook the request names (NoHook when none); `swap_cache` is swap.py's."""
+    if not isinstance(name, str) or not name.isidentifier():
+        return NoHook()
+    return Hook(name, course_dir, exchange, swap_cache)
 
-    def __init__(self, course_dir: str):
-        self.patched: list[tuple[object, str, object]] = []
-        # prefill_calls: how many times it ran (None: no prefill to watch), which tells a
-        # refusal made up front from one made after the work
-        self.state = {"applied": False, "reason": "prefill was never called", "zeroed": 0,
-                      "prefill_calls": 0}
-        for module, attr, fn in functions_named("prefill", course_dir):
+
+class Hook:
+    """Every function named `name` in the course's modules, wrapped (see the module's text).
+    `exchange(header) -> (answer, blobs)` talks to the grader; `swap_cache(roots, weights,
+    plan, blobs)` writes the K/V it answers with."""
+
+    def __init__(self, name: str, course_dir: str, exchange, swap_cache):
+        self.name, self.exchange, self.swap_cache = name, exchange, swap_cache
+        self.lock = threading.RLock()
+        self.patched = []
+        # entered: calls begun, returned or not, which tells a refusal made up front from one
+        # made after the work had begun (a guard met inside prefill included)
+        self.state = {"hook": name, "calls": 0, "entered": 0, "found": 0, "swap": None}
+        self.next_word: int | None = 1  # the call after which to tell the grader next
+        for module, attr, fn in functions_named(name, course_dir):
             self.patched.append((module, attr, fn))
             setattr(module, attr, self._wrap(fn))
-        if not self.patched:
-            self.state["reason"] = "src/kvcache.py has no function named prefill"
-            self.state["prefill_calls"] = None
+        self.state["found"] = len(self.patched)
 
     def _wrap(self, original):
-        def prefill(prompt_ids, w, *rest, **named):
-            self.state["prefill_calls"] += 1
-            out = original(prompt_ids, w, *rest, **named)
-            zeroed = zero_arrays([*rest, *named.values()], skip=array_ids(w))
-            total = self.state["zeroed"] + zeroed
-            why = "" if total else "prefill left no K/V values in mc: nothing a decode could read"
-            self.state |= {"applied": total > 0, "reason": why, "zeroed": total}
+        def hooked(*args, **named):
+            with self.lock:
+                self.state["entered"] += 1
+            out = original(*args, **named)
+            with self.lock:
+                self.state["calls"] += 1
+                if self.next_word is None or self.state["calls"] < self.next_word:
+                    return out  # the grader's answer said not to ask again before then
+                header = {"outcome": "hooked", "probe": {"call": self.state["calls"]}}
+                answer, blobs = self.exchange(header)
+                following = answer.get("next")
+                self.next_word = following if isinstance(following, int) else None
+                if isinstance(answer.get("swap"), dict):
+                    roots, weights = cache_arguments(original, args, named)
+                    self.state["swap"] = self.swap_cache(roots, weights, answer["swap"], blobs)
             return out
 
-        return prefill
+        hooked.__name__ = original.__name__
+        hooked.__qualname__ = original.__qualname__
+        return hooked
 
     def remove(self) -> None:
         for module, attr, fn in self.patched:
             setattr(module, attr, fn)
 
-    def report(self):
-        return self.state
+    def report(self) -> dict:
+        return dict(self.state)
 
 
-def install_probe(probe, course_dir: str) -> Probe:
-    kind = probe.get("kind") if isinstance(probe, dict) else None
-    if kind == "zero_cache_after_prefill":
-        return ZeroCacheAfterPrefill(course_dir)
-    return Probe()
-
-
-def functions_named(name: str, course_dir: str) -> list[tuple[object, str, object]]:
+def functions_named(name: str, course_dir: str) -> list:
     """(module, attribute, function) for every function called `name` (by its own name, so
     aliases count) held by a module loaded from the course directory."""
     root = os.path.realpath(course_dir) + os.sep
@@ -79,45 +96,11 @@ def functions_named(name: str, course_dir: str) -> list[tuple[object, str, objec
     return found
 
 
-def array_ids(root) -> set[int]:
-    """ids of the arrays reachable from the weights, which the probe must never touch."""
-    seen: set[int] = set()
-    arrays: list = []
-    walk(root, arrays, seen, depth=0)
-    return {id(a) for a in arrays}
-
-
-def zero_arrays(roots: list, skip: set[int]) -> int:
-    """Zero, in place, every writeable float array reachable from roots; how many values."""
-    arrays: list = []
-    seen: set[int] = set()
-    for root in roots:
-        walk(root, arrays, seen, depth=0)
-    zeroed = 0
-    for array in arrays:
-        if id(array) not in skip and array.dtype.kind == "f" and array.flags.writeable:
-            array[...] = 0
-            zeroed += array.size
-    return zeroed
-
-
-def walk(obj, arrays: list, seen: set[int], depth: int) -> None:
-    import numpy as np
-
-    if id(obj) in seen or depth > 6:
-        return
-    seen.add(id(obj))
-    if isinstance(obj, np.ndarray):
-        arrays.append(obj.base if isinstance(obj.base, np.ndarray) else obj)
-        return
-    if isinstance(obj, (str, bytes, int, float, type)) or callable(obj):
-        return
-    if isinstance(obj, dict):
-        children = list(obj.values())
-    elif isinstance(obj, (list, tuple)):
-        children = list(obj)
-    else:
-        slots = [n for n in getattr(type(obj), "__slots__", ()) if hasattr(obj, n)]
-        children = [*getattr(obj, "__dict__", {}).values(), *(getattr(obj, n) for n in slots)]
-    for child in children:
-        walk(child, arrays, seen, depth + 1)
+def cache_arguments(fn, args: tuple, named: dict) -> tuple[list, object]:
+    """(the arguments that may hold the cache, the weights): every argument after the first
+    two, which are the input and the weights in every hooked function of the course."""
+    try:
+        bound = list(inspect.signature(fn).bind(*args, **named).arguments.values())
+    except (TypeError, ValueError):
+        bound = [*args, *named.values()]
+    return bound[2:], (bound[1] if len(bound) > 1 else None)

@@ -64,6 +64,22 @@ def read_message(stream):
     return json.loads(stream.read(size))
 
 
+def read_frame(stream) -> tuple[dict, list[bytes]]:
+    """A frame as replies have it (JSON, then raw blobs): a hook's answer from the grader. An
+    empty answer when the grader has gone."""
+    prefix = stream.read(12)
+    if len(prefix) < 12:
+        return {}, []
+    size, text_len = struct.unpack("<QI", prefix)
+    body = stream.read(size - 4)
+    header = json.loads(body[:text_len])
+    blobs, offset = [], text_len
+    for n in header.get("blob_sizes", []):
+        blobs.append(body[offset : offset + n])
+        offset += n
+    return header, blobs
+
+
 def write_message(stream, header: dict, blobs: list[bytes]) -> None:
     header = {**header, "blob_sizes": [len(b) for b in blobs]}
     text = json.dumps(header, default=str).encode()

@@ -1,8 +1,8 @@
 """Runs inside the student's process: imports their tests/adapters.py and calls what it is asked.
 
 Started as a plain script (`python -P worker.py ...`), so it imports nothing of the grader: no
-oracle, no rendering; its own parts (the cache-use probes, the student's tracebacks, the reply
-encoding) are the other modules of this folder, which the sandbox binds whole. It reads
+oracle, no rendering; its own parts (the cache-use hook and swap, the student's tracebacks,
+the reply encoding) are the other modules of this folder, which the sandbox binds whole. It reads
 requests from one private pipe and writes replies to another;
 stdout and stderr belong to the student. A reply carries only data (JSON plus raw array bytes,
 never pickle), and the grader judges it: printing or writing a forged "passed" changes nothing.
@@ -27,30 +27,42 @@ def sibling(name: str):
 
 
 probes = sibling("probes")
+swap = sibling("swap")
 tracebacks = sibling("tracebacks")
 wire = sibling("wire")
 describe_exception, student_traceback = tracebacks.describe_exception, tracebacks.student_traceback
 read_message, write_message, encode_reply = wire.read_message, wire.write_message, wire.encode_reply
-install_probe = probes.install_probe
+read_frame = wire.read_frame
 
 
 def main() -> None:
     req_fd, resp_fd, course_dir, memory_bytes = (*map(int, sys.argv[1:3]), *sys.argv[3:5])
     limit_memory(int(memory_bytes))
     not_dumpable()
-    os.chdir(course_dir)
-    sys.path.insert(0, course_dir)
+    calibrating = sys.argv[5:6] == ["calibrate"]
+    # the calibration never sees the course: a numpy.py (or any module) laid beside the
+    # student's files would otherwise run in it and slow the rate the floors are drawn from
+    os.chdir("/" if calibrating else course_dir)
+    if not calibrating:
+        sys.path.insert(0, course_dir)
     requests = os.fdopen(req_fd, "rb")
     replies = os.fdopen(resp_fd, "wb")
     import numpy  # noqa: F401  (the worker's own start-up, paid before the student's code)
 
     write_message(replies, {"outcome": "ready"}, [])
+    if calibrating:
+        return calibrate(requests, replies)
     adapters, import_failure = import_adapters(course_dir)
+
+    def exchange(header: dict):  # a hook's word to the grader mid-call, and its answer
+        write_message(replies, header, [])
+        return read_frame(requests)
+
     while (request := read_message(requests)) is not None:
         if import_failure is not None:
             reply = import_failure
         else:
-            reply = call_adapter(adapters, request, course_dir)
+            reply = call_adapter(adapters, request, course_dir, exchange)
         flush_student_output()
         write_message(replies, *encode_reply(reply))
 
@@ -96,7 +108,7 @@ def import_adapters(course_dir: str):
     return adapters, None
 
 
-def call_adapter(adapters, request: dict, course_dir: str) -> dict:
+def call_adapter(adapters, request: dict, course_dir: str, exchange) -> dict:
     name, args = request["adapter"], request["args"]
     fn = getattr(adapters, name, None)
     if not callable(fn):
@@ -110,7 +122,7 @@ def call_adapter(adapters, request: dict, course_dir: str) -> dict:
         }
     except ValueError:
         pass  # builtins without a signature: just call them
-    probe = install_probe(request.get("probe"), course_dir)
+    probe = probes.install_hook(request.get("hook"), course_dir, exchange, swap.swap_cache)
     try:
         value = fn(*args)
     except NotImplementedError as exc:
@@ -125,9 +137,21 @@ def call_adapter(adapters, request: dict, course_dir: str) -> dict:
         }
     finally:
         probe.remove()
-    # a baseline call's value is not wanted: only its CPU time, which the grader reads itself
-    value = None if request.get("discard") else value
     return {"outcome": "returned", "value": value, "probe": probe.report()}
+
+
+def calibrate(requests, replies) -> None:
+    """The calibration mode: no student code is loaded; each request asks for a fixed float32
+    matrix product [m, k] @ [k, n] repeated, whose CPU time the grader reads from outside."""
+    import numpy as np
+
+    while (request := read_message(requests)) is not None:
+        m, k, n, repeat = (int(x) for x in request["args"])
+        a = np.full((m, k), 0.5, dtype=np.float32)
+        b = np.full((k, n), 0.25, dtype=np.float32)
+        for _ in range(repeat):
+            a @ b
+        write_message(replies, {"outcome": "returned", "value": {"kind": "none"}}, [])
 
 
 def signature_of(fn) -> str:

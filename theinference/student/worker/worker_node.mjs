@@ -8,6 +8,7 @@ import fs from "node:fs";
 import { register } from "node:module";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
+import { swapCache } from "./worker_node_swap.mjs";
 
 const MAX_ITEMS = 4096; // items described per list when a value is not one numeric array
 const EQUIVALENT_EXCEPTIONS = { RangeError: "ValueError" }; // the grader's names for refusals
@@ -21,6 +22,7 @@ async function main() {
     data: { target: kvcacheUrl },
   });
   writeMessage({ outcome: "ready" }, []);
+  if (process.argv[6] === "calibrate") return calibrate();
   const [adapters, importFailure] = await importAdapters();
   const kvcache = adapters ? await import(kvcacheUrl).catch(() => null) : null;
   let request;
@@ -60,7 +62,7 @@ async function callAdapter(adapters, kvcache, request) {
       message: `${name} takes ${fn.length} argument(s), the grader passes ${args.length}`,
     };
   }
-  const probe = installProbe(kvcache, request.probe);
+  const probe = installHook(kvcache, request.hook);
   let value;
   try {
     value = await fn(...args);
@@ -79,79 +81,84 @@ async function callAdapter(adapters, kvcache, request) {
   } finally {
     probe.remove();
   }
-  // a baseline call's value is not wanted: only its CPU time, which the grader reads itself
-  return { outcome: "returned", value: request.discard ? null : value, probe: probe.report() };
+  return { outcome: "returned", value, probe: probe.report() };
 }
 
-// --- the cache-use probes, as in worker.py ---------------------------------------------------
+// --- calibration: the grader's own matrix product, no student code loaded -----------------
 
-function installProbe(kvcache, probe) {
-  const kind = typeof probe === "string" ? probe : probe?.kind;
-  if (kind === "zero_cache_after_prefill") return new ZeroCacheAfterPrefill(kvcache);
-  return { remove() {}, report() { return null; } };
+// The course's provided kernel (src/kernel.ts, which gpt2.ts multiplies with) when it is there:
+// the grader checks it is the template's own before it asks; else plain JavaScript.
+async function calibrate() {
+  const kernel = await import(pathToFileURL(path.join(courseDir, "src", "kernel.ts")).href)
+    .catch(() => null);
+  let request;
+  while ((request = readMessage()) !== null) {
+    const [m, k, n, repeat] = request.args.map(Number);
+    const a = new Float32Array(m * k).fill(0.5), b = new Float32Array(k * n).fill(0.25);
+    for (let r = 0; r < repeat; r++) {
+      if (kernel?.product) {
+        kernel.product(Array.from({ length: m }, (_, i) => a.subarray(i * k, (i + 1) * k)), b, k, n);
+      } else {
+        plainProduct(a, b, m, k, n);
+      }
+    }
+    writeMessage({ outcome: "returned", value: { kind: "none" } }, []);
+  }
+  process.exit(0);
 }
 
-// After the student's prefill (src/kvcache.ts's `prefill`, whatever the adapter imports it as)
-// returns, zero in place every float array reachable from its cache argument, whatever the
-// layout. A decode that still gives the right logits cannot have read the cache.
-class ZeroCacheAfterPrefill {
-  constructor(kvcache) {
-    // prefill_calls: how many times it ran (null: no prefill to watch), which tells a refusal
-    // made up front from one made after the work
-    this.state = { applied: false, reason: "prefill was never called", zeroed: 0, prefill_calls: 0 };
-    this.restore = null;
-    try {
-      this.restore = kvcache.__theinferenceWrapPrefill((original) => (ids, w, ...rest) => {
-        this.state.prefill_calls += 1;
-        const out = original(ids, w, ...rest);
-        const total = this.state.zeroed + zeroFloats(rest, weightBuffers(w));
-        const why = total ? "" : "prefill left no K/V values in mc: nothing a decode could read";
-        this.state = { ...this.state, applied: total > 0, reason: why, zeroed: total };
-        return out;
-      });
-    } catch (err) {
-      this.state.reason = `src/kvcache.ts has no function prefill the grader can wrap (${err})`;
-      this.state.prefill_calls = null;
+function plainProduct(a, b, m, k, n) {
+  const out = new Float32Array(m * n);
+  for (let i = 0; i < m; i++) {
+    for (let p = 0; p < k; p++) {
+      const x = a[i * k + p], row = p * n, at = i * n;
+      for (let j = 0; j < n; j++) out[at + j] += x * b[row + j];
     }
   }
-
-  remove() {
-    if (this.restore) this.restore();
-  }
-
-  report() {
-    return this.state;
-  }
+  return out;
 }
 
-// the ArrayBuffers the weights live in, which the probe must never touch
-function weightBuffers(w) {
-  const buffers = new Set();
-  for (const t of Object.values(w ?? {})) if (ArrayBuffer.isView(t?.data)) buffers.add(t.data.buffer);
-  return buffers;
+// --- the hook through which the grader swaps a cache (the Python worker's probes.py, swap.py) ---
+
+function installHook(kvcache, name) {
+  const none = { remove() {}, report() { return null; } };
+  if (typeof name !== "string") return none;
+  // entered: calls begun, returned or not, which tells a refusal made up front from one made
+  // after the work had begun (a guard met inside prefill included)
+  const state = { hook: name, calls: 0, entered: 0, found: 0, swap: null };
+  let restore = null, nextWord = 1; // the call after which to tell the grader next
+  try {
+    restore = kvcache.__theinferenceWrap(camelCase(name), (original) => (...args) => {
+      state.entered += 1;
+      const out = original(...args);
+      state.calls += 1;
+      if (nextWord === null || state.calls < nextWord) return out; // not to ask before then
+      writeMessage({ outcome: "hooked", probe: { call: state.calls } }, []);
+      const [answer, blobs] = readFrame();
+      nextWord = Number.isInteger(answer?.next) ? answer.next : null;
+      if (answer && answer.swap) state.swap = swapCache(args.slice(2), answer.swap, blobs);
+      return out;
+    });
+    state.found = 1;
+  } catch {
+    state.found = 0;
+  }
+  return { remove() { if (restore) restore(); }, report() { return { ...state }; } };
 }
 
-// zero every float array reachable from roots (arrays, objects, class instances); how many values
-function zeroFloats(roots, skip) {
-  const seen = new Set();
-  let zeroed = 0;
-  const walk = (obj, depth) => {
-    if (obj === null || typeof obj !== "object" || seen.has(obj) || depth > 6) return;
-    seen.add(obj);
-    if (obj instanceof Float32Array || obj instanceof Float64Array) {
-      if (!skip.has(obj.buffer)) obj.fill(0), (zeroed += obj.length);
-      return;
-    }
-    if (ArrayBuffer.isView(obj)) return;
-    if (Array.isArray(obj) && obj.length && obj.every((x) => typeof x === "number")) {
-      if (!obj.every(Number.isInteger)) obj.fill(0), (zeroed += obj.length); // not token ids
-      return;
-    }
-    const children = obj instanceof Map ? [...obj.values()] : Array.isArray(obj) ? obj : Object.values(obj);
-    for (const child of children) walk(child, depth + 1);
-  };
-  for (const root of roots) walk(root, 0);
-  return zeroed;
+function readFrame() {
+  const prefix = readExactly(12);
+  if (!prefix) return [{}, []];
+  const size = Number(prefix.readBigUInt64LE(0)), textLen = prefix.readUInt32LE(8);
+  const body = readExactly(size - 4);
+  const header = JSON.parse(body.subarray(0, textLen).toString("utf8"));
+  const blobs = [];
+  let at = textLen;
+  for (const n of header.blob_sizes ?? []) {
+    blobs.push(new Float32Array(body.buffer.slice(body.byteOffset + at, body.byteOffset + at + n)));
+    at += n;
+  }
+  return [header, blobs];
 }
 
 function describeError(err) {

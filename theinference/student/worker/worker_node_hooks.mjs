@@ -1,6 +1,6 @@
 // Module hooks for the Node worker: after the TypeScript runner has compiled the student's
-// src/kvcache.ts, add one function to it that lets the worker wrap `prefill` for the cache-use
-// probe. Inside its own module a function declaration can be rebound, and every importer sees
+// src/kvcache.ts, add one function to it that lets the worker wrap `prefill` or `attnStep` for
+// the cache-use swap. Inside its own module a function declaration can be rebound, and every importer sees
 // the new binding (ES module imports are live), which is what worker.py does with setattr.
 
 let target = "";
@@ -10,10 +10,18 @@ export async function initialize(data) {
 }
 
 const PROBE_HOOK = `
-export function __theinferenceWrapPrefill(wrap) {
-  const original = prefill;
-  prefill = wrap(original);
-  return () => { prefill = original; };
+export function __theinferenceWrap(name, wrap) {
+  if (name === "prefill") {
+    const original = prefill;
+    prefill = wrap(original);
+    return () => { prefill = original; };
+  }
+  if (name === "attnStep") {
+    const original = attnStep;
+    attnStep = wrap(original);
+    return () => { attnStep = original; };
+  }
+  throw new Error("no function " + name);
 }
 `;
 

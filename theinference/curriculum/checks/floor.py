@@ -1,0 +1,72 @@
+"""A bound from arithmetic: a recompute cannot run faster than its floating-point operations at
+this machine's matrix-product rate.
+
+The rate is measured by the grader's own code (a fixed float32 matrix product in a fresh
+process started like the student's, in the same sandbox and limits, that never loads the
+student's code: student/calibration.py), as floating-point operations per CPU-second. The work
+a recompute of the measured call needs is counted from below: the projections and MLP
+products of every row of every forward it must run, no attention, no layer norms, no unembed,
+and the last layer only for the keys and values of the rows before the last. floor = work /
+rate. A cache does a small part of that work; the call must cost under a fraction of the floor
+(the stage's `floor_fraction`), and is stopped there. The call runs in a fresh process whose
+arguments no other call has seen, so nothing can be remembered from elsewhere.
+"""
+
+from theinference.curriculum.checks.common import Verdict, Words
+from theinference.oracle.config import ModelConfig
+from theinference.results import Status
+
+
+def forward_flop(config: ModelConfig, rows: int) -> float:
+    """The least float32 work of one forward over `rows` positions that yields the last one's
+    logits: every layer but the last for every row (the QKV, output, and two MLP products:
+    12 d^2 multiply-adds a row), the last layer's K and V for every row (2 d^2)."""
+    d, layers = config.n_embd, config.n_layer
+    return 2.0 * rows * ((layers - 1) * 12 + 2) * d * d
+
+
+def budget(flop: float, rate: float, fraction: float) -> tuple[float, float]:
+    """(the floor, the CPU seconds the call may use) for `flop` at `rate` FLOP per CPU-second."""
+    floor = flop / rate
+    return floor, floor * fraction
+
+
+CANNOT_MEASURE = (
+    "the grader could not measure the CPU time of the call ({why}), and a check that cannot "
+    "apply does not pass"
+)
+
+
+def floor_verdict(
+    measured: dict | None, say: Words, figures: dict, bug: str | None = "decode-recomputes"
+) -> Verdict | str:
+    """What was measured, when the call cost well under the floor; else a failing verdict that
+    says so. Never a pass when nothing could be measured."""
+    measured = measured or {}
+    seconds, floor, limit = (measured.get(k) for k in ("cpu_seconds", "floor", "limit"))
+    if measured.get("stopped") and isinstance(limit, float):
+        seconds = seconds if isinstance(seconds, float) else limit
+    if not all(isinstance(x, float) for x in (floor, limit)) or not isinstance(seconds, float):
+        why = measured.get("error") or "no CPU time was measured"
+        return Verdict(Status.FAILED, message=CANNOT_MEASURE.format(why=why))
+    figures = {**figures, "seconds": seconds, "floor": floor, "limit": limit}
+    if measured.get("stopped") or seconds > limit:
+        return Verdict(
+            Status.FAILED,
+            message=say("recomputes", **figures),
+            hint=say("reads_cache"),
+            suspected_bug=bug,
+        )
+    return (
+        f"CPU time {seconds:.2f} s, {floor / max(seconds, 0.01):.0f}x under the {floor:.1f} s a "
+        f"recompute needs at this machine's rate: the cost of a cache"
+    )
+
+
+def with_cost(measured: Verdict | str, judged) -> Verdict:
+    """The failing cost verdict, else the judged one with what was measured added."""
+    if isinstance(measured, Verdict):
+        return measured
+    verdict = judged()
+    verdict.message = f"{verdict.message} ({measured})" if verdict.message else measured
+    return verdict

@@ -1,0 +1,169 @@
+"""The swapped cache: proof that a decode reads its cache, which only reading it can give.
+
+Right after the student's `prefill` (or the j-th `attn_step`) returns, the grader has the K/V
+in its cache replaced (worker/swap.py finds them by content, whatever the layout) and
+asks for the answer over what the cache then holds. What it is given are the keys of one
+random prompt and the values of another, of the same length, in every layer: no sequence of
+tokens has that cache, so no recompute from token ids, kept or reconstructed, can produce the
+answer; only attention over the cache it holds can. The answer is the oracle's, fixed before
+the call, and nothing the student's process reports decides a pass.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from theinference.oracle import gpt2 as oracle
+from theinference.oracle.gpt2 import LayerKV
+
+
+@dataclass
+class SwapPlan:
+    """When to swap (the `at_call`-th return of `hook`), what the cache holds then (`finds`,
+    per layer), what it holds after (`writes`), and the answer over that (`expected`)."""
+
+    hook: str
+    at_call: int
+    finds: list[LayerKV]
+    writes: list[LayerKV]
+    expected: np.ndarray
+    plain: Callable[[], np.ndarray]  # the answer had nothing been swapped (for the message)
+    calls: int = 0  # the hook's returns in this call, as far as the grader has heard
+    offered: bool = field(default=False)
+
+    def answer(self, word: dict) -> tuple[dict, list[bytes]]:
+        """The grader's answer to a hook's word (the hook asks after its first return, then
+        after the call this answer names): the swap, once, or when to ask again."""
+        call = word.get("call")
+        self.calls = max(self.calls, call if isinstance(call, int) else self.calls + 1)
+        if self.offered or self.calls < self.at_call:
+            return {"swap": None, "next": None if self.offered else self.at_call}, []
+        self.offered = True
+        h, n, hd = self.finds[0].k.shape
+        plan = {"layers": len(self.finds), "heads": h, "head_dim": hd, "n": n}
+        pairs = zip(self.finds, self.writes, strict=True)
+        blobs = [as_bytes(a) for find, write in pairs for a in (find.k, find.v, write.k, write.v)]
+        return {"swap": plan, "next": None}, blobs
+
+
+def as_bytes(a: np.ndarray) -> bytes:
+    return np.ascontiguousarray(a, dtype=np.float32).tobytes()
+
+
+def random_ids(count: int, seed: int, vocab: int) -> list[int]:
+    # PCG64's raw stream, as the stage specs' `{ random = N, seed = S }`
+    raw = np.random.PCG64(seed).random_raw(count)
+    return [int(x) for x in raw % np.uint64(vocab)]
+
+
+def mixed_cache(recompute, count: int, seed: int) -> list[LayerKV]:
+    """Per layer l, a random prompt's keys of layer l and its values of layer l + 1 (of the
+    first layer, for the last): [h, count, hd] each, one forward's worth of oracle time."""
+    kv = recompute.forward(random_ids(count, seed, recompute.config.vocab_size)).kv
+    return [LayerKV(k=kv[i].k, v=kv[(i + 1) % len(kv)].v) for i in range(len(kv))]
+
+
+def after_prefill(recompute, prompt: list[int], new_ids: list[int], seed: int) -> SwapPlan:
+    """The model cache swapped right after prefill(prompt); expected: the logits of each of
+    `new_ids` decoded after it ([len(new_ids), vocab])."""
+    w, layers = recompute.w, recompute.config.n_layer
+    writes = mixed_cache(recompute, len(prompt), seed)
+    finds = recompute.forward(prompt).kv
+    decoded = oracle.extend(new_ids, w, layers, writes, start=len(prompt))
+    rows = list(range(len(new_ids)))
+
+    def plain() -> np.ndarray:
+        whole = recompute.forward(prompt + new_ids)
+        return oracle.logits_at(whole.hidden, w, list(range(len(prompt), len(whole.hidden))))
+
+    expected = oracle.logits_at(decoded.hidden, w, rows)
+    return SwapPlan("prefill", 1, list(finds), writes, expected, plain)
+
+
+def after_attn_step(recompute, seq: list[int], seed: int) -> SwapPlan:
+    """Layer 0's cache swapped after the j-th attn_step (j from the seed, 1..n-1): the rows
+    0..j-1; expected: the last row's attention sublayer after the rest walked over it ([d])."""
+    w, vocab = recompute.w, recompute.config.vocab_size
+    j = 1 + seed % (len(seq) - 1)
+    x = oracle.embed(seq, w)  # [n, d]
+    _, finds = oracle.attn_sublayer(x[:j], w, 0)
+    _, keys = oracle.attn_sublayer(oracle.embed(random_ids(j, seed, vocab), w), w, 0)
+    _, values = oracle.attn_sublayer(oracle.embed(random_ids(j, seed + 1, vocab), w), w, 0)
+    writes = LayerKV(k=keys.k, v=values.v)
+    out, _ = oracle.attn_sublayer(x[j:], w, 0, past=writes)
+
+    def plain() -> np.ndarray:
+        return recompute.layer0_attention_last(seq)
+
+    return SwapPlan("attn_step", j, [finds], [writes], out[-1], plain)
+
+
+# said by every stage with a swap; each stage's TOML gives its {hook}, {what} and {keep}
+FOLLOWED = (
+    "the answer followed the cache: with its K/V swapped, right after {hook} returned, for keys "
+    "and values that no token sequence has, it was the answer over that cache"
+)
+CANNOT_SWAP = (
+    "the grader could not swap the cache's K/V ({why}), so it cannot tell that the {what} reads "
+    "its cache, and a check that cannot apply does not pass. {keep}"
+)
+DEPARTS = (
+    "with the cache's K/V swapped right after {hook} returned, the answer is neither the one "
+    "over the swapped cache nor the one over the original: part of the cache read and part "
+    "recomputed, or the K/V kept twice and only one copy found?"
+)
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What a swap case's judge gets beside the value: the plan, and the hook's own report
+    (the student's process wrote it: read for the message only, never for a pass)."""
+
+    plan: SwapPlan
+    report: dict | None
+
+
+def swap_verdict(returned, seen: Seen, as_array: Callable, say, tol, label: str):
+    """Passed only when the answer is the oracle's over the swapped cache; else a failure that
+    says whether the swap could not apply, the answer ignored it, or it departs."""
+    from theinference.curriculum.checks.common import Rejected, Verdict
+    from theinference.results import Status
+    from theinference.results.compare import compare
+
+    plan = seen.plan
+    try:
+        actual = as_array(returned)
+    except Rejected as exc:
+        return Verdict(Status.FAILED, message=f"over the swapped cache: {exc}")
+    expected = plan.expected.reshape(actual.shape)
+    c = compare(f"{label} over the swapped cache", actual, expected, tol, logits=label == "logits")
+    if c.passed:
+        return Verdict(Status.PASSED, message=FOLLOWED.format(hook=say("hook")), comparisons=[c])
+    if why := not_applied(plan, seen.report):
+        words = {"what": say("what"), "keep": say("keep"), "why": why}
+        return Verdict(Status.FAILED, message=CANNOT_SWAP.format(**words))
+    unswapped = compare(label, actual, plan.plain().reshape(actual.shape), tol)
+    if unswapped.passed:
+        return Verdict(
+            Status.FAILED,
+            message=say("recomputes"),
+            hint=say("reads_cache"),
+            comparisons=[c],
+            # the table's words are a decode's: attention over its own cache has none of its own
+            suspected_bug="decode-recomputes" if plan.hook == "prefill" else None,
+        )
+    return Verdict(Status.FAILED, message=DEPARTS.format(hook=say("hook")), comparisons=[c])
+
+
+def not_applied(plan: SwapPlan, report: dict | None) -> str:
+    """Why the swap never happened, or "" when the student's process says it did."""
+    report = report or {}
+    if not report.get("found"):
+        return f"no function named {plan.hook} was found in the course's modules"
+    if plan.calls < plan.at_call:
+        return f"{plan.hook} returned {plan.calls} time(s) during the call, fewer than needed"
+    swap = report.get("swap")
+    if not isinstance(swap, dict):
+        return f"the swap after {plan.hook} was not acknowledged"
+    return "" if swap.get("applied") else str(swap.get("reason", "the K/V were not found"))

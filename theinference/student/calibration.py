@@ -1,0 +1,60 @@
+"""This machine's float32 matrix-product rate, as the student's process would see it.
+
+Measured in a fresh process started exactly like the student's (the same sandbox, limits and
+worker, in its calibration mode, which never loads the student's code), timed from outside
+with the same CPU measure as the student's calls: a fixed product of the shapes a GPT-2
+forward multiplies, repeated, the best of a few tries. Under load both are slowed alike. A
+TypeScript course multiplies through its provided kernel (src/kernel.ts, kernel.wasm), as its
+gpt2.ts does: measured only when those are the template's own, byte for byte.
+"""
+
+import weakref
+
+from theinference.course.languages import TEMPLATES, TYPESCRIPT, course_language
+from theinference.student.process import StudentProcess
+
+# [m, k] @ [k, n] repeated: an MLP product over a prompt (the TypeScript kernel is a few times
+# slower than NumPy's BLAS: fewer repeats)
+PRODUCTS = {"python": (512, 768, 3072, 6), "ts": (512, 768, 3072, 2)}
+KERNEL = ("src/kernel.ts", "src/kernel.wasm")  # what the TypeScript calibration multiplies with
+TRIES = 3
+TIMEOUT = 120.0
+
+_rates: "weakref.WeakKeyDictionary[StudentProcess, tuple[float | None, str]]"
+_rates = weakref.WeakKeyDictionary()
+
+
+def sgemm_rate(process: StudentProcess) -> tuple[float | None, str]:
+    """(FLOP per CPU-second, "") for the process's course and sandbox, measured once per
+    process; (None, why) when it could not be measured."""
+    if process not in _rates:
+        _rates[process] = measure(process)
+    return _rates[process]
+
+
+def measure(process: StudentProcess) -> tuple[float | None, str]:
+    language = course_language(process.course_dir)
+    if language == TYPESCRIPT and (changed := kernel_changed(process)):
+        return None, f"{changed} is not the provided one: the rate it gives cannot be trusted"
+    m, k, n, repeat = PRODUCTS.get(language, PRODUCTS["python"])
+    flop = 2.0 * m * k * n * repeat
+    best = 0.0
+    with process.sibling("calibrate") as calibrating:
+        for _ in range(TRIES):
+            outcome = calibrating.call("sgemm", [m, k, n, repeat], TIMEOUT)
+            if outcome.kind != "returned" or outcome.cpu_seconds is None:
+                return None, f"the calibration failed: {outcome.message or outcome.kind}"
+            best = max(best, flop / max(outcome.cpu_seconds, 0.01))
+    return best, ""
+
+
+def kernel_changed(process: StudentProcess) -> str | None:
+    """The first of the course's kernel files that differs from the template's, if any."""
+    for name in KERNEL:
+        provided = (TEMPLATES[TYPESCRIPT] / name).read_bytes()
+        try:
+            if (process.course_dir / name).read_bytes() != provided:
+                return name
+        except OSError:
+            return name
+    return None
