@@ -9,6 +9,7 @@ solution), or breaks src/kvcache.py, and grades one case of single-step-attentio
 import hashlib
 import hmac
 import json
+import os
 import time
 from pathlib import Path
 
@@ -22,7 +23,9 @@ from theinference.oracle import synthetic
 
 runner = CliRunner()
 TIMEOUT = "3"
-ESCAPEE = "ti-escapee"  # the name a submission's leftover process gives itself (/proc/*/comm)
+# the name a submission's leftover process gives itself (/proc/*/comm), this test process's
+# own: tests running beside it (pytest-xdist's other worker, another checkout) leave theirs
+ESCAPEE = f"ti-esc-{os.getpid()}"[:15]
 NAME_ME = f"ctypes.CDLL(None).prctl(15, b'{ESCAPEE}', 0, 0, 0)"  # PR_SET_NAME
 
 GOOD = "return layer_attn_incremental(embed(seq_ids, w), w, 0)[-1]"
