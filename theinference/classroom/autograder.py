@@ -118,7 +118,7 @@ def warm(settings: Settings, points: dict[str, float]) -> tuple[int, float]:
 
     from theinference.classroom.runner import runner_modules
     from theinference.curriculum.checks import CHECKS
-    from theinference.curriculum.stages import load_stages
+    from theinference.curriculum.stages import drawn_per_run, load_stages
     from theinference.grading.answers import Answers
     from theinference.oracle.weights import load_weights
 
@@ -130,7 +130,7 @@ def warm(settings: Settings, points: dict[str, float]) -> tuple[int, float]:
     count = 0
     for stage in (s for s in load_stages() if s.slug in points):
         # a cache-use proof is drawn per run (no submission may know it): nothing to warm
-        for case in (c for c in stage.cases if "draw" not in c.inputs):
+        for case in (c for c in stage.cases if not drawn_per_run(c)):
             args = CHECKS[case.check].arguments(case, weights.config)
             answers.expected(case.check, args)
             answers.noise(case.check, args)  # None, at no cost, where the check has none

@@ -188,6 +188,11 @@ def with_hidden_cases(stage: Stage, seed: int) -> Stage:
     return replace(stage, cases=stage.cases + tuple(drawn))
 
 
+def drawn_per_run(case: Case) -> bool:
+    """A case whose arguments a run draws (a cache-use proof): it has none until then."""
+    return "draw" in case.inputs
+
+
 def with_run_draws(stage: Stage, seed: int) -> Stage:
     """The stage with each case that has a `draw` table drawn for this run: the cache-use
     proofs' arguments, from the run's seed (--seed, else a fresh one per run), so that no

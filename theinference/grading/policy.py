@@ -8,7 +8,7 @@ Long cases (the whole context) therefore run last; `quick` leaves them out.
 
 from dataclasses import dataclass, replace
 
-from theinference.curriculum.stages import Case, Stage
+from theinference.curriculum.stages import Case, Stage, drawn_per_run
 
 LONG_CASE_TOKENS = 300  # more than this is a long case: last, and left out by --quick
 TOKEN_INPUTS = ("seq", "prompt", "continuation")
@@ -68,7 +68,7 @@ def quick_draws(stage: Stage) -> Stage:
     """The stage as a quick run draws it: each swapped-cache proof (kept: see is_long) drawn
     from the range of the cases a quick run keeps, not the whole context's. Its ranged token
     inputs share the size of the largest of those cases."""
-    kept = [case_size(c) for c in stage.cases if "draw" not in c.inputs and not is_long(c)]
+    kept = [case_size(c) for c in stage.cases if not drawn_per_run(c) and not is_long(c)]
     budget = max(kept, default=LONG_CASE_TOKENS)
     return replace(stage, cases=tuple(short_draw(c, budget) for c in stage.cases))
 
