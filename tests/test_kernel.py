@@ -133,3 +133,67 @@ def test_the_course_type_checks_with_its_pinned_compiler(tmp_path):
         done = subprocess.run(["node", str(tsc), "--noEmit", "-p", str(course)],
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, (name, done.stdout[-3000:])
+
+
+ELEMENTWISE = """
+import { readFileSync, writeFileSync } from "node:fs";
+import { softmax } from "./src/gpt2.ts";
+import { geluInPlace } from "./src/kernel.ts";
+
+const { rows, gelu } = JSON.parse(readFileSync("elementwise.json", "utf8"), (_, v) =>
+  v === "-inf" ? -Infinity : v === "inf" ? Infinity : v === "nan" ? NaN : v);
+const out = [];
+for (const [values, length, asArray] of rows) {
+  const s = asArray ? [...values] : Float32Array.from(values);
+  softmax(s, length);
+  out.push(...s);
+}
+const g = [Float32Array.from(gelu)];
+geluInPlace(g);
+out.push(...g[0]);
+writeFileSync("elementwise.bin", new Float32Array(out));
+process.exit(0);
+"""
+
+
+def test_softmax_and_gelu_match_numpy(kernel_course):
+    """Catches a wrong e^x (range reduction, polynomial, exponent bits), a padded lane that
+    counts, a softmax that writes past `length` or drops a plain array's values, and a GELU off
+    its tanh form: each puts some value far past float32 noise from NumPy's float64 answer."""
+    rng = np.random.default_rng(5)
+    rows = [
+        (rng.standard_normal(n) * scale, length, as_array)
+        for n, length, scale, as_array in [
+            (1, 1, 1, False), (3, 3, 4, False), (4, 4, 1, False), (5, 5, 30, False),
+            (1024, 1024, 8, False), (10, 7, 2, False), (6, 6, 1, True), (9, 0, 1, False),
+        ]
+    ]
+    masked = rng.standard_normal(8)
+    masked[5:] = -np.inf  # a causal mask written as -infinity
+    rows.append((masked, 8, False))
+    rows.append((np.array([-200.0, 0.0, -90.0]), 3, False))  # e^x under float32's range
+    gelu = np.concatenate([np.linspace(-12, 12, 997), [0.0, -0.0, 1e-30, -100.0, 100.0, 5e3]])
+    spec = {"rows": [[[float(v) if np.isfinite(v) else "-inf" for v in x.astype(np.float32)],
+                      length, as_array] for x, length, as_array in rows],
+            "gelu": [float(v) for v in gelu.astype(np.float32)]}
+    (kernel_course / "elementwise.json").write_text(json.dumps(spec))
+    (kernel_course / "elementwise.ts").write_text(ELEMENTWISE)
+    done = subprocess.run(["node", "--import", "tsx", "elementwise.ts"], cwd=kernel_course,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = np.frombuffer((kernel_course / "elementwise.bin").read_bytes(), dtype=np.float32)
+    at = 0
+    for x, length, _ in rows:
+        x32 = x.astype(np.float32).astype(np.float64)
+        mine, at = got[at : at + x.size], at + x.size
+        want = x32.copy()
+        if length:
+            e = np.exp(x32[:length] - x32[:length].max())
+            want[:length] = e / e.sum()
+        assert np.allclose(mine, want, rtol=4e-6, atol=1e-9), (x.size, length)
+        assert (mine[length:] == x.astype(np.float32)[length:]).all()  # past length: untouched
+    g64 = gelu.astype(np.float32).astype(np.float64)
+    want = 0.5 * g64 * (1 + np.tanh(np.sqrt(2 / np.pi) * (g64 + 0.044715 * g64**3)))
+    mine = got[at:]
+    assert mine.size == gelu.size
+    assert np.allclose(mine, want, rtol=4e-6, atol=1e-9)

@@ -6,7 +6,7 @@
 // projection is `x @ W + b`. A sequence of vectors is an array of rows: Rows = Float32Array[].
 
 import { closeSync, fstatSync, openSync, readSync } from "node:fs";
-import { product, weightBytes } from "./kernel.ts";
+import { geluInPlace, product, softmaxInPlace, weightBytes } from "./kernel.ts";
 
 export const HEAD_DIM = 64; // every GPT-2 size uses 64-wide heads
 
@@ -74,8 +74,10 @@ export function matmul(X: Rows, W: Tensor | Rows, b?: Tensor): Rows {
   return product(X, W.data, d, m, b?.data);
 }
 
-// [n, d] and [m, d] -> [n, m]: every row of X dotted with every row of Y, X @ Y^T
-export function matmulT(X: Rows, Y: Rows): Rows {
+// [n, d] and [m, d] -> [n, m]: every row of X dotted with every row of Y, X @ Y^T. Y is rows
+// of your own, or one [m, d] array (a Tensor).
+export function matmulT(X: Rows, Y: Tensor | Rows): Rows {
+  if (!Array.isArray(Y)) return product(X, Y.data, Y.shape[1], Y.shape[0], undefined, true);
   return product(X, Y, X[0]?.length ?? Y[0]?.length ?? 0, Y.length, undefined, true);
 }
 
@@ -103,16 +105,10 @@ export function gelu(x: number): number {
   return 0.5 * x * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (x + 0.044715 * x * x * x)));
 }
 
-// in place: scores -> probabilities (only the first `length` entries)
+// in place: scores -> probabilities (only the first `length` entries): e^(s - max) / their sum,
+// the max taken out so that no e^s overflows. Runs in the kernel (float32, SIMD).
 export function softmax(scores: Float32Array | number[], length = scores.length): void {
-  let max = -Infinity;
-  for (let i = 0; i < length; i++) max = Math.max(max, scores[i]);
-  let sum = 0;
-  for (let i = 0; i < length; i++) {
-    scores[i] = Math.exp(scores[i] - max);
-    sum += scores[i];
-  }
-  for (let i = 0; i < length; i++) scores[i] /= sum;
+  softmaxInPlace(scores, length);
 }
 
 // [n, d] -> [n, d]: LayerNorm each row (eps 1e-5)
@@ -160,7 +156,11 @@ export function qkv(H: Rows, w: Weights, layer: number): [Rows, Rows, Rows] {
 
 // [n, d] + [n, d] -> [n, d]
 export function addRows(X: Rows, Y: Rows): Rows {
-  return X.map((x, t) => x.map((v, i) => v + Y[t][i]));
+  return X.map((x, t) => {
+    const y = Y[t], out = new Float32Array(x.length);
+    for (let i = 0; i < x.length; i++) out[i] = x[i] + y[i];
+    return out;
+  });
 }
 
 // [n, d] -> [n, d]: masked self-attention over every row, residual included
@@ -186,7 +186,7 @@ export function attnSublayer(X: Rows, w: Weights, layer: number): Rows {
 export function mlp(H: Rows, w: Weights, layer: number): Rows {
   const p = `h.${layer}.mlp.`;
   const up = matmul(H, w[p + "c_fc.weight"], w[p + "c_fc.bias"]); // [n, 4d]
-  for (const r of up) for (let i = 0; i < r.length; i++) r[i] = gelu(r[i]);
+  geluInPlace(up); // gelu() on every value, in the kernel
   return matmul(up, w[p + "c_proj.weight"], w[p + "c_proj.bias"]);
 }
 

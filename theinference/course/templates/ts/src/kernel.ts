@@ -14,9 +14,12 @@ import { availableParallelism } from "node:os";
 import { Worker } from "node:worker_threads";
 
 interface Exports {
+  packx(x: number, ldx: number, n: number, d: number, dst: number): void;
   gemm(...args: number[]): void;
   gemv(x: number, w: number, ldw: number, out: number, d: number, j0: number, j1: number): void;
   gemvt(x: number, w: number, ldw: number, out: number, d: number, j0: number, j1: number): void;
+  softmax(at: number, n: number): void;
+  gelu(at: number, n: number): void;
 }
 
 const PAGE = 65536;
@@ -26,12 +29,14 @@ const PACK_BYTES = KC * (NC + 8) * 4;
 const THREADS = Math.min(Number(process.env.OMP_NUM_THREADS) || availableParallelism(), 16);
 const HELPERS = Math.max(THREADS - 1, 0);
 const CHUNKS_PER_THREAD = 4; // more, smaller chunks even out a thread that falls behind
+const ALONE = 1 << 20; // multiply-adds under which a product stays on this thread
 
 const memory = new WebAssembly.Memory({ initial: 1, maximum: PAGE, shared: true });
 const module = new WebAssembly.Module(readFileSync(new URL("./kernel.wasm", import.meta.url)));
 const wasm = new WebAssembly.Instance(module, { env: { memory } }).exports as unknown as Exports;
 const ownBuffers = new WeakSet<ArrayBufferLike>([memory.buffer]);
 let top = PAGE; // the first page is never handed out
+let heap = new Float32Array(memory.buffer); // all of it: made again only when it grows
 
 // --- memory ---------------------------------------------------------------------------------
 
@@ -42,6 +47,7 @@ function reserve(bytes: number, skew = 0): number {
   const pages = Math.ceil(top / PAGE) - memory.buffer.byteLength / PAGE;
   if (pages > 0) memory.grow(pages);
   ownBuffers.add(memory.buffer); // views made before a grow stay valid: the memory is shared
+  if (pages > 0) heap = new Float32Array(memory.buffer);
   return at;
 }
 
@@ -65,7 +71,7 @@ function scratch(bytes: number): number {
 }
 
 function floats(at: number, n: number): Float32Array {
-  return new Float32Array(memory.buffer, at, n);
+  return heap.subarray(at >> 2, (at >> 2) + n);
 }
 
 function align(at: number): number {
@@ -73,7 +79,11 @@ function align(at: number): number {
 }
 
 function copyRows(rows: Float32Array[], at: number): void {
-  rows.forEach((row, i) => floats(at + i * row.length * 4, row.length).set(row));
+  let to = at >> 2;
+  for (const row of rows) {
+    heap.set(row, to);
+    to += row.length;
+  }
 }
 
 // --- the products ---------------------------------------------------------------------------
@@ -90,18 +100,22 @@ export function product(
 ): Float32Array[] {
   checkShapes(X, W, d, m, b, transposed);
   const n = X.length;
+  const n4 = Math.ceil(n / 4) * 4; // the tiles' rows: X packed in fours, zeros past n
   const ldo = Math.ceil(m / 8) * 8; // room for the last 8-wide tile
   const inPlace = !Array.isArray(W) && ownBuffers.has(W.buffer);
-  const [xBytes, outBytes, wBytes] = [n * d * 4, n * ldo * 4, inPlace ? 0 : d * m * 4];
-  const x = scratch(xBytes + outBytes + wBytes + THREADS * PACK_BYTES + 3 * 64);
-  const out = align(x + xBytes), w = align(out + outBytes), pack = align(w + wBytes);
+  const [xBytes, xpBytes, outBytes] = [n * d * 4, n4 * d * 4, n4 * ldo * 4];
+  const wBytes = inPlace ? 0 : d * m * 4;
+  const x = scratch(xBytes + xpBytes + outBytes + wBytes + THREADS * PACK_BYTES + 4 * 64);
+  const xp = align(x + xBytes), out = align(xp + xpBytes);
+  const w = align(out + outBytes), pack = align(w + wBytes);
   copyRows(X, x);
   if (Array.isArray(W)) copyRows(W, w);
   else if (!inPlace) floats(w, W.length).set(W);
   const o = floats(out, n * ldo);
   for (let i = 0; i < n; i++) b ? o.set(b, i * ldo) : o.fill(0, i * ldo, i * ldo + m);
   const at = inPlace ? (W as Float32Array).byteOffset : w;
-  if (n > 0 && d > 0 && m > 0) run(plan({ x, w: at, out, n, d, m, ldo, transposed }), m, pack);
+  const alone = n * d * m < ALONE; // too small to be worth waking a helper
+  if (n > 0 && d > 0 && m > 0) run(plan({ x, xp, w: at, out, n, d, m, ldo, transposed }), m, pack, alone);
   const result = floats(out, n * ldo).slice(); // out of the scratch area, into the caller's hands
   return X.map((_, i) => result.subarray(i * ldo, i * ldo + m));
 }
@@ -126,6 +140,7 @@ function checkShapes(
 
 interface Job {
   x: number;
+  xp: number; // where X packed in fours goes (gemm)
   w: number;
   out: number;
   n: number;
@@ -138,15 +153,17 @@ interface Job {
 const GEMM = 0, GEMV = 1, GEMVT = 2;
 
 // The routine for a product, the width of a chunk of its output columns, and its arguments
-// before the column range: a one-row product streams W once; any other packs it in blocks.
+// before the column range: a one-row product streams W once; any other packs X in fours (once,
+// here) and W in blocks (by each thread, for its columns).
 function plan(job: Job): [number, number, number[]] {
-  const { x, w, out, n, d, m, ldo, transposed } = job;
+  const { x, xp, w, out, n, d, m, ldo, transposed } = job;
   const width = (unit: number) => Math.ceil(m / (THREADS * CHUNKS_PER_THREAD) / unit) * unit;
   if (n === 1 && d % 4 === 0) {
     return [transposed ? GEMVT : GEMV, width(4), [x, w, transposed ? d * 4 : m * 4, out, d]];
   }
+  wasm.packx(x, d * 4, n, d, xp);
   const [sk, sj] = transposed ? [4, d * 4] : [m * 4, 4];
-  return [GEMM, width(8), [x, d * 4, w, sk, sj, out, ldo * 4, n, d]];
+  return [GEMM, width(8), [xp, w, sk, sj, out, ldo * 4, Math.ceil(n / 4) * 4, d]];
 }
 
 // one routine over the output columns [j0, j1); `pack` is the calling thread's own area
@@ -162,18 +179,25 @@ function work(kind: number, args: number[], j0: number, j1: number, pack: number
 // chunk (low 16): a thread takes a chunk by a compare-and-swap that fails once the job is over,
 // so a helper that wakes late never takes a chunk of the next job with this one's arguments
 // (they are written after TICKET moves on, and read before a chunk is taken).
-const GEN = 0, TICKET = 1, DONE = 2, KIND = 3, WIDTH = 4, COLS = 5, PACK = 6, FAILED = 7, ARGS = 8;
+const GEN = 0, TICKET = 1, DONE = 2, KIND = 3, WIDTH = 4, COLS = 5, PACK = 6, FAILED = 7;
+const NARGS = 8, ARGS = 9;
 const control = new Int32Array(new SharedArrayBuffer(32 * 4));
 
-function run([kind, width, args]: [number, number, number[]], m: number, pack: number): void {
+function run(
+  [kind, width, args]: [number, number, number[]],
+  m: number,
+  pack: number,
+  alone: boolean,
+): void {
   const chunks = Math.ceil(m / width);
   // one row through W as stored streams memory that one core already keeps busy: measured
   // (benchmarks/ts_kernel.py), waking a helper costs it more than the helper brings
-  if (HELPERS === 0 || chunks === 1 || kind === GEMV) return work(kind, args, 0, m, pack);
+  if (HELPERS === 0 || chunks === 1 || kind === GEMV || alone) return work(kind, args, 0, m, pack);
   startHelpers();
   const gen = (control[GEN] + 1) & 0x7fff;
   Atomics.store(control, TICKET, gen << 16);
   control.set([kind, width, m, pack], KIND);
+  control[NARGS] = args.length;
   control.set(args, ARGS);
   Atomics.store(control, DONE, 0);
   Atomics.store(control, GEN, gen);
@@ -202,13 +226,13 @@ const HELPER_SOURCE = `
 const { workerData } = require("node:worker_threads");
 const { module, memory, control, index, packBytes, KC, NC } = workerData;
 const wasm = new WebAssembly.Instance(module, { env: { memory } }).exports;
-const [GEN, TICKET, DONE, KIND, WIDTH, COLS, PACK, FAILED, ARGS] = [0, 1, 2, 3, 4, 5, 6, 7, 8];
+const [GEN, TICKET, DONE, KIND, WIDTH, COLS, PACK, FAILED, NARGS, ARGS] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9];
 let seen = 0;
 for (;;) {
   Atomics.wait(control, GEN, seen);
   const gen = (seen = Atomics.load(control, GEN));
   const [kind, width, cols, pack] = control.subarray(KIND, PACK + 1);
-  const args = Array.from(control.subarray(ARGS, ARGS + 9));
+  const args = Array.from(control.subarray(ARGS, ARGS + control[NARGS]));
   const chunks = Math.ceil(cols / width), own = pack + index * packBytes;
   for (;;) {
     const ticket = Atomics.load(control, TICKET);
@@ -238,4 +262,35 @@ function startHelpers(): void {
     helper.unref(); // a finished program exits without waiting for its helpers
     return helper;
   });
+}
+
+// --- the elementwise functions --------------------------------------------------------------
+
+// in place: values[0..length) -> their softmax, in float32 with the kernel's e^x
+export function softmaxInPlace(values: Float32Array | number[], length: number): void {
+  if (length <= 0) return;
+  const padded = Math.ceil(length / 4) * 4;
+  const at = scratch(padded * 4);
+  const inKernel = floats(at, padded);
+  inKernel.set(length === values.length ? values : values.slice(0, length));
+  inKernel.fill(-Infinity, length); // e^-inf is 0: the padding adds nothing
+  wasm.softmax(at, padded);
+  copyBack(inKernel, values, length);
+}
+
+// in place: GELU (the tanh form) of every value of every row
+export function geluInPlace(rows: Float32Array[]): void {
+  for (const row of rows) {
+    const padded = Math.ceil(row.length / 4) * 4;
+    const at = scratch(padded * 4);
+    const inKernel = floats(at, padded);
+    inKernel.set(row);
+    wasm.gelu(at, padded);
+    row.set(inKernel.subarray(0, row.length));
+  }
+}
+
+function copyBack(from: Float32Array, to: Float32Array | number[], length: number): void {
+  if (to instanceof Float32Array) to.set(from.subarray(0, length));
+  else for (let i = 0; i < length; i++) to[i] = from[i];
 }

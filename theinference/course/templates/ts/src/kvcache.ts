@@ -3,7 +3,8 @@
 // Grade a stage with `theinference test --stage <slug> --watch` from the course directory (the
 // grader is a Python command, not an npm package); `npx tsc --noEmit` type-checks your files.
 // Only attention changes from src/gpt2.ts: reuse lnRows, qkv, mlp, unembed and embed as they are
-// (matmul, matmulT and head do the heavy products fast, if you want them for attention).
+// (matmul, matmulT and head do the heavy products fast, if you want them for attention; they
+// take rows, or one [rows, HEAD_DIM] array as a Tensor, which they copy in one piece).
 
 import {
   HEAD_DIM,
