@@ -9,7 +9,6 @@ import {
   type Weights,
   addRows,
   block,
-  dot,
   embed,
   head,
   lnRows,
@@ -27,18 +26,30 @@ import {
 
 export { NotImplementedError, embed, loadWeights } from "./gpt2.ts";
 
+// Each head's keys (and values) are one array, the rows back to back with room to grow, so that
+// attention hands the kernel one array, not a row at a time; k and v give them as rows.
 export class LayerCache {
-  k: Float32Array[][];
-  v: Float32Array[][];
+  kData: Float32Array[]; // [head] -> [room * HEAD_DIM], the first `length` rows in use
+  vData: Float32Array[];
+  length = 0;
 
   constructor(heads = 12) {
-    this.k = Array.from({ length: heads }, () => []);
-    this.v = Array.from({ length: heads }, () => []);
+    this.kData = Array.from({ length: heads }, () => new Float32Array(0));
+    this.vData = Array.from({ length: heads }, () => new Float32Array(0));
   }
 
-  get length(): number {
-    return this.k[0].length;
+  // [nHead, length, HEAD_DIM]: views of the rows in use
+  get k(): Float32Array[][] {
+    return this.kData.map((data) => rowsOf(data, this.length));
   }
+
+  get v(): Float32Array[][] {
+    return this.vData.map((data) => rowsOf(data, this.length));
+  }
+}
+
+function rowsOf(data: Float32Array, length: number): Float32Array[] {
+  return Array.from({ length }, (_, t) => data.subarray(t * HEAD_DIM, (t + 1) * HEAD_DIM));
 }
 
 export class ModelCache {
@@ -53,26 +64,38 @@ export function freshCache(w: Weights): ModelCache {
   return new ModelCache(nLayer(w), nHead(w));
 }
 
+// rows [n_new, HEAD_DIM] written after the first `length` rows of data, grown when full
+function appendRows(data: Float32Array, length: number, rows: Float32Array[]): Float32Array {
+  const needed = (length + rows.length) * HEAD_DIM;
+  if (needed > data.length) {
+    const grown = new Float32Array(2 * needed); // doubling: appends stay cheap
+    grown.set(data.subarray(0, length * HEAD_DIM));
+    data = grown;
+  }
+  rows.forEach((row, i) => data.set(row, (length + i) * HEAD_DIM));
+  return data;
+}
+
 // k, v: [n_new, d] rows appended to every head's history
 function appendKv(cache: LayerCache, k: Rows, v: Rows): void {
-  for (let h = 0; h < cache.k.length; h++) {
-    for (const row of k) cache.k[h].push(row.slice(h * HEAD_DIM, (h + 1) * HEAD_DIM));
-    for (const row of v) cache.v[h].push(row.slice(h * HEAD_DIM, (h + 1) * HEAD_DIM));
+  for (let h = 0; h < cache.kData.length; h++) {
+    cache.kData[h] = appendRows(cache.kData[h], cache.length, head(k, h));
+    cache.vData[h] = appendRows(cache.vData[h], cache.length, head(v, h));
   }
+  cache.length += k.length;
 }
 
 // q [d] of the newest token over `upto` cached rows -> [d] merged heads, before c_proj
 function attendRows(q: Float32Array, cache: LayerCache, upto: number): Float32Array {
   const out = new Float32Array(q.length);
-  const scores = new Float32Array(upto);
-  for (let h = 0; h < cache.k.length; h++) {
+  for (let h = 0; h < cache.kData.length; h++) {
     const qh = q.subarray(h * HEAD_DIM, (h + 1) * HEAD_DIM);
-    const keys = cache.k[h], values = cache.v[h];
-    for (let j = 0; j < upto; j++) scores[j] = dot(qh, keys[j]) / Math.sqrt(HEAD_DIM);
+    const rows = (data: Float32Array) => ({ shape: [upto, HEAD_DIM], data: data.subarray(0, upto * HEAD_DIM) });
+    const keys = rows(cache.kData[h]), values = rows(cache.vData[h]); // [upto, HEAD_DIM] each
+    const scores = matmulT([qh], keys)[0]; // [upto]: the query against every key
+    for (let j = 0; j < upto; j++) scores[j] /= Math.sqrt(HEAD_DIM);
     softmax(scores, upto);
-    for (let j = 0; j < upto; j++) {
-      for (let i = 0; i < HEAD_DIM; i++) out[h * HEAD_DIM + i] += scores[j] * values[j][i];
-    }
+    out.set(matmul([scores], values)[0], h * HEAD_DIM); // [HEAD_DIM]: the values, weighted
   }
   return out;
 }
@@ -193,8 +216,9 @@ function commonPrefix(a: number[], b: number[]): number {
 function copyPrefix(mc: ModelCache, rows: number, heads: number): ModelCache {
   const out = new ModelCache(mc.layers.length, heads);
   mc.layers.forEach((src, l) => {
-    out.layers[l].k = src.k.map((head) => head.slice(0, rows));
-    out.layers[l].v = src.v.map((head) => head.slice(0, rows));
+    out.layers[l].kData = src.kData.map((data) => data.slice(0, rows * HEAD_DIM));
+    out.layers[l].vData = src.vData.map((data) => data.slice(0, rows * HEAD_DIM));
+    out.layers[l].length = rows;
   });
   return out;
 }
