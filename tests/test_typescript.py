@@ -222,6 +222,28 @@ def test_the_grader_measures_a_typescript_call_and_its_own_product(tmp_path, wei
     assert rate is None and "src/kernel.ts is not the provided one" in why
 
 
+def test_a_kernel_an_earlier_release_shipped_is_still_trusted(tmp_path, monkeypatch):
+    """Catches a course made by an earlier release (its own kernel.ts and kernel.wasm, which its
+    gpt2.ts calls) whose cache-use floors all fail after an upgrade, and a pair mixed from two
+    releases, or an earlier kernel.ts edited, passing as one that shipped."""
+    import hashlib
+    from types import SimpleNamespace
+
+    from theinference.student import calibration
+
+    course = ts_course(tmp_path / "c")
+    process = SimpleNamespace(course_dir=course)
+    assert calibration.kernel_changed(process) is None  # the template's own
+    ts, wasm = course / "src" / "kernel.ts", course / "src" / "kernel.wasm"
+    ts.write_text(ts.read_text() + "\n// as an earlier release shipped it\n")
+    assert calibration.kernel_changed(process) == "src/kernel.ts"
+    digest = lambda path: hashlib.sha256(path.read_bytes()).hexdigest()  # noqa: E731
+    monkeypatch.setattr(calibration, "EARLIER_KERNELS", {(digest(ts), digest(wasm))})
+    assert calibration.kernel_changed(process) is None
+    wasm.write_bytes(wasm.read_bytes() + b"\0")  # that release's kernel.ts, another's wasm
+    assert calibration.kernel_changed(process) is not None
+
+
 def test_reports_and_hint_use_the_typescript_names(tmp_path):
     """Catches Python names (decode_step, len(prompt_ids)) shown to a TypeScript student."""
     course = ts_course(tmp_path / "c")
@@ -332,6 +354,19 @@ def test_results_are_localized_for_typescript_only():
     heard = []
     languages.localizing(heard.append, "ts")(StageFinished(stage))
     assert heard[0].result.hint == "wire runDecodeStep"  # what watch mode draws from events
+
+
+def test_the_node_swap_finds_every_layout_and_writes_all_or_nothing():
+    """Catches the Node swap missing a cache layout (rows in order, rows out of order, one
+    growing array per head, one array per layer), writing a cell into the wrong place (a guess
+    of the next row taken without checking it), or writing anything when one row is missing."""
+    script = Path(__file__).parent / "fixtures" / "swap_layouts.mjs"
+    done = subprocess.run(["node", str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    for layout in ("rows", "shuffledRows", "headBuffers", "positionsMajor"):
+        assert found[layout] == [True, 0], (layout, found[layout])
+    assert found["partial"] == [False, 0], found["partial"]
 
 
 def test_the_swap_reaches_a_typescript_cache(tmp_path, weights):

@@ -5,9 +5,11 @@ worker, in its calibration mode, which never loads the student's code), timed fr
 with the same CPU measure as the student's calls: a fixed product of the shapes a GPT-2
 forward multiplies, repeated, the best of a few tries. Under load both are slowed alike. A
 TypeScript course multiplies through its provided kernel (src/kernel.ts, kernel.wasm), as its
-gpt2.ts does: measured only when those are the template's own, byte for byte.
+gpt2.ts does: measured only when those are the template's own, byte for byte, or the pair an
+earlier release shipped (a course made then keeps its kernel, and its gpt2.ts calls that one).
 """
 
+import hashlib
 import weakref
 
 from theinference.course.languages import TEMPLATES, TYPESCRIPT, course_language
@@ -17,6 +19,13 @@ from theinference.student.process import StudentProcess
 # slower than NumPy's BLAS: fewer repeats)
 PRODUCTS = {"python": (512, 768, 3072, 6), "ts": (512, 768, 3072, 2)}
 KERNEL = ("src/kernel.ts", "src/kernel.wasm")  # what the TypeScript calibration multiplies with
+# SHA-256 of (kernel.ts, kernel.wasm) as earlier releases shipped them
+EARLIER_KERNELS = {
+    ("a703d9484cfabd7912e0ceec75cb32ba855c6a2f9ed6e6e9681d4266b63cc0e7",
+     "be9b1b9371e58066d5976c21630bdf1ad26bdcedbf03f1417ff9a2f5c06a865b"),
+    ("d40b5662fe1eac09015ea2dd021b92697e4e2d0f81fa6505d91ab0cc598c50ac",
+     "be9b1b9371e58066d5976c21630bdf1ad26bdcedbf03f1417ff9a2f5c06a865b"),
+}
 TRIES = 3
 TIMEOUT = 120.0
 
@@ -49,12 +58,17 @@ def measure(process: StudentProcess) -> tuple[float | None, str]:
 
 
 def kernel_changed(process: StudentProcess) -> str | None:
-    """The first of the course's kernel files that differs from the template's, if any."""
+    """The first of the course's kernel files that differs from the template's, if any (None
+    too when the pair is one an earlier release shipped)."""
+    digests = []
     for name in KERNEL:
-        provided = (TEMPLATES[TYPESCRIPT] / name).read_bytes()
         try:
-            if (process.course_dir / name).read_bytes() != provided:
-                return name
+            digests.append(hashlib.sha256((process.course_dir / name).read_bytes()).hexdigest())
         except OSError:
+            return name
+    if tuple(digests) in EARLIER_KERNELS:
+        return None
+    for name in KERNEL:
+        if (process.course_dir / name).read_bytes() != (TEMPLATES[TYPESCRIPT] / name).read_bytes():
             return name
     return None

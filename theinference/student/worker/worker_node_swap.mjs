@@ -16,27 +16,67 @@ export function swapCache(roots, plan, blobs) {
   const covered = finds.map(() => new Uint8Array(h * n));
   const places = [];
   const at = (t, i, p, j) => finds[t][(i * n + p) * hd + j];
-  // every cell's first value, sorted: a reading is compared only with cells that start like it
-  const keys = [];
-  finds.forEach((_, t) => { for (let i = 0; i < h; i++) for (let p = 0; p < n; p++) keys.push([at(t, i, p, 0), t, i, p]); });
-  keys.sort((x, y) => x[0] - y[0]);
-  const firstAtLeast = (v) => { let lo = 0, hi = keys.length; while (lo < hi) { const mid = (lo + hi) >> 1; if (keys[mid][0] < v) lo = mid + 1; else hi = mid; } return lo; };
+  // every cell's first value, sorted: a reading is compared only with cells that start like it.
+  // A cell's number rides in the low 29 bits of its value as a float64, which a float32 value
+  // leaves zero: a native numeric sort keeps both, without an array per cell.
+  const cells = finds.length * h * n;
+  const sorted = new Float64Array(cells);
+  const low = new Uint32Array(sorted.buffer); // little-endian: word 2c is value c's low half
+  for (let c = 0; c < cells; c++) {
+    const t = Math.floor(c / (h * n)), i = Math.floor((c % (h * n)) / n), p = c % n;
+    sorted[c] = at(t, i, p, 0);
+    low[2 * c] |= c;
+  }
+  sorted.sort();
+  const cellOf = (k) => {
+    const c = low[2 * k] & 0x1fffffff;
+    return [Math.floor(c / (h * n)), Math.floor((c % (h * n)) / n), c % n];
+  };
+  const firstAtLeast = (v) => { let lo = 0, hi = cells; while (lo < hi) { const mid = (lo + hi) >> 1; if (sorted[mid] < v) lo = mid + 1; else hi = mid; } return lo; };
   const close = (got, want) => Math.abs(got - want) <= 2e-3 * (1 + Math.abs(want));
-  for (const a of arrays) {
-    for (const [offset, headStride, posStride, heads, positions] of layoutsOf(a.length, h, hd, n)) {
-      const v = a[offset], tol = 2e-3 * (1 + Math.abs(v));
-      for (let k = firstAtLeast(v - tol); k < keys.length && keys[k][0] <= v + tol; k++) {
-        const [, t, i0, p0] = keys[k];
-        if ((heads > 1 && i0 !== 0) || (positions > 1 && p0 !== 0)) continue;
-        let same = true;
-        for (let i = 0; i < heads && same; i++) {
-          for (let p = 0; p < positions && same; p++) {
-            for (let j = 0; j < hd && same; j++) same = close(a[offset + i * headStride + p * posStride + j], at(t, i0 + i, p0 + p, j));
-          }
+  const holds = (a, [offset, headStride, posStride, heads, positions], t, i0, p0) => {
+    for (let i = 0; i < heads; i++) {
+      for (let p = 0; p < positions; p++) {
+        for (let j = 0; j < hd; j++) {
+          if (!close(a[offset + i * headStride + p * posStride + j], at(t, i0 + i, p0 + p, j))) return false;
         }
-        if (!same) continue;
-        places.push({ a, offset, headStride, posStride, heads, positions, t, i0, p0 });
-        for (let i = 0; i < heads; i++) for (let p = 0; p < positions; p++) covered[t][(i0 + i) * n + p0 + p] = 1;
+      }
+    }
+    return true;
+  };
+  const place = (a, layout, t, i0, p0) => {
+    const [offset, headStride, posStride, heads, positions] = layout;
+    places.push({ a, offset, headStride, posStride, heads, positions, t, i0, p0 });
+    for (let i = 0; i < heads; i++) for (let p = 0; p < positions; p++) covered[t][(i0 + i) * n + p0 + p] = 1;
+  };
+  // The cells after the last one found: a cache's arrays mostly come in order (one row after
+  // another), so the guess saves a search per row of a cache kept as rows.
+  const after = (t, i0, p0, heads, positions) => {
+    if (p0 + positions < n) return [t, i0, p0 + positions];
+    if (i0 + heads < h) return [t, i0 + heads, 0];
+    return t + 1 < finds.length ? [t + 1, 0, 0] : null;
+  };
+  let guess = null;
+  for (const a of arrays) {
+    for (const layout of layoutsOf(a.length, h, hd, n)) {
+      const [offset, , , heads, positions] = layout;
+      if (guess && guess.heads === heads && guess.positions === positions) {
+        const [t, i0, p0] = guess.cell;
+        if (i0 + heads <= h && p0 + positions <= n && holds(a, layout, t, i0, p0)) {
+          place(a, layout, t, i0, p0);
+          const next = after(t, i0, p0, heads, positions);
+          guess = next && { cell: next, heads, positions };
+          continue;
+        }
+      }
+      const v = a[offset], tol = 2e-3 * (1 + Math.abs(v));
+      for (let k = firstAtLeast(v - tol); k < cells && sorted[k] <= v + tol; k++) {
+        const [t, i0, p0] = cellOf(k);
+        if ((heads > 1 && i0 !== 0) || (positions > 1 && p0 !== 0)) continue;
+        if (!holds(a, layout, t, i0, p0)) continue;
+        place(a, layout, t, i0, p0);
+        const next = after(t, i0, p0, heads, positions);
+        guess = next && { cell: next, heads, positions };
       }
     }
   }
@@ -54,14 +94,17 @@ export function swapCache(roots, plan, blobs) {
   return { applied: true, reason: "", places: places.length };
 }
 
-// (offset, head stride, position stride, heads, positions) readings of a flat array's length
+// (offset, head stride, position stride, heads, positions) readings of a flat array's length:
+// every one that fits (a head's buffer with room for exactly nHead rows is d long too)
 function layoutsOf(length, h, hd, n) {
   const d = h * hd;
-  if (length === hd) return [[0, 0, 0, 1, 1]];
-  if (length === d) return [[0, hd, 0, h, 1]];
   const out = [];
-  if (length % hd === 0 && length / hd >= n) out.push([0, 0, hd, 1, n]); // one head's rows
-  if (length % d === 0 && length / d >= n) {
+  if (length === hd) out.push([0, 0, 0, 1, 1]); // one row of one head
+  if (length === d) out.push([0, hd, 0, h, 1]); // one position's heads
+  if (length % hd === 0 && length / hd >= n && !(length === hd && n === 1)) {
+    out.push([0, 0, hd, 1, n]); // one head's rows
+  }
+  if (length % d === 0 && length / d >= n && !(length === d && n === 1)) {
     const N = length / d;
     out.push([0, N * hd, hd, h, n], [0, hd, d, h, n]); // [h, N, hd] or [N, h, hd]
   }
