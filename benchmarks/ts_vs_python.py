@@ -2,10 +2,10 @@
 
 Grades a course holding tests/solutions/reference_kvcache.py and one holding
 tests/solutions_ts/reference_kvcache.ts with `theinference test`, one stage per command (default
-timeouts, one shared cache: a first Python run fills the oracle's answers), the two languages
-in turn stage by stage so both see the same machine, and prints per stage the wall seconds and
-the student's code's share of them (the calls' own time, without the oracle's or the grader's),
-then totals and ratios.
+timeouts, one seed, one shared cache: a first Python run fills the oracle's answers), the two
+languages in turn stage by stage so both see the same machine, and prints per stage the wall
+seconds and the student's code's share of them (the calls' own time, without the oracle's or the
+grader's), then totals and ratios.
 
     python benchmarks/ts_vs_python.py
 
@@ -27,6 +27,7 @@ from tests.helpers import STAGES, make_course, reference_text  # noqa: E402
 from theinference.course.directory import init_course  # noqa: E402
 from theinference.course.languages import TYPESCRIPT  # noqa: E402
 
+SEED = "7"
 NODE_MODULES = Path(
     os.environ.get("THEINFERENCE_NODE_MODULES") or ROOT / "tests/fixtures/ts_runner/node_modules"
 )
@@ -44,7 +45,9 @@ def courses(tmp: Path) -> dict[str, Path]:
 
 
 def run(course: Path, cache: Path, out: Path, stage: str | None = None) -> dict:
-    command = [sys.executable, "-m", "theinference", "test", "-C", str(course),
+    # one seed for both languages: the cases drawn per run (the cache-use proofs' prompt
+    # lengths) and the hidden ones are then the same work in both
+    command = [sys.executable, "-m", "theinference", "test", "-C", str(course), "--seed", SEED,
                "--format", "json", "--output", str(out), *(["--stage", stage] if stage else [])]
     env = {**os.environ, "THEINFERENCE_CACHE_DIR": str(cache)}
     subprocess.run(command, env=env, check=False, stdout=subprocess.DEVNULL)
@@ -63,6 +66,9 @@ def main() -> None:
                 code = sum(c["student_seconds"] for c in stage["cases"])
                 table[language][slug] = (stage["seconds"], code, stage["status"])
                 print(language, slug, table[language][slug], flush=True)
+                for case in stage["cases"]:
+                    if case["status"] != "passed":  # a figure for a failing run means little
+                        print("   ", case["name"], case["status"], case["message"][:300])
     print_table(table)
 
 
