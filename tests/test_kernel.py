@@ -158,14 +158,16 @@ process.exit(0);
 
 def test_softmax_and_gelu_match_numpy(kernel_course):
     """Catches a wrong e^x (range reduction, polynomial, exponent bits), a padded lane that
-    counts, a softmax that writes past `length` or drops a plain array's values, and a GELU off
-    its tanh form: each puts some value far past float32 noise from NumPy's float64 answer."""
+    counts, a softmax that writes past `length` or drops a plain array's values, one given a
+    length past its values that answers from stale memory (or throws) instead of NaN, and a
+    GELU off its tanh form: each puts some value far past float32 noise from NumPy's answer."""
     rng = np.random.default_rng(5)
     rows = [
         (rng.standard_normal(n) * scale, length, as_array)
         for n, length, scale, as_array in [
             (1, 1, 1, False), (3, 3, 4, False), (4, 4, 1, False), (5, 5, 30, False),
             (1024, 1024, 8, False), (10, 7, 2, False), (6, 6, 1, True), (9, 0, 1, False),
+            (3, 5, 1, False), (3, 5, 1, True),  # a length past the values: NaN, as in plain JS
         ]
     ]
     masked = rng.standard_normal(8)
@@ -187,6 +189,9 @@ def test_softmax_and_gelu_match_numpy(kernel_course):
         x32 = x.astype(np.float32).astype(np.float64)
         mine, at = got[at : at + x.size], at + x.size
         want = x32.copy()
+        if length > x.size:
+            assert np.isnan(mine).all(), (x.size, length)
+            continue
         if length:
             e = np.exp(x32[:length] - x32[:length].max())
             want[:length] = e / e.sum()

@@ -222,10 +222,10 @@ def test_the_grader_measures_a_typescript_call_and_its_own_product(tmp_path, wei
     assert rate is None and "src/kernel.ts is not the provided one" in why
 
 
-def test_a_kernel_an_earlier_release_shipped_is_still_trusted(tmp_path, monkeypatch):
-    """Catches a course made by an earlier release (its own kernel.ts and kernel.wasm, which its
-    gpt2.ts calls) whose cache-use floors all fail after an upgrade, and a pair mixed from two
-    releases, or an earlier kernel.ts edited, passing as one that shipped."""
+def test_an_earlier_releases_kernel_is_named_not_trusted(tmp_path, monkeypatch):
+    """Catches a course's earlier-release kernel trusted for the floor (a slower kernel measured
+    makes a more lenient floor: a student could ship it beside a renamed current one), and a
+    student with such a course left without the step that fixes it."""
     import hashlib
     from types import SimpleNamespace
 
@@ -236,12 +236,13 @@ def test_a_kernel_an_earlier_release_shipped_is_still_trusted(tmp_path, monkeypa
     assert calibration.kernel_changed(process) is None  # the template's own
     ts, wasm = course / "src" / "kernel.ts", course / "src" / "kernel.wasm"
     ts.write_text(ts.read_text() + "\n// as an earlier release shipped it\n")
-    assert calibration.kernel_changed(process) == "src/kernel.ts"
     digest = lambda path: hashlib.sha256(path.read_bytes()).hexdigest()  # noqa: E731
     monkeypatch.setattr(calibration, "EARLIER_KERNELS", {(digest(ts), digest(wasm))})
-    assert calibration.kernel_changed(process) is None
+    rate, why = calibration.measure(process)
+    assert rate is None and "an earlier release's" in why and "init --lang ts" in why
     wasm.write_bytes(wasm.read_bytes() + b"\0")  # that release's kernel.ts, another's wasm
-    assert calibration.kernel_changed(process) is not None
+    rate, why = calibration.measure(process)
+    assert rate is None and "is not the provided one" in why
 
 
 def test_reports_and_hint_use_the_typescript_names(tmp_path):

@@ -24,6 +24,7 @@ from theinference.grading.session import Session, exit_code, run
 WATCHED_SUFFIXES = (".py", ".toml", ".ts", ".mts")
 IGNORED_DIRS = {"__pycache__", "node_modules", "venv", "env", "build", "dist"}
 POLL_SECONDS = 0.3
+QUIT_WAIT = 5.0  # seconds a quit waits for the run it stops
 TEMP_SUFFIXES = ("~", ".swp", ".swo", ".swx", ".tmp", ".bak", ".orig")
 
 
@@ -110,7 +111,9 @@ class Watch:
             return exits.INTERRUPTED
         finally:
             self.stop.set()
-            self._stop_current("")
+            # quitting never waits long on a run: one still going dies with this process, and
+            # the student's process with it (it is killed when its parent ends)
+            self._stop_current("", wait=QUIT_WAIT)
             self.keys.restore()
 
     def _watch_files(self) -> None:
@@ -218,14 +221,14 @@ class Watch:
         )
         self.out.print(hint_block(focus.slug, focus.title, focus.guidance, graded.get(focus.slug)))
 
-    def _stop_current(self, reason: str) -> None:
+    def _stop_current(self, reason: str, wait: float | None = None) -> None:
         if self.current is None:
             return
         thread, cancel = self.current
         self.current = None
         if thread.is_alive():
             cancel.set()
-            thread.join()
+            thread.join(wait)
             if reason:
                 from theinference.output.report import print_cancelled
 

@@ -5,8 +5,9 @@ worker, in its calibration mode, which never loads the student's code), timed fr
 with the same CPU measure as the student's calls: a fixed product of the shapes a GPT-2
 forward multiplies, repeated, the best of a few tries. Under load both are slowed alike. A
 TypeScript course multiplies through its provided kernel (src/kernel.ts, kernel.wasm), as its
-gpt2.ts does: measured only when those are the template's own, byte for byte, or the pair an
-earlier release shipped (a course made then keeps its kernel, and its gpt2.ts calls that one).
+gpt2.ts does: measured only when those are the template's own, byte for byte. An earlier
+release's kernel is not trusted either (a slower kernel measured would make a more lenient
+floor): the student is told to copy the current one.
 """
 
 import hashlib
@@ -19,7 +20,7 @@ from theinference.student.process import StudentProcess
 # slower than NumPy's BLAS: fewer repeats)
 PRODUCTS = {"python": (512, 768, 3072, 6), "ts": (512, 768, 3072, 2)}
 KERNEL = ("src/kernel.ts", "src/kernel.wasm")  # what the TypeScript calibration multiplies with
-# SHA-256 of (kernel.ts, kernel.wasm) as earlier releases shipped them
+# SHA-256 of (kernel.ts, kernel.wasm) as earlier releases shipped them: named, not trusted
 EARLIER_KERNELS = {
     ("a703d9484cfabd7912e0ceec75cb32ba855c6a2f9ed6e6e9681d4266b63cc0e7",
      "be9b1b9371e58066d5976c21630bdf1ad26bdcedbf03f1417ff9a2f5c06a865b"),
@@ -44,6 +45,12 @@ def sgemm_rate(process: StudentProcess) -> tuple[float | None, str]:
 def measure(process: StudentProcess) -> tuple[float | None, str]:
     language = course_language(process.course_dir)
     if language == TYPESCRIPT and (changed := kernel_changed(process)):
+        if earlier_kernel(process):
+            return None, (
+                "src/kernel.ts and kernel.wasm are an earlier release's: copy src/kernel.ts, "
+                "kernel.wasm and kernel.wat from a course made by `theinference init --lang ts` "
+                "(the floor is measured only with the current kernel)"
+            )
         return None, f"{changed} is not the provided one: the rate it gives cannot be trusted"
     m, k, n, repeat = PRODUCTS.get(language, PRODUCTS["python"])
     flop = 2.0 * m * k * n * repeat
@@ -58,17 +65,24 @@ def measure(process: StudentProcess) -> tuple[float | None, str]:
 
 
 def kernel_changed(process: StudentProcess) -> str | None:
-    """The first of the course's kernel files that differs from the template's, if any (None
-    too when the pair is one an earlier release shipped)."""
-    digests = []
+    """The first of the course's kernel files that differs from the template's, if any."""
     for name in KERNEL:
+        provided = (TEMPLATES[TYPESCRIPT] / name).read_bytes()
         try:
-            digests.append(hashlib.sha256((process.course_dir / name).read_bytes()).hexdigest())
+            if (process.course_dir / name).read_bytes() != provided:
+                return name
         except OSError:
             return name
-    if tuple(digests) in EARLIER_KERNELS:
-        return None
-    for name in KERNEL:
-        if (process.course_dir / name).read_bytes() != (TEMPLATES[TYPESCRIPT] / name).read_bytes():
-            return name
     return None
+
+
+def earlier_kernel(process: StudentProcess) -> bool:
+    """Whether the course's kernel files are, as a pair, the ones an earlier release shipped."""
+    try:
+        digests = tuple(
+            hashlib.sha256((process.course_dir / name).read_bytes()).hexdigest()
+            for name in KERNEL
+        )
+    except OSError:
+        return False
+    return digests in EARLIER_KERNELS

@@ -20,6 +20,7 @@ export function swapCache(roots, plan, blobs) {
   // A cell's number rides in the low 29 bits of its value as a float64, which a float32 value
   // leaves zero: a native numeric sort keeps both, without an array per cell.
   const cells = finds.length * h * n;
+  if (cells > 2 ** 29) return { applied: false, reason: `${cells} cells: more than the index holds` };
   const sorted = new Float64Array(cells);
   const low = new Uint32Array(sorted.buffer); // little-endian: word 2c is value c's low half
   for (let c = 0; c < cells; c++) {

@@ -272,10 +272,12 @@ export function softmaxInPlace(values: Float32Array | number[], length: number):
   const padded = Math.ceil(length / 4) * 4;
   const at = scratch(padded * 4);
   const inKernel = floats(at, padded);
-  inKernel.set(length === values.length ? values : values.slice(0, length));
+  const given = Math.min(length, values.length);
+  inKernel.set(given === values.length ? values : values.slice(0, given));
+  inKernel.fill(NaN, given, length); // past the end of values: NaN, as reading it in JS gives
   inKernel.fill(-Infinity, length); // e^-inf is 0: the padding adds nothing
   wasm.softmax(at, padded);
-  copyBack(inKernel, values, length);
+  copyBack(inKernel, values, given);
 }
 
 // in place: GELU (the tanh form) of every value of every row

@@ -1,9 +1,11 @@
-;; The matrix products behind gpt2.ts's matmul and unembed, in WebAssembly SIMD (f32x4).
-;; kernel.wasm is this file assembled (the grader's tools/kernel/build.mjs); kernel.ts runs it.
+;; The heavy work behind gpt2.ts, in WebAssembly SIMD (f32x4): the matrix products behind
+;; matmul, matmulT and unembed, and the elementwise softmax and GELU. kernel.wasm is this file
+;; assembled (the grader's tools/kernel/build.mjs); kernel.ts runs it.
 ;;
-;; Every pointer and stride is in bytes, into the one shared memory. Each function computes a
-;; range of output columns [j0, j1), so several threads can share one product, each taking
-;; other columns; every output value is summed in the same order whichever thread computes it.
+;; Every pointer and stride is in bytes, into the one shared memory. Each product function
+;; computes a range of output columns [j0, j1), so several threads can share one product, each
+;; taking other columns; every output value is summed in the same order whichever thread
+;; computes it.
 
 (module
   (import "env" "memory" (memory 1 65536 shared))
@@ -314,7 +316,7 @@
   ;; e^x, four lanes at a time, is written out in softmax and gelu below (a call in their loops
   ;; cost more than the rest): to within two float32 ulps, x = n ln2 + r with |r| <= ln2 / 2,
   ;; e^r by a degree-7 polynomial, 2^n put into the exponent bits. Below -87.3 (e^x under
-  ;; float32's smallest normal) gives 0, above 88.37 infinity; NaN stays NaN.
+  ;; float32's smallest normal) gives 0, above 88.37 e^88.37 (2.4e38); NaN stays NaN.
 
   ;; s[0..n] -> softmax(s[0..n]) in place, n a multiple of 4 (pad with -infinity)
   (func (export "softmax") (param $s i32) (param $count i32)
