@@ -19,6 +19,12 @@ STAGE = "single-step-attention"
 RUN_DONE = "watching for changes"
 
 
+def default_sigint():
+    """Ctrl-C as a terminal delivers it: a suite started as a background job inherits SIGINT
+    ignored, and Python then never raises KeyboardInterrupt in the watcher."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Watcher:
     """`theinference test --watch` in a subprocess, its stdout read line by line."""
 
@@ -44,6 +50,7 @@ class Watcher:
             stderr=subprocess.STDOUT,
             env=env,
             text=True,
+            preexec_fn=default_sigint,
         )
         self.lines: queue.Queue = queue.Queue()
         self.seen: list[str] = []
