@@ -98,6 +98,7 @@ async function candidate(course: string, name: string, extra?: string): Promise<
   if (name === "js") return plainJs;
   if (name === "tfjs") return tfjsProduct(extra ?? "node_modules");
   const kernel = await import(pathToFileURL(path.join(course, "src", "kernel.ts")).href);
+  console.error(`kernel: ${kernel.KERNEL}`); // which binary multiplies: fma or simd
   // the weights live in the kernel's memory: put W there as loadWeights does
   return (X, W, d, m, t) => kernel.product(X, inKernel(kernel, W), d, m, undefined, t);
 }

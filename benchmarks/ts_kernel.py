@@ -1,7 +1,8 @@
 """The TypeScript course's matrix products against NumPy's, in GFLOP/s on GPT-2's shapes.
 
 Candidates for the product behind the provided src/gpt2.ts: the WebAssembly SIMD kernel the
-course ships (src/kernel.wasm, from src/kernel.wat), on one thread and on every core; the plain
+course ships, fused (src/kernel-fma.wasm, relaxed SIMD, as the grader starts Node) and plain
+(src/kernel.wasm, both from src/kernel.wat), on one thread and on every core; the plain
 JavaScript product the course shipped before it; and, given its node_modules, TensorFlow.js's
 WebAssembly backend (XNNPACK; `npm install @tensorflow/tfjs-core@4.22.0
 @tensorflow/tfjs-backend-wasm@4.22.0` in a scratch folder). Each figure is the best of several
@@ -28,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from theinference.course.directory import init_course  # noqa: E402
 from theinference.course.languages import TYPESCRIPT  # noqa: E402
+from theinference.student.launch import kernel_flags  # noqa: E402
 
 NODE_MODULES = Path(
     os.environ.get("THEINFERENCE_NODE_MODULES") or ROOT / "tests/fixtures/ts_runner/node_modules"
@@ -74,18 +76,23 @@ def numpy_rates_with(threads: int | None) -> dict[str, float] | None:
         return numpy_rates()
 
 
-def node_rates(course: Path, candidate: str, threads: int | None, extra: str | None):
+def node_rates(course: Path, candidate: str, threads: int | None, extra: str | None,
+               kernel: str | None = None):
+    """The candidate's rates per shape; `kernel`: the binary kernel.ts must report using."""
     env = {**os.environ}
     env.pop("OMP_NUM_THREADS", None)
     if threads is not None:
         env["OMP_NUM_THREADS"] = str(threads)
-    argv = ["node", "--import", "tsx", str(ROOT / "benchmarks" / "ts_kernel.mts"), str(course)]
+    script = ROOT / "benchmarks" / "ts_kernel.mts"
+    argv = ["node", *kernel_flags(), "--import", "tsx", str(script), str(course)]
     done = subprocess.run(
         [*argv, candidate, *([extra] if extra else [])],
         cwd=course, env=env, capture_output=True, text=True, check=False,
     )
     if done.returncode != 0:
         raise SystemExit(f"{candidate}: node failed\n{done.stderr}")
+    if kernel and f"kernel: {kernel}" not in done.stderr:
+        raise SystemExit(f"{course.name}: kernel.ts did not run the {kernel} kernel\n{done.stderr}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -95,14 +102,18 @@ def main() -> None:
     args = parser.parse_args()
     cores = os.cpu_count() or 1
     with tempfile.TemporaryDirectory() as tmp:
-        course = Path(tmp) / "course"
-        init_course(course, TYPESCRIPT)
-        (course / "node_modules").symlink_to(NODE_MODULES)
+        course, plain = Path(tmp) / "course", Path(tmp) / "plain"
+        for where in (course, plain):
+            init_course(where, TYPESCRIPT)
+            (where / "node_modules").symlink_to(NODE_MODULES)
+        (plain / "src" / "kernel-fma.wasm").unlink()  # kernel.ts then runs kernel.wasm
         columns = {
             f"numpy, {cores} threads": numpy_rates_with(None),
             "numpy, 1 thread": numpy_rates_with(1),
-            f"wasm kernel, {cores} threads": node_rates(course, "wasm", None, None),
-            "wasm kernel, 1 thread": node_rates(course, "wasm", 1, None),
+            f"fused kernel, {cores} thr": node_rates(course, "wasm", None, None, "fma"),
+            "fused kernel, 1 thread": node_rates(course, "wasm", 1, None, "fma"),
+            f"plain SIMD, {cores} threads": node_rates(plain, "wasm", None, None, "simd"),
+            "plain SIMD, 1 thread": node_rates(plain, "wasm", 1, None, "simd"),
             "plain JavaScript": node_rates(course, "js", 1, None),
         }
         if args.tfjs:

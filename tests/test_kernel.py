@@ -1,7 +1,9 @@
-"""The TypeScript course's matrix kernel (templates/ts/src/kernel.wat, .wasm and kernel.ts):
-the shipped binary is its source assembled, its products agree with NumPy's to float32 noise on
-every path it takes (one row or many, W as stored or transposed, one array or rows, edges that
-are not multiples of its blocks), and the thread count changes no bit of any result.
+"""The TypeScript course's matrix kernel (templates/ts/src/kernel.wat, kernel.wasm,
+kernel-fma.wasm and kernel.ts): the shipped binaries are their source assembled, both (plain
+SIMD, and fused multiply-adds where Node runs relaxed SIMD) give products that agree with NumPy's
+to float32 noise on every path they take (one row or many, W as stored or transposed, one array
+or rows, edges that are not multiples of its blocks), the thread count changes no bit of any
+result, and a fused binary that does not multiply right is never used.
 
 These need Node, the runner (`npm ci --prefix tests/fixtures/ts_runner`) and, for the build
 check, wabt (`npm ci --prefix tools/kernel`); .ci/run installs both.
@@ -16,6 +18,7 @@ import numpy as np
 import pytest
 
 from tests.test_typescript import NODE_MODULES, REFERENCE_TS, ts_course
+from theinference.student.launch import kernel_flags, node_major
 
 ROOT = Path(__file__).parents[1]
 WABT = ROOT / "tools" / "kernel" / "node_modules" / "wabt" / "package.json"
@@ -25,7 +28,7 @@ CASES = [
     (1, 768, 3072, False, False, True),  # one row: W streamed
     (1, 3072, 768, False, False, True),
     (1, 64, 50, True, False, False),  # one row, W transposed (the unembedding's path)
-    (1, 6, 5, False, False, False),  # one row, d not a multiple of 4: the packed path
+    (1, 6, 5, False, False, False),  # one row, d not a multiple of 4: padded with zero rows
     (1, 8, 3, False, False, False),  # one row, fewer columns than a vector
     (2, 7, 3, False, False, True),  # fewer rows than a tile
     (5, 300, 17, False, True, True),  # a tile of 4 and one row; W as rows
@@ -36,7 +39,7 @@ CASES = [
 
 SCRIPT = """
 import { readFileSync, writeFileSync } from "node:fs";
-import { product } from "./src/kernel.ts";
+import { KERNEL, product } from "./src/kernel.ts";
 
 const cases = JSON.parse(readFileSync("cases.json", "utf8"));
 const raw = readFileSync("inputs.bin");
@@ -55,6 +58,7 @@ for (const [n, d, m, transposed, asRows, withBias] of cases) {
   for (const row of product(X, W, d, m, b, transposed)) out.push(...row);
 }
 writeFileSync("outputs.bin", new Float32Array(out));
+console.log(KERNEL);
 process.exit(0);
 """
 
@@ -62,6 +66,23 @@ process.exit(0);
 @pytest.fixture(scope="module")
 def kernel_course(tmp_path_factory):
     return ts_course(tmp_path_factory.mktemp("kernel") / "c")
+
+
+@pytest.fixture(scope="module", params=["fma", "simd"])
+def each_kernel(request, tmp_path_factory):
+    """(course, the kernel it must run): the course as provided, run as the grader runs it
+    (fused where this Node has relaxed SIMD), and one without kernel-fma.wasm (plain SIMD)."""
+    course = ts_course(tmp_path_factory.mktemp("kernel") / request.param)
+    if request.param == "simd":
+        (course / "src" / "kernel-fma.wasm").unlink()
+        return course, "simd"
+    return course, "fma" if relaxed_simd_node() else "simd"
+
+
+def relaxed_simd_node() -> bool:
+    """Whether this Node runs relaxed SIMD, by default (22 on) or with the grader's flag (20)."""
+    major = node_major()
+    return major is not None and (major >= 22 or bool(kernel_flags()))
 
 
 def inputs(rng):
@@ -79,23 +100,29 @@ def inputs(rng):
     return np.concatenate(arrays), wanted, magnitudes
 
 
-def products(course: Path, data: np.ndarray, threads: int) -> np.ndarray:
+def products(course: Path, data: np.ndarray, threads: int, kernel: str) -> np.ndarray:
+    """Every case's product through the course's kernel.ts, started as the grader starts the
+    student's process (its Node flags); fails unless `kernel` is the binary that multiplied."""
     (course / "check.ts").write_text(SCRIPT)
     (course / "cases.json").write_text(json.dumps(CASES))
     (course / "inputs.bin").write_bytes(data.astype(np.float32).tobytes())
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    done = subprocess.run(["node", "--import", "tsx", "check.ts"], cwd=course, env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(["node", *kernel_flags(), "--import", "tsx", "check.ts"], cwd=course,
+                          env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-1] == kernel, done.stdout
     return np.frombuffer((course / "outputs.bin").read_bytes(), dtype=np.float32)
 
 
-def test_products_match_numpy_on_every_path(kernel_course):
-    """Catches a wrong tile, block edge, row or column remainder, transposed or rows path:
-    each would put some output far from NumPy's product (here within float32 summation
-    noise: a few units of the last place of the sum of |terms|)."""
+def test_products_match_numpy_on_every_path(each_kernel):
+    """Catches a wrong tile, block edge, row or column remainder, transposed or rows path, in
+    either binary: each would put some output far from NumPy's product (here within float32
+    summation noise: a few units of the last place of the sum of |terms|); and the fused
+    kernel not used where Node can run it (the grader's flag missing), or used without its
+    file."""
+    course, kernel = each_kernel
     data, wanted, magnitudes = inputs(np.random.default_rng(7))
-    got = products(kernel_course, data, threads=2)
+    got = products(course, data, threads=2, kernel=kernel)
     at = 0
     for case, want, magnitude in zip(CASES, wanted, magnitudes, strict=True):
         mine = got[at : at + want.size].reshape(want.shape)
@@ -105,13 +132,51 @@ def test_products_match_numpy_on_every_path(kernel_course):
     assert at == got.size
 
 
-def test_thread_count_changes_no_bit(kernel_course):
+def test_thread_count_changes_no_bit(each_kernel):
     """Catches threads that share a product's columns wrongly (a chunk done twice, skipped, or
-    summed in another order): the result must not depend on how many threads there are."""
+    summed in another order), or helpers that run another binary than the calling thread: the
+    result must not depend on how many threads there are."""
+    course, kernel = each_kernel
     data, _, _ = inputs(np.random.default_rng(11))
-    one = products(kernel_course, data, threads=1)
+    one = products(course, data, 1, kernel)
     for threads in (2, 5):
-        assert np.array_equal(one, products(kernel_course, data, threads)), threads
+        assert np.array_equal(one, products(course, data, threads, kernel)), threads
+
+
+NOT_MULTIPLYING = """(module
+  (import "env" "memory" (memory 1 65536 shared))
+  (func (export "packx") (param i32 i32 i32 i32 i32))
+  (func (export "gemm") (param i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32 i32)))
+"""
+
+
+@pytest.mark.parametrize("broken", ["garbage", "wrong"])
+def test_a_fused_kernel_that_fails_its_check_is_not_used(tmp_path, broken):
+    """Catches kernel-fma.wasm used on trust: one that Node cannot validate, or a valid one that
+    does not multiply (as a prototype Node's other encoding of relaxed SIMD could), must leave
+    the plain kernel multiplying, right, and not crash the course."""
+    course = ts_course(tmp_path / "c")
+    fused = course / "src" / "kernel-fma.wasm"
+    if broken == "garbage":
+        fused.write_bytes(b"\0asm\1\0\0\0 not a module")
+    else:
+        assert WABT.is_file(), "no wabt: run `npm ci --prefix tools/kernel` (.ci/run does)"
+        (tmp_path / "wrong.wat").write_text(NOT_MULTIPLYING)
+        assemble = (
+            'const w = await require("wabt")(); const f = {simd: true, threads: true};'
+            'const m = w.parseWat("w", require("fs").readFileSync(process.argv[1], "utf8"), f);'
+            'require("fs").writeFileSync(process.argv[2], m.toBinary({}).buffer);'
+        )
+        done = subprocess.run(["node", "--input-type=commonjs", "-e",
+                               f"(async () => {{ {assemble} }})()", str(tmp_path / "wrong.wat"),
+                               str(fused)], cwd=WABT.parents[2], capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0 and fused.stat().st_size > 8, done.stderr
+    data, wanted, magnitudes = inputs(np.random.default_rng(3))
+    got = products(course, data, threads=2, kernel="simd")
+    want = np.concatenate([w.ravel() for w in wanted])
+    bound = 8 * np.finfo(np.float32).eps * np.concatenate([m.ravel() for m in magnitudes])
+    assert (np.abs(got - want) <= bound).all()
 
 
 def test_shipped_wasm_is_the_wat_assembled():
@@ -202,3 +267,62 @@ def test_softmax_and_gelu_match_numpy(kernel_course):
     mine = got[at:]
     assert mine.size == gelu.size
     assert np.allclose(mine, want, rtol=4e-6, atol=1e-9)
+
+
+READ_WEIGHTS = """
+import { openSync, fstatSync, readFileSync } from "node:fs";
+import { readWeights } from "./src/kernel.ts";
+
+for (const file of process.argv.slice(2)) {
+  const fd = openSync(file, "r");
+  const bytes = readWeights(fd, fstatSync(fd).size, 8 + (file.length % 64));
+  const same = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length).equals(readFileSync(file));
+  console.log(same ? "same" : "differs");
+}
+process.exit(0);
+"""
+
+
+@pytest.mark.parametrize("threads", [1, 2, 5])
+def test_the_weights_file_is_read_whole_by_every_thread_count(kernel_course, tmp_path, threads):
+    """Catches readWeights (the checkpoint read by every kernel thread at once) putting a block
+    of the file in the wrong place, skipping one, reading past the end, or leaving the tail of a
+    file that is not a whole number of blocks: the kernel's bytes must equal the file's."""
+    rng = np.random.default_rng(threads)
+    sizes = [0, 3, (1 << 20) - 1, (1 << 20) + 7, 9 * (1 << 20) + 12345]
+    files = []
+    for size in sizes:
+        files.append(tmp_path / f"w{size}.bin")
+        files[-1].write_bytes(rng.integers(0, 256, size, dtype=np.uint8).tobytes())
+    (kernel_course / "read.ts").write_text(READ_WEIGHTS)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    done = subprocess.run(["node", "--import", "tsx", "read.ts", *map(str, files)],
+                          cwd=kernel_course, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["same"] * len(sizes), done.stdout
+
+
+AFTER_NAN = """
+import { writeFileSync } from "node:fs";
+import { softmax } from "./src/gpt2.ts";
+import { product } from "./src/kernel.ts";
+
+softmax(new Float32Array(1), 1 << 20); // leaves NaN across the kernel's scratch memory (4 MB)
+const x = Float32Array.from([1, 2, 3, 4, 5, 6]);
+const W = Float32Array.from({ length: 30 }, (_, i) => i - 10); // [6, 5]
+writeFileSync("after_nan.bin", product([x], W, 6, 5)[0]);
+process.exit(0);
+"""
+
+
+def test_a_one_row_product_pads_with_zeros_not_leftovers(kernel_course):
+    """Catches the padding of a one-row product whose d is not a multiple of 4 (attention's
+    weighted sum over any number of rows) left as whatever the scratch memory held: NaN left
+    there by an earlier call would then turn the whole result into NaN."""
+    (kernel_course / "after_nan.ts").write_text(AFTER_NAN)
+    done = subprocess.run(["node", *kernel_flags(), "--import", "tsx", "after_nan.ts"],
+                          cwd=kernel_course, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = np.frombuffer((kernel_course / "after_nan.bin").read_bytes(), dtype=np.float32)
+    want = np.arange(1, 7) @ (np.arange(30) - 10).reshape(6, 5)
+    assert np.array_equal(got, want.astype(np.float32)), got

@@ -118,6 +118,35 @@ def test_language_found_from_settings_or_adapters(tmp_path):
     ]
 
 
+def test_the_worker_starts_node_able_to_run_the_fused_kernel(tmp_path):
+    """Catches the student's Node started without relaxed SIMD where it needs the flag (Node
+    20-21: the course's kernel-fma.wasm then goes unused, and TypeScript is slower for it), or
+    with a flag this Node refuses (every TypeScript course would fail to start)."""
+    argv = launch.worker_argv(tmp_path, 3, 4, 2**30, language=languages.TYPESCRIPT)
+    major = launch.node_major()
+    assert major is not None, "no Node to run the TypeScript course"
+    behind_flag = major in launch.RELAXED_SIMD_BEHIND_FLAG
+    assert (launch.RELAXED_SIMD_FLAG in argv) == behind_flag, (major, argv)
+    probe = "process.exit(WebAssembly.validate(require('fs').readFileSync(process.argv[1]))?0:3)"
+    fused = languages.TEMPLATES[languages.TYPESCRIPT] / "src" / "kernel-fma.wasm"
+    done = subprocess.run([argv[0], *launch.kernel_flags(), "-e", probe, str(fused)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == (0 if major >= 20 else 3), done.stderr
+
+
+def test_a_course_without_the_fused_kernel_gets_no_floor(tmp_path):
+    """Catches the floor measured in a course whose kernel-fma.wasm was removed or replaced:
+    the calibration could then run another binary than the one the student's process picks."""
+    from types import SimpleNamespace
+
+    from theinference.student import calibration
+
+    course = ts_course(tmp_path / "c")
+    (course / "src" / "kernel-fma.wasm").unlink()
+    rate, why = calibration.measure(SimpleNamespace(course_dir=course))
+    assert rate is None and "src/kernel-fma.wasm is not the provided one" in why
+
+
 def test_stubs_are_todo_naming_their_stage(tmp_path, weights):
     """Catches the not-implemented error reported as a crash, or todo without the stage."""
     course = ts_course(tmp_path / "c")

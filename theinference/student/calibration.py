@@ -4,8 +4,9 @@ Measured in a fresh process started exactly like the student's (the same sandbox
 worker, in its calibration mode, which never loads the student's code), timed from outside
 with the same CPU measure as the student's calls: a fixed product of the shapes a GPT-2
 forward multiplies, repeated, the best of a few tries. Under load both are slowed alike. A
-TypeScript course multiplies through its provided kernel (src/kernel.ts, kernel.wasm), as its
-gpt2.ts does: measured only when those are the template's own, byte for byte. An earlier
+TypeScript course multiplies through its provided kernel (src/kernel.ts, kernel.wasm,
+kernel-fma.wasm), as its gpt2.ts does: measured only when those are the template's own, byte for
+byte, and started with the same Node flags, so that it picks the same binary. An earlier
 release's kernel is not trusted either (a slower kernel measured would make a more lenient
 floor): the student is told to copy the current one.
 """
@@ -19,9 +20,12 @@ from theinference.student.process import StudentProcess
 # [m, k] @ [k, n] repeated: an MLP product over a prompt (the TypeScript kernel is a few times
 # slower than NumPy's BLAS: fewer repeats)
 PRODUCTS = {"python": (512, 768, 3072, 6), "ts": (512, 768, 3072, 2)}
-KERNEL = ("src/kernel.ts", "src/kernel.wasm")  # what the TypeScript calibration multiplies with
+# what the TypeScript calibration multiplies with
+KERNEL = ("src/kernel.ts", "src/kernel.wasm", "src/kernel-fma.wasm")
 # SHA-256 of (kernel.ts, kernel.wasm) as earlier releases shipped them: named, not trusted
 EARLIER_KERNELS = {
+    ("18ab318646bb66b61f4db96d08469e19f3b203fb80558319899e642c11c69af0",
+     "cb8df723f6500b0112ecde60bae10557092d7c459c5997e6200d919d300e60dd"),
     ("a703d9484cfabd7912e0ceec75cb32ba855c6a2f9ed6e6e9681d4266b63cc0e7",
      "be9b1b9371e58066d5976c21630bdf1ad26bdcedbf03f1417ff9a2f5c06a865b"),
     ("d40b5662fe1eac09015ea2dd021b92697e4e2d0f81fa6505d91ab0cc598c50ac",
@@ -48,7 +52,8 @@ def measure(process: StudentProcess) -> tuple[float | None, str]:
         if earlier_kernel(process):
             return None, (
                 "src/kernel.ts and kernel.wasm are an earlier release's: copy src/kernel.ts, "
-                "kernel.wasm and kernel.wat from a course made by `theinference init --lang ts` "
+                "kernel.wasm, kernel-fma.wasm and kernel.wat from a course made by "
+                "`theinference init --lang ts` "
                 "(the floor is measured only with the current kernel)"
             )
         return None, f"{changed} is not the provided one: the rate it gives cannot be trusted"
@@ -77,11 +82,12 @@ def kernel_changed(process: StudentProcess) -> str | None:
 
 
 def earlier_kernel(process: StudentProcess) -> bool:
-    """Whether the course's kernel files are, as a pair, the ones an earlier release shipped."""
+    """Whether the course's kernel.ts and kernel.wasm are, as a pair, the ones an earlier
+    release shipped."""
     try:
         digests = tuple(
             hashlib.sha256((process.course_dir / name).read_bytes()).hexdigest()
-            for name in KERNEL
+            for name in KERNEL[:2]
         )
     except OSError:
         return False

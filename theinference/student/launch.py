@@ -2,7 +2,9 @@
 the Node worker under the course's own tsx; both in student/worker/, which the sandbox binds
 whole), and the environment it starts in."""
 
+import functools
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -34,13 +36,41 @@ def worker_argv(
         return [sys.executable, isolation, str(worker_dir / "worker.py"), *tail]
     heap_mb = max(int(memory_bytes) // 2**20, 256)
     return [
-        shutil.which("node") or "node",
+        node_path(),
         f"--max-old-space-size={heap_mb}",
+        *kernel_flags(),
         "--import",
         "tsx",  # resolved from the course directory (the working directory): its node_modules
         str(worker_dir / "worker_node.mjs"),
         *tail,
     ]
+
+
+# Node versions that run relaxed SIMD (the course's kernel-fma.wasm) only behind this flag; from
+# 22 it is on by default. Older ones are left without it (their prototypes encoded it otherwise).
+RELAXED_SIMD_FLAG = "--experimental-wasm-relaxed-simd"
+RELAXED_SIMD_BEHIND_FLAG = (20, 21)
+
+
+def node_path() -> str:
+    return shutil.which("node") or "node"
+
+
+@functools.cache
+def node_major() -> int | None:
+    """The major version of the Node that runs TypeScript courses, or None when unknown."""
+    try:
+        done = subprocess.run([node_path(), "--version"], capture_output=True, text=True,
+                              timeout=30, check=False)
+        return int(done.stdout.strip().lstrip("v").split(".")[0])
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+
+
+def kernel_flags() -> list[str]:
+    """Node's flags for the course's kernel: relaxed SIMD where this Node has it behind a flag,
+    so that the fused kernel multiplies there too (the kernel checks it before use)."""
+    return [RELAXED_SIMD_FLAG] if node_major() in RELAXED_SIMD_BEHIND_FLAG else []
 
 
 def in_bwrap(

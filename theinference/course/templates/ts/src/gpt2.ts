@@ -6,7 +6,7 @@
 // projection is `x @ W + b`. A sequence of vectors is an array of rows: Rows = Float32Array[].
 
 import { closeSync, fstatSync, openSync, readSync } from "node:fs";
-import { geluInPlace, product, softmaxInPlace, weightBytes } from "./kernel.ts";
+import { geluInPlace, product, readWeights, softmaxInPlace } from "./kernel.ts";
 
 export const HEAD_DIM = 64; // every GPT-2 size uses 64-wide heads
 
@@ -36,8 +36,7 @@ export function loadWeightsSync(path?: string): Weights {
     readSync(fd, head, 0, 8, 0);
     const dataStart = 8 + Number(head.readBigUInt64LE(0));
     // the whole file goes into the kernel's memory, where matmul reads the weights as they are
-    const bytes = weightBytes(size, dataStart);
-    for (let at = 0; at < size; ) at += readSync(fd, bytes, at, size - at, at);
+    const bytes = readWeights(fd, size, dataStart);
     const header = JSON.parse(Buffer.from(bytes.subarray(8, dataStart)).toString("utf8"));
     delete header.__metadata__;
     const w: Weights = {};

@@ -1,6 +1,7 @@
 ;; The heavy work behind gpt2.ts, in WebAssembly SIMD (f32x4): the matrix products behind
 ;; matmul, matmulT and unembed, and the elementwise softmax and GELU. kernel.wasm is this file
-;; assembled (the grader's tools/kernel/build.mjs); kernel.ts runs it.
+;; assembled (the grader's tools/kernel/build.mjs), and kernel-fma.wasm is it with the tile's
+;; multiply-adds fused (relaxed SIMD); kernel.ts runs the second where Node validates it.
 ;;
 ;; Every pointer and stride is in bytes, into the one shared memory. Each product function
 ;; computes a range of output columns [j0, j1), so several threads can share one product, each
@@ -117,6 +118,8 @@
   ;; (32 bytes a k), C rows ldc apart. Eight accumulators, two W vectors and one broadcast: 11
   ;; of the 16 SIMD registers, so nothing spills; two pointers to step. (Two k a step, or a
   ;; call after the loop, has the compiler keep accumulators on the stack: measured slower.)
+  ;; kernel-fma.wasm is this file with the eight `a += b * w` below fused into relaxed SIMD's
+  ;; f32x4.relaxed_madd (tools/kernel/build.mjs rewrites exactly these eight).
   (func $tile4x8 (param $x i32) (param $p i32) (param $kc i32) (param $c i32) (param $ldc i32)
     (local $end i32) (local $w0 v128) (local $w1 v128) (local $b v128)
     (local $a00 v128) (local $a01 v128) (local $a10 v128) (local $a11 v128)
