@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from theinference.course.languages import TYPESCRIPT, course_language
+from theinference.course.languages import TEMPLATES, TYPESCRIPT, course_language
 from theinference.oracle.weights import cache_dir
 from theinference.student import sandbox
 from theinference.student.sandbox import WORKER_DIR
@@ -46,10 +46,13 @@ def worker_argv(
     ]
 
 
-# Node versions that run relaxed SIMD (the course's kernel-fma.wasm) only behind this flag; from
-# 22 it is on by default. Older ones are left without it (their prototypes encoded it otherwise).
+# Relaxed SIMD (the course's kernel-fma.wasm) is behind this flag in Node 20, on by default from
+# 21 (where the flag may be gone: passing an unknown one stops Node)
 RELAXED_SIMD_FLAG = "--experimental-wasm-relaxed-simd"
-RELAXED_SIMD_BEHIND_FLAG = (20, 21)
+FUSED_KERNEL = TEMPLATES[TYPESCRIPT] / "src" / "kernel-fma.wasm"
+VALIDATES = (
+    "process.exit(WebAssembly.validate(require('fs').readFileSync(process.argv[1])) ? 0 : 1)"
+)
 
 
 def node_path() -> str:
@@ -57,20 +60,19 @@ def node_path() -> str:
 
 
 @functools.cache
-def node_major() -> int | None:
-    """The major version of the Node that runs TypeScript courses, or None when unknown."""
-    try:
-        done = subprocess.run([node_path(), "--version"], capture_output=True, text=True,
-                              timeout=30, check=False)
-        return int(done.stdout.strip().lstrip("v").split(".")[0])
-    except (OSError, ValueError, subprocess.TimeoutExpired):
-        return None
-
-
-def kernel_flags() -> list[str]:
-    """Node's flags for the course's kernel: relaxed SIMD where this Node has it behind a flag,
-    so that the fused kernel multiplies there too (the kernel checks it before use)."""
-    return [RELAXED_SIMD_FLAG] if node_major() in RELAXED_SIMD_BEHIND_FLAG else []
+def kernel_flags() -> tuple[str, ...]:
+    """Node's flags for the course's kernel: none where this Node runs the fused kernel as it
+    is, the relaxed SIMD flag where it runs it only with it (asked of Node once, not guessed from
+    its version), none where it cannot (kernel.ts then uses the plain kernel)."""
+    for flags in ((), (RELAXED_SIMD_FLAG,)):
+        try:
+            done = subprocess.run([node_path(), *flags, "-e", VALIDATES, str(FUSED_KERNEL)],
+                                  capture_output=True, timeout=30, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return ()
+        if done.returncode == 0:
+            return flags
+    return ()
 
 
 def in_bwrap(
