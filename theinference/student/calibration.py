@@ -6,7 +6,8 @@ with the same CPU measure as the student's calls: a fixed product of the shapes 
 forward multiplies, repeated, the best of a few tries. Under load both are slowed alike. A
 TypeScript course multiplies through its provided kernel (src/kernel.ts, kernel.wasm,
 kernel-fma.wasm), as its gpt2.ts does: measured only when those are the template's own, byte for
-byte, and started with the same Node flags, so that it picks the same binary. An earlier
+byte, with relaxed SIMD switched on (the kernel at its fastest, whatever flags the student's
+process sets), and failed, never replaced, when the kernel does not load. An earlier
 release's kernel is not trusted either (a slower kernel measured would make a more lenient
 floor): the student is told to copy the current one.
 """
