@@ -135,6 +135,95 @@ def layouts(k: np.ndarray, v: np.ndarray) -> dict:
             rows,
             lambda c: (np.stack(c[0]).reshape(N, H, HD).transpose(1, 0, 2), np.stack(c[1], 1)),
         ),
+        **more_layouts(k, v),
+    }
+
+
+def merged(a: np.ndarray) -> np.ndarray:
+    return a.transpose(1, 0, 2).reshape(N, H * HD)  # [h, n, hd] -> [n, d]
+
+
+def unmerged(a: np.ndarray) -> np.ndarray:
+    return a.reshape(N, H, HD).transpose(1, 0, 2)  # [n, d] -> [h, n, hd]
+
+
+class Node:
+    __slots__ = ("k", "v", "next")
+
+    def __init__(self, k, v, nxt):
+        self.k, self.v, self.next = k, v, nxt
+
+
+def more_layouts(k: np.ndarray, v: np.ndarray) -> dict:
+    """Layouts strong students write, each a correct cache of the same K/V."""
+    import collections
+
+    import torch
+
+    fused = np.concatenate([merged(k), merged(v)], axis=1)  # [n, 2d]
+    pool = np.zeros((2, 4, H, 16, HD), dtype=np.float32)  # K|V pools of 4 blocks of 16
+    table = [2, 0]  # this layer's block table: positions 0..15 in block 2
+    pool[0, table[0], :, :N], pool[1, table[0], :, :N] = k, v
+    readonly = [k.copy(), v.copy()]
+    for a in readonly:
+        a.flags.writeable = False
+    head = None
+    for p in reversed(range(N)):  # a linked list of per-position nodes
+        head = Node(k[:, p].copy(), v[:, p].copy(), head)
+    arena = np.zeros((2 * 16, H * HD), dtype=np.float32)  # [(K|V) x capacity, d]
+    arena[:N], arena[16 : 16 + N] = merged(k), merged(v)
+    per_token = [np.stack([merged(k)[p], merged(v)[p]]) for p in range(N)]  # [2, d] each
+    interleaved = np.concatenate([k, v], axis=2)  # [h, n, 2 hd]
+    module = torch.nn.Module()  # a module is callable: its buffers are searched too
+    module.register_buffer("cache_k", torch.from_numpy(k.copy())[None], persistent=False)
+    module.register_buffer("cache_v", torch.from_numpy(v.copy())[None], persistent=False)
+    bf16 = [torch.from_numpy(a.copy()).to(torch.bfloat16) for a in (k, v)]
+    kept = {"k": k.copy(), "v": v.copy()}
+
+    def closure():
+        return kept  # the cache lives in a closure's cell
+
+    def walk(node):
+        out = []
+        while node is not None:
+            out.append(node)
+            node = node.next
+        return np.stack([x.k for x in out], 1), np.stack([x.v for x in out], 1)
+
+    return {
+        "fused K|V [n, 2d]": (
+            fused,
+            lambda c: (unmerged(c[:, : H * HD]), unmerged(c[:, H * HD :])),
+        ),
+        "paged pool and block table": (
+            {"pool": pool, "table": table},
+            lambda c: (c["pool"][0, 2, :, :N], c["pool"][1, 2, :, :N]),
+        ),
+        "read-only arrays": (readonly, lambda c: (c[0], c[1])),
+        "linked nodes (slots)": (head, walk),
+        "keys pre-scaled by 1/8": ([k / 8, v.copy()], lambda c: (c[0] * 8, c[1])),
+        "arena [(K|V) x capacity, d]": (
+            arena,
+            lambda c: (unmerged(c[:N]), unmerged(c[16 : 16 + N])),
+        ),
+        "one [2, d] array per token, in a deque": (
+            collections.deque(per_token),
+            lambda c: (
+                unmerged(np.stack([t[0] for t in c])),
+                unmerged(np.stack([t[1] for t in c])),
+            ),
+        ),
+        "heads with K|V interleaved [h, n, 2 hd]": (
+            interleaved,
+            lambda c: (c[:, :, :HD], c[:, :, HD:]),
+        ),
+        "a PyTorch module's buffers": (
+            module,
+            lambda c: (c.cache_k[0].numpy(), c.cache_v[0].numpy()),
+        ),
+        "float16 arrays": ([k.astype(np.float16), v.astype(np.float16)], lambda c: c),
+        "bfloat16 tensors": (bf16, lambda c: tuple(t.float().numpy() for t in c)),
+        "a closure's cell": (closure, lambda c: (c()["k"], c()["v"])),
     }
 
 
@@ -154,8 +243,9 @@ def test_the_swap_finds_and_overwrites_kv_in_any_layout(layout):
     done = worker_swap.swap_cache([holder], weights, plan, swap_blobs([(k, v)], [(new_k, new_v)]))
     assert done["applied"], done
     got_k, got_v = read(holder)
-    np.testing.assert_allclose(got_k, new_k, rtol=1e-6)
-    np.testing.assert_allclose(got_v, new_v, rtol=1e-6)
+    rtol = 1e-2 if "float16" in layout else 1e-6  # each stored in its own dtype
+    np.testing.assert_allclose(got_k, new_k, rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(got_v, new_v, rtol=rtol, atol=rtol)
     assert np.array_equal(weights["copy"], k)  # the weights are never searched nor written
 
 
@@ -163,12 +253,18 @@ def test_a_cache_missing_one_layer_is_not_swapped_and_says_which():
     """Catches a partial swap (some K/V kept elsewhere would make the answer meaningless) or a
     silent one: nothing is written, and the reason names the layer."""
     k, v, k1, v1 = kv(0), kv(1), kv(4), kv(5)
-    holder = {"layers": [{"k": k.copy(), "v": v.copy()}, {"k": k1.copy()}]}  # layer 1's V absent
+    # layer 1's V absent, an unrelated array of its size in its place
+    holder = {"layers": [{"k": k.copy(), "v": v.copy()}, {"k": k1.copy(), "x": kv(11)}]}
     plan = {"layers": 2, "heads": H, "head_dim": HD, "n": N}
     blobs = swap_blobs([(k, v), (k1, v1)], [(kv(6), kv(7)), (kv(8), kv(9))])
     done = worker_swap.swap_cache([holder], None, plan, blobs)
     assert not done["applied"] and "layer 1's V" in done["reason"]
+    assert "0 of 60 of its rows" in done["reason"], done["reason"]  # what was found, said
+    assert "4 float arrays reachable" in done["reason"], done["reason"]
     assert np.array_equal(holder["layers"][0]["k"], k)
+    del holder["layers"][1]["x"]  # fewer values than the K/V hold: said cheaply
+    done = worker_swap.swap_cache([holder], None, plan, blobs)
+    assert not done["applied"] and "fewer than" in done["reason"], done["reason"]
 
 
 HOOKED_COURSE = {
@@ -284,8 +380,9 @@ def test_a_module_laid_beside_the_course_never_runs_in_the_calibration(tmp_path,
     slow the rate ten times, raising the floor until a recompute passes under it."""
     course = course_with(tmp_path, SPIN_AND_NAP)
     (course / "numpy.py").write_text("raise SystemExit('the course shadowed numpy')\n")
-    with StudentProcess(course, Path("/nonexistent.safetensors"), Limits(),
-                        sandbox=sandbox.choose(mode)) as process:
+    with StudentProcess(
+        course, Path("/nonexistent.safetensors"), Limits(), sandbox=sandbox.choose(mode)
+    ) as process:
         rate, why = calibration.measure(process)
     assert rate is not None and rate > 1e8, why
 
@@ -301,6 +398,7 @@ def nap(n):
     time.sleep(n)
     return [1.0]
 """
+
 
 def course_with(tmp_path: Path, adapters: str, kvcache: str = "") -> Path:
     for folder in ("tests", "src"):
@@ -326,9 +424,28 @@ def test_a_forger_fails_its_stage_saying_it_recomputes(cheat, tmp_path, weights)
     """Catches a submission that gets the right numbers without using its cache, however it
     was written against the grader's proofs."""
     course = make_course(tmp_path / "c", reference_text() + cheat["code"])
+    if cheat.get("scope") == "stage":  # graded on every short case of its stage
+        cases = grade_stage(course, weights, cheat["stage"], seed=7)
+        assert any(c.status == Status.FAILED for c in cases), cases
+        assert all(c.status in (Status.PASSED, Status.FAILED) for c in cases), cases
+        messages = [c.message for c in cases if c.status == Status.FAILED]
+        assert all("recompute" in m for m in messages), messages
+        return
     case = grade_proof(course, weights, cheat["stage"], small=True)
     assert case.status == Status.FAILED, case
     assert "recompute" in case.message or "could not swap" in case.message, case.message
+
+
+def grade_stage(course: Path, weights, slug: str, seed: int) -> list:
+    """A stage's cases as a quick run grades them (the long ones left out)."""
+    from theinference.grading.grader import grade
+    from theinference.grading.policy import RunPolicy
+
+    (stage,) = [replace(s, timeout=300) for s in load_stages() if s.slug == slug]
+    stage = replace(stage, cases=tuple(c for c in stage.cases if "draw" not in c.inputs))
+    policy = RunPolicy(quick=True)
+    run = grade(course, [stage], weights, Limits(timeout=300), policy=policy, seed=seed)
+    return [case for s in run.stages for case in s.cases if case.status != Status.SKIPPED]
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

@@ -196,14 +196,17 @@ def drawn_per_run(case: Case) -> bool:
 def with_run_draws(stage: Stage, seed: int) -> Stage:
     """The stage with each case that has a `draw` table drawn for this run: the cache-use
     proofs' arguments, from the run's seed (--seed, else a fresh one per run), so that no
-    submission can know them before its call. The table's values are as in `[hidden]`."""
+    submission can know them before its call. The table's values are as in `[hidden]`. Every
+    case also gets the seed of its swapped cache, where its check swaps one."""
     cases = []
     for i, case in enumerate(stage.cases):
         template = case.inputs.get("draw")
+        stream = Draws(np.random.PCG64([seed, zlib.crc32(stage.slug.encode()), 1 << 20, i]))
         if isinstance(template, dict):
-            stream = Draws(np.random.PCG64([seed, zlib.crc32(stage.slug.encode()), 1 << 20, i]))
             fixed = {k: v for k, v in case.inputs.items() if k != "draw"} | {"drawn": True}
             case = replace(case, inputs=fixed | {k: stream.draw(v) for k, v in template.items()})
+        if "swap" not in case.inputs:  # every case's swap (where its check swaps) is the run's
+            case = replace(case, inputs=case.inputs | {"swap": stream.number(0, 2**31 - 1)})
         cases.append(case)
     return replace(stage, cases=tuple(cases))
 

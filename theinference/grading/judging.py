@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from theinference.curriculum.checks import CHECKS, Check, Verdict
 from theinference.curriculum.checks.floor import budget
-from theinference.curriculum.checks.swap import Seen, SwapPlan
+from theinference.curriculum.checks.swap import DEPARTS, Seen, SwapPlan, departs
 from theinference.curriculum.stages import Case, Stage
 from theinference.diagnosis.errors import lesson_for
 from theinference.grading.answers import Answers
@@ -43,8 +43,10 @@ def grade_case(
     else:
         on_hook = fixed.answer if isinstance(fixed, SwapPlan) else None
         hook = REFUSAL_HOOK if case.inputs.get("must_raise") else check.hook
-        outcome = process.call(check.adapter, args, stage.timeout, hook, on_hook)
+        outcome = process.call(check.adapter, args, stage.timeout, hook, on_hook, watch=check.watch)
     verdict = judge(stage, case, args, outcome, answers, clock, fixed)
+    if isinstance(fixed, SwapPlan) and departs(verdict):
+        outcome, verdict = asked_unswapped(stage, case, args, process, answers, clock, fixed)
     result = CaseResult(
         **finding_of(verdict),
         name=case.name,
@@ -58,6 +60,24 @@ def grade_case(
     if (lesson := lesson_for(result)) is not None:
         result.lesson = lesson[0].id
     return result, args, verdict
+
+
+def asked_unswapped(stage, case, args, process, answers, clock, plan: SwapPlan):
+    """An answer that departs over the swapped cache, asked again over the student's own
+    cache: there the stage's diagnosis can name the bug (a wrong position, a shared cache),
+    and a right answer there says the decode reads part of its cache and recomputes part."""
+    check = CHECKS[case.check]
+    outcome = process.call(check.adapter, args, stage.timeout, check.hook, watch=check.watch)
+    verdict = judge(stage, case, args, outcome, answers, clock, plan, rerun=True)
+    if verdict.status == Status.PASSED:
+        outcome.kind, verdict = "returned", swap_departed(plan)
+    else:
+        verdict.message = f"{verdict.message} (over the swapped cache too)"
+    return outcome, verdict
+
+
+def swap_departed(plan: SwapPlan) -> Verdict:
+    return Verdict(Status.FAILED, message=DEPARTS.format(hook=plan.hook))
 
 
 def fix_answer(check: Check, case: Case, args: list, answers: Answers, clock: "OracleClock"):
@@ -113,6 +133,7 @@ def judge(
     answers: Answers,
     clock: OracleClock,
     fixed=None,
+    rerun: bool = False,
 ) -> Verdict:
     check = CHECKS[case.check]
     if case.inputs.get("must_raise"):
@@ -120,18 +141,22 @@ def judge(
     if outcome.kind != "returned":
         return verdict_without_value(outcome)
     value = outcome.value
-    if isinstance(fixed, SwapPlan):
-        value = (outcome.value, Seen(fixed, outcome.probe))
+    seen = Seen(fixed, outcome.probe, rerun) if isinstance(fixed, SwapPlan) else None
+    if seen is not None:
+        value = (outcome.value, seen)
     elif check.flop is not None:
         value = (outcome.value, outcome.probe)
 
     def ask(question: list):
-        if fixed is not None and not isinstance(fixed, SwapPlan) and question == args:
+        if isinstance(fixed, SwapPlan) and question == args:
+            return fixed.plain()
+        if fixed is not None and question == args:
             return fixed
         return clock.timed(answers.expected, case.check, question)
 
     verdict = check.judge(value, args, ask, stage.tolerance, answers.recompute.config)
-    if check.simulate is not None and check.swap is None and verdict.comparisons:
+    over_own_cache = seen is None or not seen.applied
+    if check.simulate is not None and over_own_cache and verdict.comparisons:
         noise = clock.timed(answers.noise, case.check, args)
         verdict.comparisons = [replace(c, noise=noise) for c in verdict.comparisons]
     return verdict

@@ -59,9 +59,12 @@ def is_long(case: Case) -> bool:
 
 
 def is_swap(case: Case) -> bool:
+    """A cache-use proof drawn per run (every case of a decode stage swaps its cache too, but
+    those are its graded cases, left out of a quick run when long like any other)."""
     from theinference.curriculum.checks import CHECKS
 
-    return case.check in CHECKS and CHECKS[case.check].swap is not None
+    known = case.check in CHECKS and CHECKS[case.check].swap is not None
+    return known and ("draw" in case.inputs or "drawn" in case.inputs)
 
 
 def quick_draws(stage: Stage) -> Stage:

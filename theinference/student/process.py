@@ -122,14 +122,16 @@ class StudentProcess:
         hook: str | None = None,
         on_hook: channel.HookAnswer | None = None,
         cpu_limit: float | None = None,
+        watch: str | None = None,
     ) -> Outcome:
         """Ask the student's process for one adapter call and wait for its reply. Its CPU time
         is read from /proc by the grader, never taken from the student's own process. Past
         `cpu_limit` CPU-seconds (the whole tree's, since the call started) the process is
         killed and the outcome is `cpu_limit`. With `hook`, every function of that name in the
         course tells the grader when it returns and waits: `on_hook(word)` answers (by
-        default, carry on: channel.no_swap)."""
-        request = {"adapter": adapter, "args": args, "hook": hook}
+        default, carry on: channel.no_swap); with `watch` "returns", any return after the
+        prompt's prefill does, whatever it is called (worker/probes.py)."""
+        request = {"adapter": adapter, "args": args, "hook": hook, "watch": watch}
         started, before = self._send(request)
         proc = self._proc
         watchdog = None

@@ -62,6 +62,7 @@ class Check:
     judge: Judge
     simulate: Simulate | None = None
     hook: str | None = None
+    watch: str | None = None  # "returns": the hook is any return after the prefill (probes.py)
     swap: Callable[..., object] | None = None  # (Recompute, args, seed) -> SwapPlan
     flop: Callable[[list, ModelConfig], float] | None = None
     asks_own_arguments: bool = True  # its expected value can be fixed before the call
@@ -77,7 +78,7 @@ def stage_of(module: str) -> str:
 
 def check(name: str, *, adapter: str, arguments, expect, simulate=None, **proofs):
     """Register the decorated judge as check `name` of its module's stage (`proofs`: hook,
-    swap, flop, asks_own_arguments, as Check says)."""
+    watch, swap, flop, asks_own_arguments, as Check says)."""
 
     def register(judge: Judge) -> Judge:
         if name in CHECKS:

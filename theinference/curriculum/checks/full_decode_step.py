@@ -1,7 +1,7 @@
 """full-decode-step: one token decoded after prefill, and proof that it reads the cache."""
 
 from theinference.curriculum.checks.common import Verdict, Words, check
-from theinference.curriculum.checks.swap import after_prefill, swap_verdict
+from theinference.curriculum.checks.swap import after_prefill, judged, swap_verdict
 from theinference.curriculum.checks.values import checked_array, vector_verdict
 from theinference.curriculum.stages import Case, token_ids
 from theinference.oracle.config import ModelConfig
@@ -17,6 +17,10 @@ def decoded(recompute, args):
     return recompute.last_logits(args[0] + [args[1]])
 
 
+def swap_after_prefill(recompute, args, seed):
+    return after_prefill(recompute, args[0], [args[1]], seed)
+
+
 @check(
     "decode_step",
     adapter="run_decode_step",
@@ -24,13 +28,15 @@ def decoded(recompute, args):
     expect=decoded,
     simulate=lambda path, args, variant: path.decode(args[0], [args[1]], variant)[0],
     hook="prefill",
+    watch="returns",
+    swap=swap_after_prefill,
 )
 def decode_step(value, args, ask, tol, config) -> Verdict:
     """The logits of next_id decoded at position len(prompt_ids), after prefilling the prompt,
-    equal a full recompute of prompt_ids + [next_id]."""
-    return vector_verdict(
-        value, (config.vocab_size,), lambda: ask(args), tol, config, "logits", say("mismatch")
-    )
+    equal a full recompute of prompt_ids + [next_id]; and they are read from the cache: right
+    after the prompt's prefill, the grader swaps the K/V in the cache for the prompt's own
+    shuffled across layers and positions, and the logits must be the decode's over that."""
+    return judged_decode(value, args, ask, tol, config)
 
 
 @check(
@@ -39,14 +45,26 @@ def decode_step(value, args, ask, tol, config) -> Verdict:
     arguments=decode_arguments,
     expect=decoded,
     hook="prefill",
-    swap=lambda recompute, args, seed: after_prefill(recompute, args[0], [args[1]], seed),
+    watch="returns",
+    swap=swap_after_prefill,
 )
 def decode_cache_use(value, args, ask, tol, config) -> Verdict:
-    """The decode reads the cache prefill filled: with the K/V in it swapped, right after
-    prefill returns, for the keys of one other prompt and the values of another, the logits
-    must be the decode's over that cache."""
+    """The decode reads the cache prefill filled, on arguments drawn for this run: with the
+    K/V in it swapped right after the prompt's prefill, for K/V no token sequence has, the
+    logits must be the decode's over that cache."""
+    return judged_decode(value, args, ask, tol, config)
+
+
+def judged_decode(value, args, ask, tol, config) -> Verdict:
     returned, seen = value
     shape = (config.vocab_size,)
-    return swap_verdict(
-        returned, seen, lambda v: checked_array(v, shape, config, "logits"), say, tol, "logits"
+    return judged(
+        seen,
+        lambda: swap_verdict(
+            returned, seen, lambda v: checked_array(v, shape, config, "logits"), say, tol, "logits"
+        ),
+        lambda: vector_verdict(
+            returned, shape, lambda: ask(args), tol, config, "logits", say("mismatch")
+        ),
+        say,
     )

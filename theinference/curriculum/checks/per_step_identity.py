@@ -5,7 +5,7 @@ import numpy as np
 
 from theinference.curriculum.checks import full_decode_step
 from theinference.curriculum.checks.common import Rejected, Verdict, Words, check
-from theinference.curriculum.checks.swap import after_prefill, swap_verdict
+from theinference.curriculum.checks.swap import after_prefill, judged, swap_verdict
 from theinference.curriculum.checks.values import checked_array, mismatch_message
 from theinference.curriculum.stages import Case, token_ids
 from theinference.oracle import gpt2 as oracle
@@ -37,10 +37,25 @@ def expect_sequence(recompute, args: list) -> np.ndarray:
     expect=expect_sequence,
     simulate=lambda path, args, variant: path.decode(args[0], args[1], variant),
     hook="prefill",
+    watch="returns",
+    swap=lambda recompute, args, seed: after_prefill(recompute, args[0], args[1], seed),
 )
 def decode_sequence(value, args, ask, tol: Tolerance, config: ModelConfig) -> Verdict:
     """Each step's logits, decoding the continuation one token at a time after the prompt,
-    equal a full recompute of prompt + continuation[:i+1], at the same tolerance every step."""
+    equal a full recompute of prompt + continuation[:i+1], at the same tolerance every step;
+    and every step reads the cache: right after the prompt's prefill, the grader swaps the
+    K/V in the cache for the prompt's own shuffled across layers and positions, and every
+    step's logits must be the decode's over that."""
+    returned, seen = value
+    return judged(
+        seen,
+        lambda: sequence_swap_verdict(returned, seen, args, tol, config),
+        lambda: plain_sequence_verdict(returned, args, ask, tol, config),
+        say,
+    )
+
+
+def plain_sequence_verdict(value, args, ask, tol: Tolerance, config: ModelConfig) -> Verdict:
     prompt, continuation = args
     want = (len(continuation), config.vocab_size)
     try:
@@ -83,14 +98,24 @@ def decode_sequence(value, args, ask, tol: Tolerance, config: ModelConfig) -> Ve
     arguments=sequence_arguments,
     expect=expect_sequence,
     hook="prefill",
+    watch="returns",
     swap=lambda recompute, args, seed: after_prefill(recompute, args[0], args[1], seed),
 )
 def decode_sequence_swap(value, args, ask, tol, config) -> Verdict:
-    """Every step reads the cache: with the K/V prefill left swapped, right after it returns,
-    for the keys of one other prompt and the values of another, every step's logits must be
-    the decode's over that cache (a recompute, or one causal forward over prompt +
-    continuation, gives the unswapped numbers)."""
+    """Every step reads the cache, on arguments drawn for this run: with the K/V prefill left
+    swapped, right after the prompt's prefill, for K/V no token sequence has, every step's
+    logits must be the decode's over that cache (a recompute, or one causal forward over
+    prompt + continuation, gives the unswapped numbers)."""
     returned, seen = value
+    return judged(
+        seen,
+        lambda: sequence_swap_verdict(returned, seen, args, tol, config),
+        lambda: plain_sequence_verdict(returned, args, ask, tol, config),
+        say,
+    )
+
+
+def sequence_swap_verdict(returned, seen, args, tol, config) -> Verdict:
     shape = (len(args[1]), config.vocab_size)
     return swap_verdict(
         returned, seen, lambda v: checked_array(v, shape, config, "logits"), say, tol, "logits"

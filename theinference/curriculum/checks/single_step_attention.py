@@ -1,7 +1,7 @@
 """single-step-attention: one token at a time through layer 0's attention, against the cache."""
 
 from theinference.curriculum.checks.common import Verdict, Words, check
-from theinference.curriculum.checks.swap import after_attn_step, swap_verdict
+from theinference.curriculum.checks.swap import after_attn_step, judged, swap_verdict
 from theinference.curriculum.checks.values import checked_array, vector_verdict
 from theinference.curriculum.stages import Case, token_ids
 from theinference.oracle.config import ModelConfig
@@ -51,6 +51,11 @@ def step_attention_swap(value, args, ask, tol, config) -> Verdict:
     returned, seen = value
     shape = (config.n_embd,)
     label = "attention-sublayer output"
-    return swap_verdict(
-        returned, seen, lambda v: checked_array(v, shape, config, label), say, tol, label
+    return judged(
+        seen,
+        lambda: swap_verdict(
+            returned, seen, lambda v: checked_array(v, shape, config, label), say, tol, label
+        ),
+        lambda: step_attention(returned, args, ask, tol, config),
+        say,
     )

@@ -57,28 +57,55 @@ def random_ids(count: int, seed: int, vocab: int) -> list[int]:
     return [int(x) for x in raw % np.uint64(vocab)]
 
 
-def mixed_cache(recompute, count: int, seed: int) -> list[LayerKV]:
-    """Per layer l, a random prompt's keys of layer l and its values of layer l + 1 (of the
-    first layer, for the last): [h, count, hd] each, one forward's worth of oracle time."""
-    kv = recompute.forward(random_ids(count, seed, recompute.config.vocab_size)).kv
-    return [LayerKV(k=kv[i].k, v=kv[(i + 1) % len(kv)].v) for i in range(len(kv))]
+def shuffled_cache(kv: list[LayerKV], seed: int) -> list[LayerKV]:
+    """The prompt's own K/V with some layers' replaced so that no token sequence has them: in
+    each of a few layers (1 to half of them, drawn), the keys are another layer's and the
+    values a third's, each with its positions in an order of its own. Which layers, whence
+    and in what order are the seed's, kept from the student's process: the answer over this
+    cache can be had only by reading it, and a decode that checks a row or a layer of its
+    cache against its own recompute, to read the cache only when it finds it swapped, most
+    often finds nothing changed where it looks."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+    layers, n = len(kv), kv[0].k.shape[1]
+    out = list(kv)
+    for layer in rng.choice(layers, size=1 + int(rng.integers(max(layers // 2, 1))), replace=False):
+        keys, values = (another(int(layer), layers, rng) for _ in range(2))
+        out[layer] = LayerKV(
+            k=kv[keys].k[:, rng.permutation(n)], v=kv[values].v[:, rng.permutation(n)]
+        )
+    if layers == 1:  # no other layer to take from: the keys and values trade places
+        out[0] = LayerKV(k=kv[0].v[:, rng.permutation(n)], v=kv[0].k[:, rng.permutation(n)])
+    return out
+
+
+def another(layer: int, layers: int, rng: np.random.Generator) -> int:
+    """A layer other than `layer`, drawn (itself when it is the only one)."""
+    return (layer + 1 + int(rng.integers(layers - 1))) % layers if layers > 1 else layer
 
 
 def after_prefill(recompute, prompt: list[int], new_ids: list[int], seed: int) -> SwapPlan:
-    """The model cache swapped right after prefill(prompt); expected: the logits of each of
-    `new_ids` decoded after it ([len(new_ids), vocab])."""
-    w, layers = recompute.w, recompute.config.n_layer
-    writes = mixed_cache(recompute, len(prompt), seed)
-    finds = recompute.forward(prompt).kv
-    decoded = oracle.extend(new_ids, w, layers, writes, start=len(prompt))
-    rows = list(range(len(new_ids)))
+    """The model cache swapped right after the prompt's prefill for its own K/V, some layers
+    shuffled across layers and positions (shuffled_cache); expected: the logits of each of
+    `new_ids` decoded after it ([len(new_ids), vocab]). One forward over prompt + new_ids
+    gives the K/V to find (a causal forward's first rows) and the answer had nothing been
+    swapped."""
+    w, layers, n = recompute.w, recompute.config.n_layer, len(prompt)
+    whole = recompute.forward(prompt + new_ids)
+    finds = [LayerKV(k=layer.k[:, :n], v=layer.v[:, :n]) for layer in whole.kv]
+    plain = oracle.logits_at(whole.hidden, w, list(range(n, n + len(new_ids))))
+    for attempt in range(REDRAWS):
+        writes = shuffled_cache(finds, seed + attempt)
+        decoded = oracle.extend(new_ids, w, layers, writes, start=n)
+        expected = oracle.logits_at(decoded.hidden, w, list(range(len(new_ids))))
+        if not np.allclose(expected, plain, **APART):
+            break
+    return SwapPlan("prefill", 1, finds, writes, expected, lambda: plain)
 
-    def plain() -> np.ndarray:
-        whole = recompute.forward(prompt + new_ids)
-        return oracle.logits_at(whole.hidden, w, list(range(len(prompt), len(whole.hidden))))
 
-    expected = oracle.logits_at(decoded.hidden, w, rows)
-    return SwapPlan("prefill", 1, list(finds), writes, expected, plain)
+# a swapped cache whose answer lies this near the original's is drawn again: a recompute must
+# never pass for it (several times the stages' own tolerance for logits)
+APART = {"atol": 1e-2, "rtol": 5e-2}
+REDRAWS = 8
 
 
 def after_attn_step(recompute, seq: list[int], seed: int) -> SwapPlan:
@@ -117,16 +144,39 @@ DEPARTS = (
 
 @dataclass(frozen=True)
 class Seen:
-    """What a swap case's judge gets beside the value: the plan, and the hook's own report
-    (the student's process wrote it: read for the message only, never for a pass)."""
+    """What a swap case's judge gets beside the value: the plan, the hook's own report (the
+    student's process wrote it: read for the message only, never for a pass), and whether
+    this is the case asked again unswapped, to name the bug of an answer that departs."""
 
     plan: SwapPlan
     report: dict | None
+    rerun: bool = False
+
+    @property
+    def applied(self) -> bool:
+        swap = (self.report or {}).get("swap")
+        return not self.rerun and isinstance(swap, dict) and swap.get("applied") is True
+
+
+def judged(seen: Seen, swapped: Callable[[], object], plain: Callable[[], object], say):
+    """A swapped case's verdict: over the swapped cache where the swap applied; else the
+    answer over the student's own cache, which passes nothing by itself: a correct answer
+    the grader could not swap under proves no cache use and fails, saying what was found."""
+    from theinference.curriculum.checks.common import Verdict
+    from theinference.results import Status
+
+    if seen.applied:
+        return swapped()
+    verdict = plain()
+    if seen.rerun or verdict.status != Status.PASSED:
+        return verdict
+    words = {"what": say("what"), "keep": say("keep"), "why": not_applied(seen.plan, seen.report)}
+    return Verdict(Status.FAILED, message=CANNOT_SWAP.format(**words))
 
 
 def swap_verdict(returned, seen: Seen, as_array: Callable, say, tol, label: str):
     """Passed only when the answer is the oracle's over the swapped cache; else a failure that
-    says whether the swap could not apply, the answer ignored it, or it departs."""
+    says whether the answer ignored the swap or departs from both."""
     from theinference.curriculum.checks.common import Rejected, Verdict
     from theinference.results import Status
     from theinference.results.compare import compare
@@ -140,9 +190,6 @@ def swap_verdict(returned, seen: Seen, as_array: Callable, say, tol, label: str)
     c = compare(f"{label} over the swapped cache", actual, expected, tol, logits=label == "logits")
     if c.passed:
         return Verdict(Status.PASSED, message=FOLLOWED.format(hook=say("hook")), comparisons=[c])
-    if why := not_applied(plan, seen.report):
-        words = {"what": say("what"), "keep": say("keep"), "why": why}
-        return Verdict(Status.FAILED, message=CANNOT_SWAP.format(**words))
     unswapped = compare(label, actual, plan.plain().reshape(actual.shape), tol)
     if unswapped.passed:
         return Verdict(
@@ -156,12 +203,24 @@ def swap_verdict(returned, seen: Seen, as_array: Callable, say, tol, label: str)
     return Verdict(Status.FAILED, message=DEPARTS.format(hook=say("hook")), comparisons=[c])
 
 
+def departs(verdict) -> bool:
+    """A failure over the swapped cache that is neither the original answer nor a rejected
+    value: worth asking again unswapped, where the stage's diagnosis can name the bug."""
+    return verdict.message.startswith(DEPARTS[:40])
+
+
 def not_applied(plan: SwapPlan, report: dict | None) -> str:
     """Why the swap never happened, or "" when the student's process says it did."""
     report = report or {}
-    if not report.get("found"):
+    watched = report.get("watch") == "returns"
+    if not watched and not report.get("found"):
         return f"no function named {plan.hook} was found in the course's modules"
     if plan.calls < plan.at_call:
+        if watched:
+            return (
+                "no function returned into the adapter (or into a course function it called) "
+                "during the call, so there was no moment after the prompt's prefill to swap at"
+            )
         return f"{plan.hook} returned {plan.calls} time(s) during the call, fewer than needed"
     swap = report.get("swap")
     if not isinstance(swap, dict):

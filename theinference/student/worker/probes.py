@@ -26,11 +26,110 @@ class NoHook:
         return None
 
 
-def install_hook(name, course_dir: str, exchange, swap_cache):
-    """The hook the request names (NoHook when none); `swap_cache` is swap.py's."""
+def install_hook(name, course_dir: str, exchange, swap_cache, watch=None):
+    """The hook the request names (NoHook when none): with `watch` "returns", a ReturnWatch
+    (no name needed), else the functions of that name wrapped; `swap_cache` is swap.py's."""
     if not isinstance(name, str) or not name.isidentifier():
         return NoHook()
+    if watch == "returns":
+        return ReturnWatch(name, course_dir, exchange, swap_cache)
     return Hook(name, course_dir, exchange, swap_cache)
+
+
+class ReturnWatch:
+    """The swap after the prompt's prefill, wherever it happens and whatever it is called.
+
+    Every return into the adapter, or into a function of the course the adapter called, is a
+    moment the prompt's K/V may all be in memory (a prefill, by any name, or a library model
+    called with a cache, has just returned); so is every return of a course function named
+    `name` (`prefill`), wherever it is called from. At the first such moment the watch asks the
+    grader for the swap; from then on, at each moment, it looks for every K/V row in what the
+    returning function was given and returned and in its caller's variables, and swaps them as
+    soon as all are there: before anything after the prefill reads them. A sys.settrace
+    tracer on the adapter's thread sees those returns; nothing of the student's is wrapped.
+    """
+
+    def __init__(self, name: str, course_dir: str, exchange, swap_cache):
+        self.name, self.exchange, self.swap_cache = name, exchange, swap_cache
+        self.root = os.path.realpath(course_dir) + os.sep
+        self.state = {
+            "hook": name,
+            "calls": 0,
+            "entered": 0,
+            "found": 0,
+            "swap": None,
+            "watch": "returns",
+            "moments": 0,
+        }
+        self.plan: tuple[dict, list] | None = None
+        self.done = False
+        self.adapter = None  # the adapter's frame, once it is called
+        self.outer = sys._getframe(2)  # the worker frame that calls the adapter
+        self.course_code: dict = {}  # code object -> whether it is the course's
+        self.state["found"] = len(functions_named(name, course_dir))
+        sys.settrace(self.on_call)
+
+    def in_course(self, code) -> bool:
+        known = self.course_code.get(code)
+        if known is None:
+            known = os.path.realpath(code.co_filename).startswith(self.root)
+            self.course_code[code] = known
+        return known
+
+    def on_call(self, frame, event, arg):
+        if event != "call" or self.done:
+            return None
+        caller = frame.f_back
+        if self.adapter is None:
+            if caller is self.outer:
+                self.adapter = frame
+            return None
+        named = frame.f_code.co_name == self.name and self.in_course(frame.f_code)
+        if named:
+            self.state["entered"] += 1
+        watched = caller is self.adapter or (
+            caller is not None and caller.f_back is self.adapter and self.in_course(caller.f_code)
+        )
+        if not (named or watched):
+            return None
+        frame.f_trace_lines = False
+        return self.on_return if not named else self.on_named_return
+
+    def on_named_return(self, frame, event, arg):
+        if event != "return":
+            return self.on_named_return  # an exception raised and caught inside: keep watching
+        self.state["calls"] += 1
+        return self.on_return(frame, event, arg)
+
+    def on_return(self, frame, event, arg):
+        if event != "return":
+            return self.on_return  # an exception raised and caught inside: keep watching
+        if self.done:
+            return None
+        self.state["moments"] += 1
+        if self.plan is None:
+            header = {"outcome": "hooked", "probe": {"call": self.state["moments"]}}
+            answer, blobs = self.exchange(header)
+            if not isinstance(answer.get("swap"), dict):
+                self.stop()  # a call the grader does not swap
+                return None
+            self.plan = (answer["swap"], blobs)
+        caller = frame.f_back
+        roots = [arg, dict(frame.f_locals), dict(caller.f_locals) if caller else {}]
+        self.state["swap"] = self.swap_cache(roots, None, *self.plan)
+        if self.state["swap"].get("applied"):
+            self.stop()
+        return None
+
+    def stop(self) -> None:
+        self.done = True
+        sys.settrace(None)
+
+    def remove(self) -> None:
+        self.stop()
+
+    def report(self) -> dict:
+        return dict(self.state)
 
 
 class Hook:

@@ -122,7 +122,8 @@ def call_adapter(adapters, request: dict, course_dir: str, exchange) -> dict:
         }
     except ValueError:
         pass  # builtins without a signature: just call them
-    probe = probes.install_hook(request.get("hook"), course_dir, exchange, swap.swap_cache)
+    hook, watch = request.get("hook"), request.get("watch")
+    probe = probes.install_hook(hook, course_dir, exchange, swap.swap_cache, watch)
     try:
         value = fn(*args)
     except NotImplementedError as exc:
