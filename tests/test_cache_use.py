@@ -459,6 +459,18 @@ def test_a_correct_cache_in_any_layout_passes_the_swaps(layout, tmp_path, weight
         assert case.status == Status.PASSED, (slug, case.message)
 
 
+def test_a_prefill_by_any_name_is_swapped_after_it_returns(tmp_path, weights):
+    """Catches a swap that waits for a function named `prefill`: a correct cache whose
+    prefill has another name (or an adapter around a library's model) must pass, the moment
+    after its prefill found by the return that left every K/V in memory."""
+    course = make_course(tmp_path / "c", reference_text().replace("prefill", "fill_cache"))
+    adapters = course / "tests" / "adapters.py"
+    adapters.write_text(adapters.read_text().replace("prefill", "fill_cache"))
+    cases = grade_proofs(course, weights, ["full-decode-step", "per-step-identity"], small=True)
+    for case in cases:
+        assert case.status == Status.PASSED, case.message
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_a_correct_cache_in_any_layout_passes_every_full_size_proof(layout, tmp_path, weights):

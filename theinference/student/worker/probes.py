@@ -88,7 +88,10 @@ class ReturnWatch:
         if named:
             self.state["entered"] += 1
         watched = caller is self.adapter or (
-            caller is not None and caller.f_back is self.adapter and self.in_course(caller.f_code)
+            caller is not None
+            and caller.f_back is self.adapter
+            and caller.f_code.co_name != self.name  # its own return is watched: enough
+            and self.in_course(caller.f_code)
         )
         if not (named or watched):
             return None

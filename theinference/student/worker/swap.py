@@ -22,9 +22,8 @@ import os
 
 MAX_OBJECTS = 1_000_000  # objects the walk visits at most
 TOL = 2e-3  # max |difference| of two rows scaled to unit length: float16 storage passes
-CELL = 4 * TOL  # the grid the first three unit-row values are hashed on
 AMBIGUOUS = 4.0  # a row nearer than this factor to its second-best target names it
-CHUNK = 1 << 18  # rows matched at a time (bounds the matcher's memory)
+CHUNK = 1 << 16  # rows matched at a time (bounds the matcher's memory)
 
 
 def swap_cache(roots: list, weights, plan: dict, blobs: list) -> dict:
@@ -51,11 +50,13 @@ def swap_cache(roots: list, weights, plan: dict, blobs: list) -> dict:
     index = RowIndex(finds.reshape(-1, hd))
     places, covered = [], np.zeros(len(index), dtype=bool)
     for source in walk.sources:
-        for rows in row_views(source.array, hd):
+        for rows, exact in row_views(source.array, hd):
             found = index.match(source.decode(rows).reshape(-1, hd))
             if found is not None:
                 places.append((source, rows, *found))
                 covered[found[1]] = True
+                if exact:
+                    break  # rows along an axis of exactly 64: the other axes hold none
     if not covered.all():
         return {
             "applied": False,
@@ -404,28 +405,33 @@ def in_writable_memory(lo: int, hi: int) -> bool:
 
 
 def row_views(a, hd: int) -> list:
-    """Views [..., hd] of the array: along every axis whose length is a multiple of hd, that
-    axis moved last and split into runs of hd consecutive values (a merged [N, 768] row is
-    12 heads of 64; a fused K|V row 24). Views only: writing one writes the array."""
+    """Views [..., hd] of the array: along every axis whose length is a multiple of hd (axes
+    of exactly hd first), that axis moved last and split into runs of hd consecutive values
+    (a merged [N, 768] row is 12 heads of 64; a fused K|V row 24), each with whether its axis
+    is exactly hd long. Views only: writing one writes the array."""
     import numpy as np
 
     if a.ndim == 0 or a.size < hd:
         return []
     views = []
-    for axis, length in enumerate(a.shape):
+    exact_first = sorted(range(a.ndim), key=lambda axis: a.shape[axis] != hd)
+    for axis in exact_first:
+        length = a.shape[axis]
         if length % hd:
             continue
         moved = np.moveaxis(a, axis, -1)
+        # splitting one axis in two is always a view, whatever its stride
         split = moved.reshape(*moved.shape[:-1], length // hd, hd) if length > hd else moved
-        if np.shares_memory(split, a) or split.size == 0:
-            views.append(split)
+        views.append((split, length == hd))
     return views
 
 
 class RowIndex:
     """The rows to find, scaled to unit length and hashed on a grid of their first three
     values, so that a row is compared only with the few targets it could be (any scale: keys
-    kept pre-scaled are the same direction)."""
+    kept pre-scaled are the same direction). Two passes: a tight one that the float32 and
+    float64 rows of a correct cache meet with almost no false candidates, then a loose one
+    (float16 storage) for the rows left over."""
 
     def __init__(self, targets):
         import numpy as np
@@ -433,9 +439,7 @@ class RowIndex:
         targets = np.asarray(targets, dtype=np.float32)  # [T, hd]
         self.norms = np.linalg.norm(targets, axis=1)  # [T]
         self.units = targets / np.maximum(self.norms, 1e-30)[:, None]  # [T, hd]
-        cells = cell_ids(np.floor(self.units[:, :3] / CELL))
-        self.order = np.argsort(cells, kind="stable")
-        self.cells = cells[self.order]
+        self.grids = {tol: Grid(self.units[:, :3], 2 * tol) for tol in PASSES}
 
     def __len__(self) -> int:
         return len(self.norms)
@@ -458,55 +462,92 @@ class RowIndex:
         with np.errstate(all="ignore"):
             norms = np.linalg.norm(rows, axis=1)
             units = rows / norms[:, None]
-        live = np.flatnonzero(np.isfinite(norms) & (norms > 0))
-        if live.size == 0:
+        left = np.flatnonzero(np.isfinite(norms) & (norms > 0))
+        got_rows, got_targets = [], []
+        for tol in PASSES:
+            if left.size == 0:
+                break
+            at, targets = self.nearest(units, left, tol)
+            got_rows.append(at)
+            got_targets.append(targets)
+            left = np.setdiff1d(left, at, assume_unique=True)
+        rows_at, targets = np.concatenate(got_rows), np.concatenate(got_targets)
+        if rows_at.size == 0:
             return None
-        pairs_row, pairs_target = self.neighbours(units[live, :3], live)
-        if pairs_row.size == 0:
-            return None
-        err = np.abs(units[pairs_row] - self.units[pairs_target]).max(axis=1)
-        near = err <= TOL
-        pairs_row, pairs_target, err = pairs_row[near], pairs_target[near], err[near]
-        if pairs_row.size == 0:
-            return None
-        order = np.lexsort((err, pairs_row))  # per row, best first
-        pairs_row, pairs_target, err = pairs_row[order], pairs_target[order], err[order]
-        first = np.r_[True, pairs_row[1:] != pairs_row[:-1]]
-        runner_up = np.full(pairs_row.size, np.inf)
-        runner_up[:-1] = np.where(~first[1:], err[1:], np.inf)
-        clear = first & (runner_up > AMBIGUOUS * np.maximum(err, 1e-7))
-        rows_at, targets = pairs_row[clear], pairs_target[clear]
-        scale = norms[rows_at] / self.norms[targets]
-        return rows_at + offset, targets, scale
+        return rows_at + offset, targets, norms[rows_at] / self.norms[targets]
 
-    def neighbours(self, heads, live):
-        """Every (row, target) pair whose first three unit values share a grid cell or a
-        neighbouring one: a match within TOL is always among them."""
+    def nearest(self, units, live, tol: float):
+        """(rows, targets): each of the rows `live` within `tol` of a target, with it."""
         import numpy as np
 
-        base = np.floor(heads / CELL)
-        rows_out, targets_out = [], []
-        for step in itertools.product((-1.0, 0.0, 1.0), repeat=3):
-            ids = cell_ids(base + np.array(step, dtype=base.dtype))
-            lo = np.searchsorted(self.cells, ids, side="left")
-            hi = np.searchsorted(self.cells, ids, side="right")
+        rows, targets = self.grids[tol].pairs(units[live, :3], live)
+        err = np.abs(units[rows] - self.units[targets]).max(axis=1) if rows.size else rows
+        near = err <= tol
+        rows, targets, err = rows[near], targets[near], err[near]
+        if rows.size == 0:
+            return rows, targets
+        order = np.lexsort((err, rows))  # per row, best first
+        rows, targets, err = rows[order], targets[order], err[order]
+        first = np.r_[True, rows[1:] != rows[:-1]]
+        runner_up = np.full(rows.size, np.inf)
+        runner_up[:-1] = np.where(~first[1:], err[1:], np.inf)
+        clear = first & (runner_up > AMBIGUOUS * np.maximum(err, 1e-7))
+        return rows[clear], targets[clear]
+
+
+PASSES = (1e-4, TOL)  # the tight pass, then the loose one for the rows it left
+
+
+class Grid:
+    """Points (three values each) hashed on a grid of `cell`: a query within half a cell of a
+    point, in every value, is in one of the 8 cells around the query's corner nearest it."""
+
+    def __init__(self, points, cell: float):
+        import numpy as np
+
+        self.cell = cell
+        cells = cell_ids(np.floor(points / cell))
+        self.order = np.argsort(cells, kind="stable")
+        self.cells = cells[self.order]
+
+    def pairs(self, queries, numbers):
+        """(query number, point index) for every point in the 8 cells near each query."""
+        import numpy as np
+
+        scaled = queries / self.cell
+        base = np.floor(scaled)
+        toward = np.where(scaled - base < 0.5, -1.0, 1.0)  # the nearer neighbour, per value
+        rows_out, points_out = [], []
+        for step in itertools.product((0.0, 1.0), repeat=3):
+            ids = cell_ids(base + toward * np.array(step, dtype=base.dtype))
+            lo, hi = self.spans(ids)
             counts = hi - lo
             hit = np.flatnonzero(counts)
             if hit.size == 0:
                 continue
             counts = counts[hit]
             starts = np.repeat(lo[hit] - np.cumsum(counts) + counts, counts)
-            positions = np.arange(counts.sum()) + starts
-            rows_out.append(np.repeat(live[hit], counts))
-            targets_out.append(self.order[positions])
+            rows_out.append(np.repeat(numbers[hit], counts))
+            points_out.append(self.order[np.arange(counts.sum()) + starts])
         if not rows_out:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        return np.concatenate(rows_out), np.concatenate(targets_out)
+        return np.concatenate(rows_out), np.concatenate(points_out)
+
+    def spans(self, ids):
+        """Where each id's points start and end in the sorted cells (needles sorted first:
+        a search for sorted needles stays in the cache)."""
+        import numpy as np
+
+        order = np.argsort(ids, kind="stable")
+        lo, hi = np.empty_like(ids), np.empty_like(ids)
+        lo[order] = np.searchsorted(self.cells, ids[order], side="left")
+        hi[order] = np.searchsorted(self.cells, ids[order], side="right")
+        return lo, hi
 
 
 def cell_ids(q):
-    """One integer per grid cell of three unit values (each within [-1, 1])."""
+    """One integer per grid cell of three values (each cell index within +-2**20)."""
     import numpy as np
 
-    q = np.clip(q, -512, 511).astype(np.int64) + 512
-    return (q[:, 0] * 1024 + q[:, 1]) * 1024 + q[:, 2]
+    q = np.clip(q, -(1 << 20), (1 << 20) - 1).astype(np.int64) + (1 << 20)
+    return (q[:, 0] << 42) | (q[:, 1] << 21) | q[:, 2]
