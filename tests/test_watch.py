@@ -402,7 +402,7 @@ def test_a_hint_fits_the_failure_it_sits_under():
     hint under a cache whose shapes are right and whose first layers match: each check picks
     the hint from what it saw, and says where the answer departs."""
     from theinference.curriculum.checks.build_prefill import localise
-    from theinference.curriculum.checks.prefix_caching import prefix_caching
+    from theinference.curriculum.checks.prefix_caching import logits_and_reuse
     from theinference.curriculum.stages import stage_words
     from theinference.oracle.config import GPT2_124M
     from theinference.oracle.gpt2 import LayerKV
@@ -412,10 +412,10 @@ def test_a_hint_fits_the_failure_it_sits_under():
     prompts = [[1, 2, 3], [1, 2, 4], [7, 8]]
     expected = np.zeros((3, GPT2_124M.vocab_size), np.float32)
     wrong = [[expected[i] + (i == 2), np.array(r)] for i, r in enumerate([0, 2, 0])]
-    fresh = prefix_caching(wrong, [prompts], lambda args: expected, tol, GPT2_124M)
+    fresh = logits_and_reuse(wrong, [prompts], lambda args: expected, tol, GPT2_124M)
     assert fresh.hint == words["reused_nothing"] and fresh.where == {"prompt": 2}
     wrong[1][0] = expected[1] + 1
-    reused = prefix_caching(wrong, [prompts], lambda args: expected, tol, GPT2_124M)
+    reused = logits_and_reuse(wrong, [prompts], lambda args: expected, tol, GPT2_124M)
     assert reused.hint == words["logits"] and reused.where == {"prompt": 1}
     right = [LayerKV(np.zeros((2, 3, 4), np.float32), np.zeros((2, 3, 4), np.float32))] * 3
     pairs = [(kv.k, kv.v) for kv in right[:2]] + [(np.ones((2, 3, 4), np.float32), right[2].v)]

@@ -11,7 +11,7 @@ import time
 from dataclasses import replace
 
 from theinference.curriculum.checks import CHECKS, Check, Verdict
-from theinference.curriculum.checks.floor import budget
+from theinference.curriculum.checks.floor import budget, worth_measuring
 from theinference.curriculum.checks.swap import DEPARTS, Seen, SwapPlan, departs
 from theinference.curriculum.stages import Case, Stage
 from theinference.diagnosis.errors import lesson_for
@@ -38,13 +38,18 @@ def grade_case(
     args = check.arguments(case, answers.recompute.config)
     clock = OracleClock()
     fixed = fix_answer(check, case, args, answers, clock)
-    if check.flop is not None:
+    config = answers.recompute.config
+    measured = check.flop is not None and not case.inputs.get("must_raise")
+    measured = measured and worth_measuring(
+        check.flop(args, config), check.cached_flop(args, config) if check.cached_flop else None
+    )
+    if measured:
         outcome = measured_call(stage, check, args, process, answers)
     else:
         on_hook = fixed.answer if isinstance(fixed, SwapPlan) else None
         hook = REFUSAL_HOOK if case.inputs.get("must_raise") else check.hook
         outcome = process.call(check.adapter, args, stage.timeout, hook, on_hook, watch=check.watch)
-    verdict = judge(stage, case, args, outcome, answers, clock, fixed)
+    verdict = judge(stage, case, args, outcome, answers, clock, fixed, measured=measured)
     if isinstance(fixed, SwapPlan) and departs(verdict):
         outcome, verdict = asked_unswapped(stage, case, args, process, answers, clock, fixed)
     result = CaseResult(
@@ -134,6 +139,7 @@ def judge(
     clock: OracleClock,
     fixed=None,
     rerun: bool = False,
+    measured: bool = False,
 ) -> Verdict:
     check = CHECKS[case.check]
     if case.inputs.get("must_raise"):
@@ -144,8 +150,8 @@ def judge(
     seen = Seen(fixed, outcome.probe, rerun) if isinstance(fixed, SwapPlan) else None
     if seen is not None:
         value = (outcome.value, seen)
-    elif check.flop is not None:
-        value = (outcome.value, outcome.probe)
+    elif check.flop is not None:  # what was measured, where the call was
+        value = (outcome.value, outcome.probe if measured else None)
 
     def ask(question: list):
         if isinstance(fixed, SwapPlan) and question == args:

@@ -65,6 +65,9 @@ class Check:
     watch: str | None = None  # "returns": the hook is any return after the prefill (probes.py)
     swap: Callable[..., object] | None = None  # (Recompute, args, seed) -> SwapPlan
     flop: Callable[[list, ModelConfig], float] | None = None
+    # the least work a cache needs for the case: a graded case is measured when a recompute
+    # needs many times that (floor.worth_measuring); None: always measured (a cost proof)
+    cached_flop: Callable[[list, ModelConfig], float] | None = None
     asks_own_arguments: bool = True  # its expected value can be fixed before the call
 
 
@@ -78,7 +81,7 @@ def stage_of(module: str) -> str:
 
 def check(name: str, *, adapter: str, arguments, expect, simulate=None, **proofs):
     """Register the decorated judge as check `name` of its module's stage (`proofs`: hook,
-    watch, swap, flop, asks_own_arguments, as Check says)."""
+    watch, swap, flop, cached_flop, asks_own_arguments, as Check says)."""
 
     def register(judge: Judge) -> Judge:
         if name in CHECKS:

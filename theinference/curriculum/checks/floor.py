@@ -25,6 +25,20 @@ def forward_flop(config: ModelConfig, rows: int) -> float:
     return 2.0 * rows * ((layers - 1) * 12 + 2) * d * d
 
 
+# a graded case is measured against the floor when a recompute of it needs at least this
+# much work, and this many times a cache's: then a correct cache, even at a quarter of the
+# grader's rate, stays well under any fraction of the floor a stage sets
+MEASURED_FLOP = 50e9  # about 3 s of float32 products on a laptop core
+MEASURED_RATIO = 8.0
+
+
+def worth_measuring(flop: float, cached_flop: float | None) -> bool:
+    """Whether a case's cost can tell a cache from a recompute (always, for a cost proof)."""
+    if cached_flop is None:
+        return True
+    return flop >= MEASURED_FLOP and flop >= MEASURED_RATIO * max(cached_flop, 1.0)
+
+
 def budget(flop: float, rate: float, fraction: float) -> tuple[float, float]:
     """(the floor, the CPU seconds the call may use) for `flop` at `rate` FLOP per CPU-second."""
     floor = flop / rate

@@ -27,16 +27,8 @@ def expect_path(recompute, args: list) -> np.ndarray:
     return oracle.logits_at(f.hidden, recompute.w, rows)
 
 
-@check(
-    "generate",
-    adapter="run_generate",
-    arguments=generate_arguments,
-    expect=expect_path,
-    asks_own_arguments=False,  # it asks along the student's own tokens
-)
-def generate(value, args, ask, tol: Tolerance, config: ModelConfig) -> Verdict:
-    """Your greedy tokens equal the recompute's argmax at every step, along your own path;
-    where the recompute's top two logits are within tolerance, either token is accepted."""
+def greedy_tokens(value, args, ask, tol: Tolerance, config: ModelConfig) -> Verdict:
+    """The tokens against the recompute's argmax along the student's own path."""
     prompt, count = args
     try:
         yours = as_token_ids(value, count, config.vocab_size)
@@ -75,6 +67,29 @@ def generate_flop(args: list, config: ModelConfig) -> float:
     return sum(forward_flop(config, len(prompt) + step) for step in range(count))
 
 
+def generate_cached_flop(args: list, config: ModelConfig) -> float:
+    """A cache runs one forward over the prompt, then one row per new token."""
+    prompt, count = args
+    return forward_flop(config, len(prompt)) + count * forward_flop(config, 1)
+
+
+@check(
+    "generate",
+    adapter="run_generate",
+    arguments=generate_arguments,
+    expect=expect_path,
+    flop=generate_flop,
+    cached_flop=generate_cached_flop,
+    asks_own_arguments=False,  # it asks along the student's own tokens
+)
+def generate(value, args, ask, tol: Tolerance, config: ModelConfig) -> Verdict:
+    """Your greedy tokens equal the recompute's argmax at every step, along your own path;
+    where the recompute's top two logits are within tolerance, either token is accepted. A
+    long generation (a recompute many times a cache's work) must also cost a small part of a
+    recompute's CPU time, measured alone in a fresh process."""
+    return with_floor(value, args, ask, tol, config)
+
+
 @check(
     "generate_cost",
     adapter="run_generate",
@@ -86,11 +101,18 @@ def generate_flop(args: list, config: ModelConfig) -> float:
 def generate_cost(value, args, ask, tol, config) -> Verdict:
     """Generation reads its cache: generating after a long prompt costs a small part of the
     CPU time a recompute's arithmetic needs on this machine (measured in a fresh process)."""
+    return with_floor(value, args, ask, tol, config)
+
+
+def with_floor(value, args, ask, tol, config) -> Verdict:
+    """The tokens' verdict, and where the call was measured, its cost's first."""
     tokens, measured = value
+    if measured is None:
+        return greedy_tokens(tokens, args, ask, tol, config)
     prompt, count = args
     figures = {"steps": count, "prompt": len(prompt)}
     verdict = floor_verdict(measured, say, figures)
-    return with_cost(verdict, lambda: generate(tokens, args, ask, tol, config))
+    return with_cost(verdict, lambda: greedy_tokens(tokens, args, ask, tol, config))
 
 
 def as_token_ids(value, count: int, vocab: int) -> list[int]:

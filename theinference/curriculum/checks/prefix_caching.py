@@ -29,15 +29,43 @@ def expect_prefix(recompute, args: list) -> np.ndarray:
     return np.stack([recompute.last_logits(p) for p in args[0]])
 
 
+def prefix_flop(args: list, config: ModelConfig) -> float:
+    """A recompute runs one forward over each prompt."""
+    return sum(forward_flop(config, len(p)) for p in args[0])
+
+
+def prefix_cached_flop(args: list, config: ModelConfig) -> float:
+    """Reuse runs a forward over each prompt's rows past what it reuses."""
+    prompts = args[0]
+    return sum(
+        forward_flop(config, len(p) - r)
+        for p, r in zip(prompts, expected_reuse(prompts), strict=True)
+    )
+
+
 @check(
     "prefix_caching",
     adapter="run_prefix_caching",
     arguments=prefix_arguments,
     expect=expect_prefix,
+    flop=prefix_flop,
+    cached_flop=prefix_cached_flop,
 )
 def prefix_caching(value, args, ask, tol: Tolerance, config: ModelConfig) -> Verdict:
     """Each prompt's logits equal the recompute's, and `reused` is the longest common prefix
-    with any earlier prompt, at most len(prompt) - 1."""
+    with any earlier prompt, at most len(prompt) - 1. Prompts whose recompute needs many
+    times reuse's work must also cost a small part of it, measured in a fresh process."""
+    pairs, measured = value
+    if measured is None:
+        return logits_and_reuse(pairs, args, ask, tol, config)
+    prompts = args[0]
+    figures = {"prompts": len(prompts), "total": len(prompts[-1])}
+    verdict = floor_verdict(measured, say, figures, bug=None)
+    return with_cost(verdict, lambda: logits_and_reuse(pairs, args, ask, tol, config))
+
+
+def logits_and_reuse(value, args, ask, tol: Tolerance, config: ModelConfig) -> Verdict:
+    """Each prompt's logits and `reused` count against the recompute's."""
     prompts = args[0]
     try:
         pairs = as_logit_reuse_pairs(value, len(prompts), config)
@@ -86,17 +114,13 @@ def expect_chain(recompute, args: list) -> np.ndarray:
     adapter="run_prefix_caching",
     arguments=prefix_arguments,
     expect=expect_chain,
-    flop=lambda args, config: sum(forward_flop(config, len(p)) for p in args[0]),
+    flop=prefix_flop,
 )
 def prefix_caching_cost(value, args, ask, tol, config) -> Verdict:
     """Reuse is real: prompts that each extend the one before by a few tokens cost a small part
     of the CPU time recomputing each of them needs on this machine (measured in a fresh
     process)."""
-    pairs, measured = value
-    prompts = args[0]
-    figures = {"prompts": len(prompts), "total": len(prompts[-1])}
-    verdict = floor_verdict(measured, say, figures, bug=None)
-    return with_cost(verdict, lambda: prefix_caching(pairs, args, ask, tol, config))
+    return prefix_caching(value, args, ask, tol, config)
 
 
 def expected_reuse(prompts: list[list[int]]) -> list[int]:

@@ -119,7 +119,8 @@ class ReturnWatch:
             self.plan = (answer["swap"], blobs)
         caller = frame.f_back
         roots = [arg, dict(frame.f_locals), dict(caller.f_locals) if caller else {}]
-        self.state["swap"] = self.swap_cache(roots, None, *self.plan)
+        plan, blobs = self.plan
+        self.state["swap"] = guarded(self.swap_cache, roots, None, {"swap": plan}, blobs)
         if self.state["swap"].get("applied"):
             self.stop()
         return None
@@ -168,7 +169,7 @@ class Hook:
                 self.next_word = following if isinstance(following, int) else None
                 if isinstance(answer.get("swap"), dict):
                     roots, weights = cache_arguments(original, args, named)
-                    self.state["swap"] = self.swap_cache(roots, weights, answer["swap"], blobs)
+                    self.state["swap"] = guarded(self.swap_cache, roots, weights, answer, blobs)
             return out
 
         hooked.__name__ = original.__name__
@@ -181,6 +182,15 @@ class Hook:
 
     def report(self) -> dict:
         return dict(self.state)
+
+
+def guarded(swap_cache, roots, weights, answer: dict, blobs: list) -> dict:
+    """The swap's report; a failure of the search itself is reported, never raised into the
+    student's code (where it would read as their error)."""
+    try:
+        return swap_cache(roots, weights, answer["swap"], blobs)
+    except Exception as exc:  # noqa: BLE001
+        return {"applied": False, "reason": f"the grader's search failed: {exc!r}"}
 
 
 def functions_named(name: str, course_dir: str) -> list:

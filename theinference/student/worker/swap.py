@@ -471,9 +471,9 @@ class RowIndex:
             got_rows.append(at)
             got_targets.append(targets)
             left = np.setdiff1d(left, at, assume_unique=True)
-        rows_at, targets = np.concatenate(got_rows), np.concatenate(got_targets)
-        if rows_at.size == 0:
+        if not got_rows or sum(r.size for r in got_rows) == 0:
             return None
+        rows_at, targets = np.concatenate(got_rows), np.concatenate(got_targets)
         return rows_at + offset, targets, norms[rows_at] / self.norms[targets]
 
     def nearest(self, units, live, tol: float):
