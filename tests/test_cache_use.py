@@ -424,8 +424,10 @@ def test_a_forger_fails_its_stage_saying_it_recomputes(cheat, tmp_path, weights)
     """Catches a submission that gets the right numbers without using its cache, however it
     was written against the grader's proofs."""
     course = make_course(tmp_path / "c", reference_text() + cheat["code"])
-    if cheat.get("scope") == "stage":  # graded on every short case of its stage
-        cases = grade_stage(course, weights, cheat["stage"], seed=7)
+    if cheat.get("scope") == "stage":  # graded on its stage's cases (a swap's: the short ones)
+        cases = grade_stage(
+            course, weights, cheat["stage"], seed=7, quick=cheat["stage"] in SWAPPED
+        )
         assert any(c.status == Status.FAILED for c in cases), cases
         assert all(c.status in (Status.PASSED, Status.FAILED) for c in cases), cases
         messages = [c.message for c in cases if c.status == Status.FAILED]
@@ -436,14 +438,15 @@ def test_a_forger_fails_its_stage_saying_it_recomputes(cheat, tmp_path, weights)
     assert "recompute" in case.message or "could not swap" in case.message, case.message
 
 
-def grade_stage(course: Path, weights, slug: str, seed: int) -> list:
-    """A stage's cases as a quick run grades them (the long ones left out)."""
+def grade_stage(course: Path, weights, slug: str, seed: int, quick: bool) -> list:
+    """A stage's graded cases (not its proofs), as a quick run grades them (the long ones
+    left out) or every one."""
     from theinference.grading.grader import grade
     from theinference.grading.policy import RunPolicy
 
     (stage,) = [replace(s, timeout=300) for s in load_stages() if s.slug == slug]
     stage = replace(stage, cases=tuple(c for c in stage.cases if "draw" not in c.inputs))
-    policy = RunPolicy(quick=True)
+    policy = RunPolicy(quick=quick)
     run = grade(course, [stage], weights, Limits(timeout=300), policy=policy, seed=seed)
     return [case for s in run.stages for case in s.cases if case.status != Status.SKIPPED]
 

@@ -30,6 +30,10 @@ def forward_flop(config: ModelConfig, rows: int) -> float:
 # grader's rate, stays well under any fraction of the floor a stage sets
 MEASURED_FLOP = 50e9  # about 3 s of float32 products on a laptop core
 MEASURED_RATIO = 8.0
+# a row decoded alone (matrix-vector products, a step's overhead and its unembedding) costs
+# about this many rows of a prefill's matrix products: 10-16 measured here, doubled for slower
+# correct code (float64, a Python loop over the cache)
+DECODED_ROW = 32.0
 
 
 def worth_measuring(flop: float, cached_flop: float | None) -> bool:

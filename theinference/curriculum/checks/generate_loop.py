@@ -3,7 +3,12 @@
 import numpy as np
 
 from theinference.curriculum.checks.common import Rejected, Verdict, Words, check
-from theinference.curriculum.checks.floor import floor_verdict, forward_flop, with_cost
+from theinference.curriculum.checks.floor import (
+    DECODED_ROW,
+    floor_verdict,
+    forward_flop,
+    with_cost,
+)
 from theinference.curriculum.checks.values import as_float_array
 from theinference.curriculum.stages import Case, token_ids
 from theinference.oracle import gpt2 as oracle
@@ -68,9 +73,10 @@ def generate_flop(args: list, config: ModelConfig) -> float:
 
 
 def generate_cached_flop(args: list, config: ModelConfig) -> float:
-    """A cache runs one forward over the prompt, then one row per new token."""
+    """A cache runs one forward over the prompt, then one row decoded alone per new token
+    (counted at DECODED_ROW prefill rows each)."""
     prompt, count = args
-    return forward_flop(config, len(prompt)) + count * forward_flop(config, 1)
+    return forward_flop(config, len(prompt)) + count * DECODED_ROW * forward_flop(config, 1)
 
 
 @check(

@@ -3,7 +3,12 @@
 import numpy as np
 
 from theinference.curriculum.checks.common import Rejected, Verdict, Words, check
-from theinference.curriculum.checks.floor import floor_verdict, forward_flop, with_cost
+from theinference.curriculum.checks.floor import (
+    DECODED_ROW,
+    floor_verdict,
+    forward_flop,
+    with_cost,
+)
 from theinference.curriculum.checks.values import checked_array, mismatch_message
 from theinference.curriculum.stages import Case, token_ids
 from theinference.oracle import gpt2 as oracle
@@ -35,11 +40,13 @@ def prefix_flop(args: list, config: ModelConfig) -> float:
 
 
 def prefix_cached_flop(args: list, config: ModelConfig) -> float:
-    """Reuse runs a forward over each prompt's rows past what it reuses."""
+    """Reuse runs a forward over each prompt's rows past what it reuses: a prefill where it
+    reuses nothing, else rows decoded after the reused ones (DECODED_ROW prefill rows each)."""
     prompts = args[0]
+    reuse = expected_reuse(prompts)
     return sum(
-        forward_flop(config, len(p) - r)
-        for p, r in zip(prompts, expected_reuse(prompts), strict=True)
+        forward_flop(config, len(p)) if r == 0 else DECODED_ROW * forward_flop(config, len(p) - r)
+        for p, r in zip(prompts, reuse, strict=True)
     )
 
 
