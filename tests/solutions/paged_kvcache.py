@@ -1,0 +1,224 @@
+"""A correct solution with a paged cache, as serving engines keep one: K and V live in a pool
+of fixed-size blocks (16 positions each) shared by all the layers of a ModelCache,
+[blocks, n_head, 16, head_dim] for K and the same for V, and every layer has a block table
+listing its blocks in position order. Blocks are handed out as a layer grows, so a layer's
+blocks lie wherever the pool had one free; attention gathers the rows through the table.
+Otherwise the reference, line for line. Never shipped to students."""
+
+import math
+
+import numpy as np
+from src.gpt2 import (
+    HEAD_DIM,
+    ln_rows,
+    merge_heads,
+    mlp,
+    n_head,
+    n_layer,
+    qkv,
+    softmax,
+    split_heads,
+    unembed,
+)
+
+BLOCK = 16  # positions per block
+N_CTX = 1024
+
+
+class BlockPool:
+    """Fixed-size blocks of K/V shared by every layer of a ModelCache, handed out on demand:
+    k and v are [blocks, heads, BLOCK, head_dim]; a block holds 16 consecutive positions of one
+    layer."""
+
+    def __init__(self, blocks: int, heads: int):
+        self.k = np.zeros((blocks, heads, BLOCK, HEAD_DIM), dtype=np.float32)
+        self.v = np.zeros((blocks, heads, BLOCK, HEAD_DIM), dtype=np.float32)
+        self.free = list(range(blocks))[::-1]  # block 0 handed out first
+
+    def allocate(self) -> int:
+        if not self.free:
+            raise MemoryError("the KV block pool is exhausted")
+        return self.free.pop()
+
+
+class LayerCache:
+    """One layer's K/V, in the pool's blocks: position p lives in block table[p // BLOCK], at
+    offset p % BLOCK."""
+
+    def __init__(self, heads: int = 12, pool: BlockPool | None = None):
+        self.pool = pool or BlockPool(-(-N_CTX // BLOCK), heads)
+        self.table: list[int] = []  # this layer's blocks, in position order
+        self.length = 0
+
+    def write(self, k: np.ndarray, v: np.ndarray) -> None:
+        # k, v: [heads, n_new, head_dim] written at positions length .. length + n_new - 1
+        n = k.shape[1]
+        while len(self.table) * BLOCK < self.length + n:
+            self.table.append(self.pool.allocate())
+        positions = np.arange(self.length, self.length + n)
+        blocks = np.asarray(self.table)[positions // BLOCK]  # [n_new]
+        offsets = positions % BLOCK  # [n_new]
+        # pool[blocks, :, offsets] is [n_new, heads, head_dim]: the indexed axes come first
+        self.pool.k[blocks, :, offsets] = k.transpose(1, 0, 2)
+        self.pool.v[blocks, :, offsets] = v.transpose(1, 0, 2)
+        self.length += n
+
+    def gather(self, rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        # the first `rows` positions (all by default) through the block table:
+        # [heads, rows, head_dim] each
+        rows = self.length if rows is None else rows
+        table = np.asarray(self.table[: -(-rows // BLOCK)], dtype=np.int64)
+        out = []
+        for pool in (self.pool.k, self.pool.v):
+            blocks = pool[table]  # [n_blocks, heads, BLOCK, head_dim]
+            flat = blocks.transpose(1, 0, 2, 3).reshape(pool.shape[1], -1, HEAD_DIM)
+            out.append(flat[:, :rows])  # [heads, n_blocks * BLOCK, head_dim] -> its first rows
+        return out[0], out[1]
+
+    @property
+    def k(self) -> np.ndarray:
+        return self.gather()[0]
+
+    @property
+    def v(self) -> np.ndarray:
+        return self.gather()[1]
+
+
+class ModelCache:
+    def __init__(self, layers: int = 12, heads: int = 12, n_ctx: int = N_CTX):
+        # enough blocks for every layer to hold the whole context
+        self.pool = BlockPool(layers * -(-n_ctx // BLOCK), heads)
+        self.layers = [LayerCache(heads, self.pool) for _ in range(layers)]
+
+
+def append_kv(cache: LayerCache, k: np.ndarray, v: np.ndarray) -> None:
+    # k, v: [heads, n_new, head_dim] appended along the sequence axis
+    cache.write(k, v)
+
+
+def attend(q: np.ndarray, cache: LayerCache, w: dict, layer: int) -> np.ndarray:
+    # q [heads, 1, head_dim] over the whole cache -> [d] after c_proj
+    keys, values = cache.gather()  # [heads, length, head_dim] each, through the block table
+    scores = q @ keys.transpose(0, 2, 1) / math.sqrt(HEAD_DIM)  # [heads, 1, length]
+    a = merge_heads(softmax(scores) @ values)[0]
+    return a @ w[f"h.{layer}.attn.c_proj.weight"] + w[f"h.{layer}.attn.c_proj.bias"]
+
+
+def attn_step(ln_hidden, w, layer, cache):
+    heads = n_head(w)
+    q, k, v = (split_heads(t, heads) for t in qkv(ln_hidden[None, :], w, layer))
+    append_kv(cache, k, v)
+    return attend(q, cache, w, layer)
+
+
+def layer_attn_incremental(X, w, layer):
+    p = f"h.{layer}."
+    cache = LayerCache(n_head(w))
+    out = []
+    for t in range(X.shape[0]):
+        h = ln_rows(X[t : t + 1], w[p + "ln_1.weight"], w[p + "ln_1.bias"])[0]
+        out.append(X[t] + attn_step(h, w, layer, cache))
+    return np.stack(out)
+
+
+def embed_token(token_id, position, w):
+    return w["wte.weight"][token_id] + w["wpe.weight"][position]
+
+
+def prefill_layer(X, w, layer, cache):
+    # [n, d] -> [n, d]: one block over the whole prompt, writing its K/V rows into cache
+    p = f"h.{layer}."
+    h = ln_rows(X, w[p + "ln_1.weight"], w[p + "ln_1.bias"])
+    q, k, v = (split_heads(t, n_head(w)) for t in qkv(h, w, layer))
+    append_kv(cache, k, v)
+    n = X.shape[0]
+    scores = q @ k.transpose(0, 2, 1) / math.sqrt(HEAD_DIM)
+    scores = np.where(np.tri(n, dtype=bool), scores, -np.inf)
+    a = merge_heads(softmax(scores) @ v)
+    X = X + a @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"]
+    return X + mlp(ln_rows(X, w[p + "ln_2.weight"], w[p + "ln_2.bias"]), w, layer)
+
+
+def final_logits(x, w):
+    # [d] -> [vocab]
+    return unembed(ln_rows(x[None, :], w["ln_f.weight"], w["ln_f.bias"])[0], w)
+
+
+def prefill(prompt_ids, w, mc):
+    X = np.stack([embed_token(t, i, w) for i, t in enumerate(prompt_ids)])
+    for layer in range(n_layer(w)):
+        X = prefill_layer(X, w, layer, mc.layers[layer])
+    return final_logits(X[-1], w)
+
+
+def block_step(x, w, layer, mc):
+    p = f"h.{layer}."
+    h = ln_rows(x[None, :], w[p + "ln_1.weight"], w[p + "ln_1.bias"])[0]
+    x = x + attn_step(h, w, layer, mc.layers[layer])
+    return x + mlp(ln_rows(x[None, :], w[p + "ln_2.weight"], w[p + "ln_2.bias"]), w, layer)[0]
+
+
+def decode_step(token_id, position, w, mc):
+    x = embed_token(token_id, position, w)
+    for layer in range(n_layer(w)):
+        x = block_step(x, w, layer, mc)
+    return final_logits(x, w)
+
+
+def decode_sequence(prompt_ids, continuation_ids, w, mc):
+    prefill(prompt_ids, w, mc)
+    rows = []
+    for step, token_id in enumerate(continuation_ids):
+        rows.append(decode_step(token_id, len(prompt_ids) + step, w, mc))
+    return np.stack(rows)
+
+
+def generate(prompt_ids, max_new_tokens, w):
+    if len(prompt_ids) + max_new_tokens > w["wpe.weight"].shape[0]:
+        raise ValueError("prompt plus new tokens exceed the context")
+    mc = ModelCache(n_layer(w), n_head(w))
+    logits = prefill(prompt_ids, w, mc)
+    out = []
+    for step in range(max_new_tokens):
+        out.append(int(np.argmax(logits)))
+        if step + 1 < max_new_tokens:
+            logits = decode_step(out[-1], len(prompt_ids) + step, w, mc)
+    return out
+
+
+def common_prefix(a, b):
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def copy_prefix(mc, rows, heads):
+    out = ModelCache(len(mc.layers), heads)
+    for src, dst in zip(mc.layers, out.layers, strict=True):
+        dst.write(*src.gather(rows))  # into blocks of the new cache's own pool
+    return out
+
+
+class PrefixCache:
+    def __init__(self, w):
+        self.w = w
+        self.entries = []  # (prompt ids, ModelCache holding all of its positions)
+
+    def process(self, prompt_ids):
+        w = self.w
+        best, source = 0, None
+        for ids, cached in self.entries:
+            n = common_prefix(ids, prompt_ids)
+            if n > best:
+                best, source = n, cached
+        reused = min(best, len(prompt_ids) - 1)
+        if reused == 0:
+            mc = ModelCache(n_layer(w), n_head(w))
+            logits = prefill(prompt_ids, w, mc)
+        else:
+            mc = copy_prefix(source, reused, n_head(w))
+            for position in range(reused, len(prompt_ids)):
+                logits = decode_step(prompt_ids[position], position, w, mc)
+        self.entries.append((list(prompt_ids), mc))
+        return logits, reused
