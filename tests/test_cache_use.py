@@ -33,7 +33,24 @@ LAYOUTS = [
     "independent_kvcache.py",
     "preallocated_kvcache.py",
     "torch_kvcache.py",
+    # the layouts strong students write (tests/solutions/check_layouts.py checks their numbers
+    # against the oracle outside the grader)
+    "fused_kvcache.py",
+    "paged_kvcache.py",
+    "readonly_kvcache.py",
+    "linked_kvcache.py",
+    "prescaled_kvcache.py",
+    "arena_kvcache.py",
+    "per_token_kvcache.py",
+    "interleaved_kvcache.py",
+    "torch_module_kvcache.py",
+    "transformers_kvcache.py",  # transformers' GPT-2 and DynamicCache: no function named prefill
 ]
+OWN_ADAPTERS = {"transformers_kvcache.py": "transformers_adapters.py"}  # its tests/adapters.py
+# graded at the stages' full sizes too, and in every sandbox mode: the original layouts and
+# those furthest from them
+FULL_SIZE = [*LAYOUTS[:4], "paged_kvcache.py", "linked_kvcache.py", "transformers_kvcache.py"]
+EVERY_MODE = ["paged_kvcache.py", "torch_module_kvcache.py", "transformers_kvcache.py"]
 PROOF_CASE = {
     "single-step-attention": "reads the cache",
     "full-decode-step": "reads the cache",
@@ -59,18 +76,30 @@ def proof_stage(slug: str, small: bool = False):
     return replace(stage, cases=(case,), timeout=900)
 
 
+def layout_course(root: Path, layout: str) -> Path:
+    """A course holding a solution's src/kvcache.py, and its own tests/adapters.py if any."""
+    course = make_course(root, (SOLUTIONS / layout).read_text())
+    if layout in OWN_ADAPTERS:
+        adapters = (SOLUTIONS / OWN_ADAPTERS[layout]).read_text()
+        (course / "tests" / "adapters.py").write_text(adapters)
+    return course
+
+
 def grade_proof(course: Path, weights, slug: str, small: bool = False, seed: int | None = None):
     (case,) = grade_proofs(course, weights, [slug], small, seed)
     return case
 
 
-def grade_proofs(course: Path, weights, slugs: list, small: bool = False, seed=None) -> list:
+def grade_proofs(
+    course: Path, weights, slugs: list, small: bool = False, seed=None, sandbox=None
+) -> list:
     """Each stage's proof case, graded in one run (one student process for them all)."""
     from theinference.grading.grader import grade
     from theinference.results.events import ignore
 
     stages = [proof_stage(slug, small) for slug in slugs]
-    run = grade(course, stages, weights, Limits(timeout=900), listener=ignore, seed=seed)
+    limits = Limits(timeout=900)
+    run = grade(course, stages, weights, limits, listener=ignore, seed=seed, sandbox=sandbox)
     return [case for stage in run.stages for case in stage.cases]
 
 
@@ -453,13 +482,56 @@ def grade_stage(course: Path, weights, slug: str, seed: int, quick: bool) -> lis
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_a_correct_cache_in_any_layout_passes_the_swaps(layout, tmp_path, weights):
-    """Catches a swap that only finds the reference's layout (float64 buffers, one stacked
-    preallocated buffer behind copying properties, PyTorch tensors)."""
-    course = make_course(tmp_path / "c", (SOLUTIONS / layout).read_text())
+    """Catches a swap that only finds the reference's layout: float64 buffers, a preallocated
+    buffer behind copying properties, PyTorch tensors, fused K|V, blocks behind a table,
+    read-only arrays, linked nodes, pre-scaled keys, an arena, per-token rows, interleaved
+    heads, a module's buffers, transformers' DynamicCache with no function named prefill."""
+    course = layout_course(tmp_path / "c", layout)
     cases = grade_proofs(course, weights, SWAPPED, small=True)
     assert len(cases) == len(SWAPPED)
     for slug, case in zip(SWAPPED, cases, strict=True):
         assert case.status == Status.PASSED, (slug, case.message)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_correct_cache_in_any_layout_passes_every_stage(layout, tmp_path, weights):
+    """Catches a verdict that depends on the layout anywhere in the curriculum: every stage's
+    short graded cases (every decode among them swapped) and its swap proofs, as a quick run
+    grades them."""
+    from theinference.grading.grader import grade
+    from theinference.grading.policy import RunPolicy
+
+    course = layout_course(tmp_path / "c", layout)
+    stages = [replace(s, timeout=300) for s in load_stages()]
+    run = grade(course, stages, weights, Limits(timeout=300), policy=RunPolicy(quick=True))
+    for stage in run.stages:
+        bad = [(c.name, c.message) for c in stage.cases if c.status != Status.PASSED]
+        assert stage.status == Status.PASSED and not bad, (stage.slug, bad)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", FULL_SIZE)
+def test_a_correct_cache_in_any_layout_passes_every_full_size_proof(layout, tmp_path, weights):
+    """Catches a proof that a correct cache fails at the sizes the stages draw (a floor too
+    tight, a swap lost in a 1000-token cache)."""
+    course = layout_course(tmp_path / "c", layout)
+    for slug in SWAPPED + FLOORED:
+        case = grade_proof(course, weights, slug)
+        assert case.status == Status.PASSED, (slug, case.message)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["unprivileged-user", "none"])
+@pytest.mark.parametrize("layout", EVERY_MODE)
+def test_a_correct_cache_passes_the_swaps_in_every_sandbox_mode(layout, mode, tmp_path, weights):
+    """Catches a swap that works only inside bubblewrap (the default elsewhere): a uid of the
+    student's own, and the grader's own user."""
+    chosen = sandbox.choose("none") if mode == "unprivileged-user" else sandbox.Sandbox("none")
+    assert chosen.kind == mode or os.geteuid() != 0, chosen
+    course = layout_course(tmp_path / "c", layout)
+    for case in grade_proofs(course, weights, SWAPPED, small=True, sandbox=chosen):
+        assert case.status == Status.PASSED, (mode, case.name, case.message)
 
 
 def test_a_prefill_by_any_name_is_swapped_after_it_returns(tmp_path, weights):
@@ -474,15 +546,32 @@ def test_a_prefill_by_any_name_is_swapped_after_it_returns(tmp_path, weights):
         assert case.status == Status.PASSED, case.message
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_a_correct_cache_in_any_layout_passes_every_full_size_proof(layout, tmp_path, weights):
-    """Catches a proof that a correct cache fails at the sizes the stages draw (a floor too
-    tight, a swap lost in a 1000-token cache)."""
-    course = make_course(tmp_path / "c", (SOLUTIONS / layout).read_text())
-    for slug in SWAPPED + FLOORED:
-        case = grade_proof(course, weights, slug)
-        assert case.status == Status.PASSED, (slug, case.message)
+HALF_RECOMPUTED = """
+_cached_decode_step = decode_step
+_filled_prefill = prefill
+
+
+def prefill(prompt_ids, w, mc):
+    mc.prompt = list(prompt_ids)
+    return _filled_prefill(prompt_ids, w, mc)
+
+
+def decode_step(token_id, position, w, mc):
+    # half the cache's answer, half a recompute's: right over its own cache only
+    cached = _cached_decode_step(token_id, position, w, mc)
+    return 0.5 * cached + 0.5 * recompute_logits(mc.prompt + [token_id], w)[-1]
+"""
+
+
+def test_an_answer_that_departs_over_the_swapped_cache_fails_and_says_so(tmp_path, weights):
+    """Catches a decode that reads its cache for part of its answer and recomputes the rest
+    (right over its own cache, wrong over the swapped one) passing, or failing with a message
+    that blames a bug it does not have: it is asked again unswapped, found right there, and
+    told that its answer departs over the swapped cache."""
+    course = make_course(tmp_path / "c", reference_text() + HALF_RECOMPUTED)
+    case = grade_proof(course, weights, "full-decode-step", small=True)
+    assert case.status == Status.FAILED, case
+    assert "though over the original it is right" in case.message, case.message
 
 
 def test_answers_signed_by_the_student_as_the_graders_user_are_never_believed(

@@ -11,6 +11,7 @@ import time
 from dataclasses import replace
 
 from theinference.curriculum.checks import CHECKS, Check, Verdict
+from theinference.curriculum.checks.common import Words
 from theinference.curriculum.checks.floor import budget, worth_measuring
 from theinference.curriculum.checks.swap import DEPARTS, Seen, SwapPlan, departs
 from theinference.curriculum.stages import Case, Stage
@@ -75,14 +76,11 @@ def asked_unswapped(stage, case, args, process, answers, clock, plan: SwapPlan):
     outcome = process.call(check.adapter, args, stage.timeout, check.hook, watch=check.watch)
     verdict = judge(stage, case, args, outcome, answers, clock, plan, rerun=True)
     if verdict.status == Status.PASSED:
-        outcome.kind, verdict = "returned", swap_departed(plan)
-    else:
+        hook = Words(f"theinference.curriculum.checks.{stage.slug.replace('-', '_')}")("hook")
+        verdict = Verdict(Status.FAILED, message=DEPARTS.format(hook=hook))
+    elif verdict.status == Status.FAILED:
         verdict.message = f"{verdict.message} (over the swapped cache too)"
     return outcome, verdict
-
-
-def swap_departed(plan: SwapPlan) -> Verdict:
-    return Verdict(Status.FAILED, message=DEPARTS.format(hook=plan.hook))
 
 
 def fix_answer(check: Check, case: Case, args: list, answers: Answers, clock: "OracleClock"):

@@ -135,10 +135,15 @@ CANNOT_SWAP = (
     "the grader could not swap the cache's K/V ({why}), so it cannot tell that the {what} reads "
     "its cache, and a check that cannot apply does not pass. {keep}"
 )
+# an answer neither over the swapped cache nor the original's: the grader asks the case again
+# over the student's own cache (judging.asked_unswapped), whose verdict replaces this one
+ASK_AGAIN = "departs over the swapped cache: to be asked again over the student's own cache"
 DEPARTS = (
     "with the cache's K/V swapped right after {hook} returned, the answer is neither the one "
-    "over the swapped cache nor the one over the original: part of the cache read and part "
-    "recomputed, or the K/V kept twice and only one copy found?"
+    "over the swapped cache nor the one over the original, though over the original it is "
+    "right: part of the cache read and part recomputed, the K/V kept twice and only one copy "
+    "found, or a decode that began reading the cache before any function returned after the "
+    "prefill (the swap waits for such a return: keep the prefill a function of its own)?"
 )
 
 
@@ -200,13 +205,13 @@ def swap_verdict(returned, seen: Seen, as_array: Callable, say, tol, label: str)
             # the table's words are a decode's: attention over its own cache has none of its own
             suspected_bug="decode-recomputes" if plan.hook == "prefill" else None,
         )
-    return Verdict(Status.FAILED, message=DEPARTS.format(hook=say("hook")), comparisons=[c])
+    return Verdict(Status.FAILED, message=ASK_AGAIN, comparisons=[c])
 
 
 def departs(verdict) -> bool:
     """A failure over the swapped cache that is neither the original answer nor a rejected
     value: worth asking again unswapped, where the stage's diagnosis can name the bug."""
-    return verdict.message.endswith(DEPARTS[-60:])
+    return verdict.message == ASK_AGAIN
 
 
 def not_applied(plan: SwapPlan, report: dict | None) -> str:
