@@ -1,0 +1,160 @@
+"""Reading float arrays as rows of K/V, inside the student's process (part of the worker:
+imports nothing of the grader): every array is read along each axis whose length is a
+multiple of 64 as rows of 64 consecutive values, and each row is matched by direction (any
+scale: pre-scaled keys) with the rows the grader sent, on a grid of their first values.
+"""
+
+import itertools
+
+TOL = 2e-3  # max |difference| of two rows scaled to unit length: float16 storage passes
+AMBIGUOUS = 4.0  # a row nearer than this factor to its second-best target names it
+CHUNK = 1 << 16  # rows matched at a time (bounds the matcher's memory)
+
+
+def row_views(a, hd: int) -> list:
+    """Views [..., hd] of the array: along every axis whose length is a multiple of hd (axes
+    of exactly hd first), that axis moved last and split into runs of hd consecutive values
+    (a merged [N, 768] row is 12 heads of 64; a fused K|V row 24), each with whether its axis
+    is exactly hd long. Views only: writing one writes the array."""
+    import numpy as np
+
+    if a.ndim == 0 or a.size < hd:
+        return []
+    views = []
+    exact_first = sorted(range(a.ndim), key=lambda axis: a.shape[axis] != hd)
+    for axis in exact_first:
+        length = a.shape[axis]
+        if length % hd:
+            continue
+        moved = np.moveaxis(a, axis, -1)
+        # splitting one axis in two is always a view, whatever its stride
+        split = moved.reshape(*moved.shape[:-1], length // hd, hd) if length > hd else moved
+        views.append((split, length == hd))
+    return views
+
+
+class RowIndex:
+    """The rows to find, scaled to unit length and hashed on a grid of their first three
+    values, so that a row is compared only with the few targets it could be (any scale: keys
+    kept pre-scaled are the same direction). Two passes: a tight one that the float32 and
+    float64 rows of a correct cache meet with almost no false candidates, then a loose one
+    (float16 storage) for the rows left over."""
+
+    def __init__(self, targets):
+        import numpy as np
+
+        targets = np.asarray(targets, dtype=np.float32)  # [T, hd]
+        self.norms = np.linalg.norm(targets, axis=1)  # [T]
+        self.units = targets / np.maximum(self.norms, 1e-30)[:, None]  # [T, hd]
+        self.grids = {tol: Grid(self.units[:, :3], 2 * tol) for tol in PASSES}
+
+    def __len__(self) -> int:
+        return len(self.norms)
+
+    def match(self, rows):
+        """(row numbers, their targets, scales) for the rows [R, hd] that are a target's
+        direction unambiguously (nearer by AMBIGUOUS than to any other), or None."""
+        import numpy as np
+
+        found = [self._match(rows[i : i + CHUNK], i) for i in range(0, len(rows), CHUNK)]
+        found = [f for f in found if f is not None]
+        if not found:
+            return None
+        return tuple(np.concatenate(parts) for parts in zip(*found, strict=True))
+
+    def _match(self, rows, offset: int):
+        import numpy as np
+
+        rows = np.asarray(rows, dtype=np.float32)
+        with np.errstate(all="ignore"):
+            norms = np.linalg.norm(rows, axis=1)
+            units = rows / norms[:, None]
+        left = np.flatnonzero(np.isfinite(norms) & (norms > 0))
+        got_rows, got_targets = [], []
+        for tol in PASSES:
+            if left.size == 0:
+                break
+            at, targets = self.nearest(units, left, tol)
+            got_rows.append(at)
+            got_targets.append(targets)
+            left = np.setdiff1d(left, at, assume_unique=True)
+        if not got_rows or sum(r.size for r in got_rows) == 0:
+            return None
+        rows_at, targets = np.concatenate(got_rows), np.concatenate(got_targets)
+        return rows_at + offset, targets, norms[rows_at] / self.norms[targets]
+
+    def nearest(self, units, live, tol: float):
+        """(rows, targets): each of the rows `live` within `tol` of a target, with it."""
+        import numpy as np
+
+        rows, targets = self.grids[tol].pairs(units[live, :3], live)
+        err = np.abs(units[rows] - self.units[targets]).max(axis=1) if rows.size else rows
+        near = err <= tol
+        rows, targets, err = rows[near], targets[near], err[near]
+        if rows.size == 0:
+            return rows, targets
+        order = np.lexsort((err, rows))  # per row, best first
+        rows, targets, err = rows[order], targets[order], err[order]
+        first = np.r_[True, rows[1:] != rows[:-1]]
+        runner_up = np.full(rows.size, np.inf)
+        runner_up[:-1] = np.where(~first[1:], err[1:], np.inf)
+        clear = first & (runner_up > AMBIGUOUS * np.maximum(err, 1e-7))
+        return rows[clear], targets[clear]
+
+
+PASSES = (1e-4, TOL)  # the tight pass, then the loose one for the rows it left
+
+
+class Grid:
+    """Points (three values each) hashed on a grid of `cell`: a query within half a cell of a
+    point, in every value, is in one of the 8 cells around the query's corner nearest it."""
+
+    def __init__(self, points, cell: float):
+        import numpy as np
+
+        self.cell = cell
+        cells = cell_ids(np.floor(points / cell))
+        self.order = np.argsort(cells, kind="stable")
+        self.cells = cells[self.order]
+
+    def pairs(self, queries, numbers):
+        """(query number, point index) for every point in the 8 cells near each query."""
+        import numpy as np
+
+        scaled = queries / self.cell
+        base = np.floor(scaled)
+        toward = np.where(scaled - base < 0.5, -1.0, 1.0)  # the nearer neighbour, per value
+        rows_out, points_out = [], []
+        for step in itertools.product((0.0, 1.0), repeat=3):
+            ids = cell_ids(base + toward * np.array(step, dtype=base.dtype))
+            lo, hi = self.spans(ids)
+            counts = hi - lo
+            hit = np.flatnonzero(counts)
+            if hit.size == 0:
+                continue
+            counts = counts[hit]
+            starts = np.repeat(lo[hit] - np.cumsum(counts) + counts, counts)
+            rows_out.append(np.repeat(numbers[hit], counts))
+            points_out.append(self.order[np.arange(counts.sum()) + starts])
+        if not rows_out:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return np.concatenate(rows_out), np.concatenate(points_out)
+
+    def spans(self, ids):
+        """Where each id's points start and end in the sorted cells (needles sorted first:
+        a search for sorted needles stays in the cache)."""
+        import numpy as np
+
+        order = np.argsort(ids, kind="stable")
+        lo, hi = np.empty_like(ids), np.empty_like(ids)
+        lo[order] = np.searchsorted(self.cells, ids[order], side="left")
+        hi[order] = np.searchsorted(self.cells, ids[order], side="right")
+        return lo, hi
+
+
+def cell_ids(q):
+    """One integer per grid cell of three values (each cell index within +-2**20)."""
+    import numpy as np
+
+    q = np.clip(q, -(1 << 20), (1 << 20) - 1).astype(np.int64) + (1 << 20)
+    return (q[:, 0] << 42) | (q[:, 1] << 21) | q[:, 2]

@@ -1,0 +1,275 @@
+"""The objects a cache is made of, inside the student's process (part of the worker: imports
+nothing of the grader): every float array reachable from a root, breadth first and with no
+depth limit (a linked list of a thousand nodes is as reachable as a dict), through lists,
+tuples, dicts, sets, deques, objects, slots, closures and callable objects such as a PyTorch
+module; NumPy arrays, PyTorch tensors (bfloat16 by its bits) and float `array.array`s, read and
+written in their own memory. Never the weights: arrays mapped from the weights file, the
+weights argument's, and copies of either (recognised by shape and first values).
+"""
+
+import collections
+import functools
+import os
+
+MAX_OBJECTS = 1_000_000  # objects the walk visits at most
+
+
+class Source:
+    """One float array reachable from the cache, read and written in its own dtype: a NumPy
+    array, or a PyTorch bfloat16 tensor's bits (`bf16`)."""
+
+    def __init__(self, array, bf16: bool = False):
+        self.array, self.bf16 = array, bf16
+
+    def decode(self, rows):
+        import numpy as np
+
+        if self.bf16:  # the upper half of a float32's bits
+            return (rows.astype(np.uint16).astype(np.uint32) << 16).view(np.float32)
+        return rows
+
+
+class Walk:
+    """Every object reachable from the roots, breadth first (a linked list of a thousand nodes
+    is as reachable as a dict), and the float arrays among them."""
+
+    def __init__(self, skip: "WeightSkip"):
+        self.skip = skip
+        self.seen: set[int] = set()
+        self.places: set[tuple] = set()  # (address, shape, strides, dtype) of each array kept
+        self.sources: list[Source] = []
+        self.skipped = 0  # weights recognised and left alone
+        self.limited = False
+
+    def visit(self, root) -> None:
+        queue = collections.deque([root])
+        while queue:
+            obj = queue.popleft()
+            if id(obj) in self.seen:
+                continue
+            if len(self.seen) >= MAX_OBJECTS:
+                self.limited = True
+                return
+            self.seen.add(id(obj))
+            queue.extend(self.take(obj))
+
+    def take(self, obj) -> list:
+        """Keep obj when it is an array; else the objects it holds."""
+        source = as_source(obj)
+        if source is not None:
+            for candidate in (source, base_of(source)):
+                self.keep(candidate)
+            return []
+        return children(obj)
+
+    def keep(self, source: "Source | None") -> None:
+        if source is None:
+            return
+        a = source.array
+        if a.dtype.kind not in "fiu" or (a.dtype.kind in "iu" and not source.bf16):
+            return
+        key = (address(a), a.shape, a.strides, a.dtype.str)
+        if key in self.places:
+            return
+        self.places.add(key)
+        if self.skip(a):
+            self.skipped += 1
+            return
+        self.sources.append(source)
+
+    def summary(self) -> dict:
+        return {"objects": len(self.seen), "arrays": len(self.sources), "limited": self.limited}
+
+    def describe(self) -> str:
+        """What was found, for a student to compare with where their cache keeps its K/V."""
+        kinds = collections.Counter(
+            f"{'bfloat16' if s.bf16 else s.array.dtype.name} {list(s.array.shape)}"
+            + ("" if s.array.flags.writeable else " read-only")
+            for s in self.sources
+        )
+        shown = ", ".join(f"{count} x {kind}" for kind, count in kinds.most_common(6))
+        more = f" and {len(kinds) - 6} other shapes" if len(kinds) > 6 else ""
+        weights = f"; {self.skipped} weight arrays left out" if self.skipped else ""
+        cut = f"; the walk stopped at {MAX_OBJECTS} objects" if self.limited else ""
+        return (
+            f"{len(self.sources)} float arrays reachable from the cache ({shown or 'none'}{more}"
+            f"{weights}), {len(self.seen)} objects walked{cut}"
+        )
+
+
+NOT_WALKED = (str, bytes, bytearray, int, float, complex, bool, type(None), type)
+
+
+def children(obj) -> list:
+    """The objects obj holds: items, values, attributes, slots, a closure's cells, a bound
+    method's object. Never a module's or a function's globals (the whole program)."""
+    import types
+
+    if isinstance(obj, (*NOT_WALKED, types.ModuleType)):
+        return []
+    if isinstance(obj, dict):
+        return list(obj.values())
+    if isinstance(obj, (list, tuple, set, frozenset, collections.deque)):
+        return list(obj)
+    if isinstance(obj, types.MethodType):
+        return [obj.__self__, obj.__func__]
+    if isinstance(obj, types.FunctionType):
+        return [cell.cell_contents for cell in obj.__closure__ or () if cell_filled(cell)]
+    if isinstance(obj, types.BuiltinFunctionType):
+        return []
+    held = []
+    try:
+        held += list(object.__getattribute__(obj, "__dict__").values())
+    except (AttributeError, TypeError):
+        pass
+    for cls in type(obj).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        for slot in (slots,) if isinstance(slots, str) else slots:
+            try:
+                held.append(object.__getattribute__(obj, slot))
+            except (AttributeError, TypeError):
+                pass
+    return held
+
+
+def cell_filled(cell) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 (an empty cell raises)
+    except ValueError:
+        return False
+    return True
+
+
+def as_source(obj) -> "Source | None":
+    """obj as a float array sharing its memory, or None: NumPy arrays, PyTorch tensors (a
+    bfloat16 one by its bits), `array.array` and float memoryviews."""
+    import array
+
+    import numpy as np
+
+    if isinstance(obj, np.ndarray):
+        return Source(obj)
+    if isinstance(obj, (array.array, memoryview)):
+        try:
+            a = np.asarray(obj)
+        except (TypeError, ValueError):
+            return None
+        return Source(a) if a.dtype.kind == "f" else None
+    if type(obj).__module__.split(".")[0] == "torch" and hasattr(obj, "detach"):
+        return torch_source(obj)
+    return None
+
+
+def torch_source(tensor) -> "Source | None":
+    try:
+        t = tensor.detach()
+        if str(t.dtype) == "torch.bfloat16":
+            import torch
+
+            return Source(t.view(torch.int16).numpy(), bf16=True)
+        return Source(t.numpy())
+    except Exception:  # noqa: BLE001 (on another device, sparse, ...: not readable here)
+        return None
+
+
+def base_of(source: Source) -> "Source | None":
+    """The array a view was taken from (a preallocated buffer behind a sliced view)."""
+    import numpy as np
+
+    base = source.array.base
+    if isinstance(base, np.ndarray) and base.dtype == source.array.dtype:
+        return Source(base, source.bf16)
+    return None
+
+
+def address(a) -> int:
+    return a.__array_interface__["data"][0]
+
+
+class WeightSkip:
+    """Tells the weights from the cache: arrays in memory mapped from the weights file, the
+    arrays of the weights argument, and copies of either (a PyTorch model's parameters), known
+    by their shape and first values."""
+
+    def __init__(self, weights):
+        path = os.environ.get("THEINFERENCE_WEIGHTS", "")
+        self.ranges = mapped_ranges(path)
+        self.starts = collections.defaultdict(set)
+        for shape, firsts in file_signatures(path).items():
+            self.starts[shape] |= firsts
+        walk = Walk(skip=lambda a: False)
+        if weights is not None:
+            walk.visit(weights)
+        self.addresses = {address(s.array) for s in walk.sources}
+        for source in walk.sources:
+            if source.array.size >= SIGNED:
+                self.starts[tuple(source.array.shape)].add(first_values(source.array))
+
+    def __call__(self, a) -> bool:
+        start = address(a)
+        if start in self.addresses or any(lo <= start < hi for lo, hi in self.ranges):
+            return True
+        firsts = self.starts.get(tuple(a.shape)) if a.size >= SIGNED else None
+        return bool(firsts) and first_values(a) in firsts
+
+
+SIGNED = 4096  # arrays this large are compared with the weights' first values
+
+
+def first_values(a) -> bytes:
+    """The first 16 values in C order (of the first row, where rows are that long)."""
+    import numpy as np
+
+    row = a[(0,) * (a.ndim - 1)] if a.ndim > 1 else a
+    return np.asarray(row[:16], dtype=np.float32).tobytes()
+
+
+@functools.cache
+def file_signatures(path: str) -> dict:
+    """shape -> the first values of each float32 tensor of a .safetensors file, and of its
+    transpose, read from the file's header and first rows without mapping it whole."""
+    import json
+    import struct
+
+    import numpy as np
+
+    starts = collections.defaultdict(set)
+    try:
+        with open(path, "rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(size))
+            for name, t in header.items():
+                shape = tuple(t["shape"]) if name != "__metadata__" else ()
+                if t.get("dtype") != "F32" or not 1 <= len(shape) <= 2:
+                    continue
+                if int(np.prod(shape)) < SIGNED or shape[-1] < 16:
+                    continue
+                f.seek(8 + size + t["data_offsets"][0])
+                rows = min(16, shape[0]) if len(shape) == 2 else 1
+                first = np.frombuffer(f.read(4 * rows * shape[-1]), dtype="<f4")
+                first = first.reshape(rows, -1) if len(shape) == 2 else first[None]
+                starts[shape].add(first[0, :16].astype(np.float32).tobytes())
+                if len(shape) == 2 and rows == 16:
+                    starts[shape[::-1]].add(first[:16, 0].astype(np.float32).tobytes())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, struct.error):
+        pass
+    return {shape: frozenset(firsts) for shape, firsts in starts.items()}
+
+
+def mapped_ranges(path: str) -> list[tuple[int, int]]:
+    """The address ranges of this process's mappings of `path` (the weights file)."""
+    if not path:
+        return []
+    try:
+        real = os.path.realpath(path)
+        with open("/proc/self/maps") as maps:
+            lines = maps.read().splitlines()
+    except OSError:
+        return []
+    ranges = []
+    for line in lines:
+        parts = line.split(maxsplit=5)
+        if len(parts) == 6 and parts[5] in (path, real):
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            ranges.append((lo, hi))
+    return ranges
