@@ -6,7 +6,7 @@ import pytest
 from tests.bugs import BUGS, REFERENCE, planted
 from tests.helpers import SOLUTIONS, STAGES, grade_course, make_course, statuses
 from theinference.curriculum.checks import CHECKS
-from theinference.curriculum.stages import load_stages
+from theinference.curriculum.stages import load_stages, with_run_draws
 
 ALL = STAGES
 
@@ -20,8 +20,18 @@ def test_reference_solution_passes_every_stage(reference_course, weights):
     assert worst < 0.2  # far inside the tolerance, not scraping past it
     # one student process served the whole run, but for the floors' measured calls, each alone
     # in a fresh process (and the one started after it)
-    floors = sum(CHECKS[c.check].flop is not None for s in load_stages() for c in s.cases)
+    floors = sum(measured(s, c) for s in load_stages() for c in with_run_draws(s, 0).cases)
+    assert floors >= 3  # the two cost proofs, and a long graded generation
     assert 1 + floors <= run.worker_startups <= 1 + 2 * floors
+
+
+def measured(stage, case) -> bool:
+    """Whether the grader runs the case alone against the floor."""
+    from theinference.grading.judging import is_measured
+    from theinference.oracle.config import GPT2_124M
+
+    check = CHECKS[case.check]
+    return is_measured(check, case, check.arguments(case, GPT2_124M), GPT2_124M)
 
 
 @pytest.mark.slow

@@ -39,11 +39,7 @@ def grade_case(
     args = check.arguments(case, answers.recompute.config)
     clock = OracleClock()
     fixed = fix_answer(check, case, args, answers, clock)
-    config = answers.recompute.config
-    measured = check.flop is not None and not case.inputs.get("must_raise")
-    measured = measured and worth_measuring(
-        check.flop(args, config), check.cached_flop(args, config) if check.cached_flop else None
-    )
+    measured = is_measured(check, case, args, answers.recompute.config)
     if measured:
         outcome = measured_call(stage, check, args, process, answers)
     else:
@@ -66,6 +62,15 @@ def grade_case(
     if (lesson := lesson_for(result)) is not None:
         result.lesson = lesson[0].id
     return result, args, verdict
+
+
+def is_measured(check: Check, case: Case, args: list, config) -> bool:
+    """Whether the call runs alone in a fresh process against the floor: a cost proof, or a
+    graded case whose recompute needs many times a cache's work (floor.worth_measuring)."""
+    if check.flop is None or case.inputs.get("must_raise"):
+        return False
+    cached = check.cached_flop(args, config) if check.cached_flop else None
+    return worth_measuring(check.flop(args, config), cached)
 
 
 def asked_unswapped(stage, case, args, process, answers, clock, plan: SwapPlan):
