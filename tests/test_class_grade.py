@@ -191,6 +191,31 @@ def render(chromium: str, html: Path, tmp: Path) -> tuple[str, bytes]:
     return dom.stdout, (tmp / "class.png").read_bytes()
 
 
+def test_every_record_says_what_its_job_had(graded, tmp_path):
+    """Would catch a record, a student page or the class report that does not say what the
+    job grading it had (its CPUs as BLAS threads and memory, shared out of the allocation,
+    and where those figures came from), or a job given more CPUs than the allocation has."""
+    from theinference.grading.allocation import read_allocation
+
+    root = graded[0]
+    here = read_allocation()
+    for sid, record in records(root / "results").items():
+        share = record["allocation"]
+        if record["status"] == "rejected":  # nothing ran
+            assert share is None, sid
+            continue
+        assert (share["allocation_cpus"], share["cpus_from"]) == (here.cpus, here.cpus_from)
+        assert 1 <= share["jobs"] <= 2 and share["cpus"] * share["jobs"] <= here.cpus, share
+        assert share["memory_bytes"] * share["jobs"] <= share["allocation_memory_bytes"]
+    html = tmp_path / "class.html"
+    assert runner.invoke(app, ["report", str(root / "results"), "--html",
+                               str(html)]).exit_code == 0
+    text = html.read_text()
+    assert "<section id=allocation>" in text and f"({here.cpus_from})" in text
+    page = (tmp_path / "class-students" / "ref-dir.html").read_text()
+    assert "Graded with sandbox" in page and "at once, of" in page
+
+
 def test_grading_refuses_bad_usage_clearly(tmp_path):
     """Would catch a bad --shard or a missing folder ending in a traceback."""
     for args in (["grade", str(tmp_path), "--out", str(tmp_path / "o"), "--shard", "3/2"],

@@ -3,6 +3,7 @@ grade-on-push workflow with its job-summary stage table."""
 
 import csv
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -63,10 +64,17 @@ def test_summary_prints_the_stage_table(tmp_path):
 # --- past one machine: Slurm and Kubernetes, their shard commands run here ---------------------
 
 FAKE_SBATCH = """#!/usr/bin/env bash
-# Slurm's sbatch, here: an array's tasks run one after another, then a dependent job runs
+# Slurm's sbatch, here: an array's tasks run one after another, then a dependent job runs,
+# each with the allocation its #SBATCH lines ask for in Slurm's variables (memory in MB)
 echo "$*" >> "$SBATCH_LOG"
 script="${@: -2:1}"; mode="${@: -1}"; array=""
 for a in "$@"; do case $a in --array=*) array=${a#--array=};; esac; done
+export SLURM_CPUS_PER_TASK=$(sed -n 's/^#SBATCH --cpus-per-task=//p' "$script")
+mem=$(sed -n 's/^#SBATCH --mem=//p' "$script")
+case $mem in
+  *G) export SLURM_MEM_PER_NODE=$(( ${mem%G} * 1024 ));;
+  *M) export SLURM_MEM_PER_NODE=${mem%M};;
+esac
 if [ -n "$array" ]; then
   for i in $(seq "${array%-*}" "${array#*-}"); do
     SLURM_ARRAY_TASK_ID=$i bash "$script" "$mode" >> "$SBATCH_LOG.out" 2>&1 || exit 1
@@ -108,6 +116,17 @@ def local_env(folder: Path, **extra: str) -> dict[str, str]:
     return {**os.environ, "PATH": f"{folder / 'bin'}:{os.environ['PATH']}", **extra}
 
 
+def assert_graded_within(folder: Path, cpus: int, memory_bytes: int) -> None:
+    """Every record's job had at most the allocation the scheduler gave its shard, and says
+    so (the scheduler's figure is `declared` where it is below this machine's)."""
+    for path in (folder / "class-results" / "submissions").glob("*.json"):
+        share = json.loads(path.read_text())["allocation"]
+        assert share["allocation_cpus"] <= cpus and share["jobs"] == 1, share
+        assert share["allocation_memory_bytes"] <= memory_bytes, share
+        if len(os.sched_getaffinity(0)) > cpus:
+            assert share["cpus_from"] == "declared", share
+
+
 def assert_class_merged(folder: Path) -> None:
     """Every student once, with their own verdict, in the merged results and report."""
     with (folder / "class-results" / "gradebook.csv").open() as f:
@@ -136,6 +155,30 @@ def test_the_slurm_script_submits_an_array_then_a_merge(class_folder):
     assert [p.name for p in sorted(class_folder.glob("results-*"))] == [
         "results-1", "results-2", "results-3"]
     assert_class_merged(class_folder)
+    assert_graded_within(class_folder, 1, 10 << 30)
+
+
+def test_the_slurm_task_passes_its_cpus_and_memory(tmp_path):
+    """Would catch a task that leaves the grader to size itself to the node: its
+    SLURM_CPUS_PER_TASK, and its SLURM_MEM_PER_NODE (or SLURM_MEM_PER_CPU times its CPUs),
+    reach `grade` as --cpus and --memory."""
+    made = runner.invoke(app, ["workflow", "slurm", "--shards", "2"])
+    script = tmp_path / "grade-class.slurm"
+    script.write_text(made.output)
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "theinference").write_text('#!/bin/sh\necho "$@"\n')
+    (tmp_path / "bin" / "theinference").chmod(0o755)
+    cases = [
+        ({"SLURM_CPUS_PER_TASK": "4", "SLURM_MEM_PER_NODE": "40960"}, "--cpus 4 --memory 40960M"),
+        ({"SLURM_CPUS_PER_TASK": "2", "SLURM_MEM_PER_CPU": "5000"}, "--cpus 2 --memory 10000M"),
+        ({}, "--cpus 1"),
+    ]
+    for slurm, expected in cases:
+        env = {k: v for k, v in local_env(tmp_path).items() if not k.startswith("SLURM_")}
+        done = subprocess.run(["bash", str(script), "shard"], capture_output=True, text=True,
+                              env={**env, **slurm, "SLURM_ARRAY_TASK_ID": "2"}, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip().endswith(f"--shard 2/2 {expected}"), done.stdout
 
 
 def test_the_kubernetes_jobs_grade_by_completion_index_then_merge(class_folder):
@@ -157,12 +200,38 @@ def test_the_kubernetes_jobs_grade_by_completion_index_then_merge(class_folder):
         run_container(grade_job, class_folder, JOB_COMPLETION_INDEX=str(index))
     run_container(merge_job, class_folder)
     assert_class_merged(class_folder)
+    requests = grade_job["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]
+    assert_graded_within(class_folder, quantity(requests["cpu"]), quantity(requests["memory"]))
+
+
+def quantity(text: str) -> int:
+    """A Kubernetes quantity as the downward API gives it with divisor 1: CPUs rounded up,
+    memory in bytes."""
+    text = str(text)
+    for suffix, factor in (("Ki", 2**10), ("Mi", 2**20), ("Gi", 2**30), ("Ti", 2**40),
+                           ("m", 0.001), ("k", 10**3), ("M", 10**6), ("G", 10**9)):
+        if text.endswith(suffix):
+            return math.ceil(float(text[: -len(suffix)]) * factor)
+    return math.ceil(float(text))
+
+
+def downward_env(container: dict) -> dict[str, str]:
+    """The container's environment as Kubernetes sets it, resource fields resolved."""
+    env = {}
+    for item in container.get("env", []):
+        field = item.get("valueFrom", {}).get("resourceFieldRef")
+        if field is None:
+            env[item["name"]] = str(item["value"])
+            continue
+        kind, resource = field["resource"].split(".")
+        env[item["name"]] = str(quantity(container["resources"][kind][resource]))
+    return env
 
 
 def run_container(job: dict, folder: Path, **env: str) -> None:
     """The container's command in `folder` (the volume it mounts at its workingDir)."""
     container = job["spec"]["template"]["spec"]["containers"][0]
     done = subprocess.run([*container["command"], *container["args"]], cwd=folder,
-                          capture_output=True, text=True, env=local_env(folder, **env),
-                          timeout=900)
+                          capture_output=True, text=True,
+                          env=local_env(folder, **downward_env(container), **env), timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]

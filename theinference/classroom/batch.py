@@ -1,6 +1,8 @@
 """`theinference grade`: a class of submissions, each graded by `theinference test` in a process
 of its own (so a submission that crashes, hangs or floods costs only its own row), several at
-once but never more than the cores and memory allow, and none graded twice for the same content.
+once but never more than the allocation's CPUs and memory allow (grading/allocation.py: the
+affinity, cgroup quota and memory limit, not the node), its CPUs shared out among the jobs as
+BLAS threads, and none graded twice for the same content.
 """
 
 import hashlib
@@ -30,6 +32,7 @@ from theinference.classroom.records import FINAL, SCHEMA, read_record, record_pa
 from theinference.classroom.runner import RunnerError, give_runner, runner_modules
 from theinference.course.languages import TYPESCRIPT
 from theinference.course.settings import Grading
+from theinference.grading.allocation import Allocation, read_allocation
 from theinference.grading.provenance import provenance, with_run
 
 GRADER_OVERHEAD_BYTES = 3 << 29  # the grader process beside each student process (1.5 GiB)
@@ -85,22 +88,31 @@ class Plan:
         return env | ({"THEINFERENCE_SEED": str(self.seed)} if self.seed is not None else {})
 
 
-def default_jobs(memory_bytes: int) -> int:
-    """As many at once as there are cores, and as fit in the memory free now with every
+def default_jobs(memory_bytes: int, allocation: Allocation | None = None) -> int:
+    """As many at once as the allocation has CPUs, and as fit in its memory with every
     student process at its cap beside its grader: never more."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    fit = available_memory() // (memory_bytes + GRADER_OVERHEAD_BYTES)
-    return max(1, min(cores or 1, fit))
+    allocation = allocation or read_allocation()
+    fit = allocation.memory_bytes // (memory_bytes + GRADER_OVERHEAD_BYTES)
+    return max(1, min(allocation.cpus, fit))
 
 
-def available_memory() -> int:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+def blas_threads(allocation: Allocation, jobs: int) -> int:
+    """Each job's BLAS threads: the allocation's CPUs shared out among the jobs."""
+    return max(1, allocation.cpus // max(1, jobs))
+
+
+def job_share(allocation: Allocation, jobs: int) -> dict:
+    """What one job had, for its record: its CPUs (as BLAS threads) and memory, the whole
+    allocation's, and where those figures came from."""
+    return {
+        "jobs": jobs,  # graded at once
+        "cpus": blas_threads(allocation, jobs),
+        "memory_bytes": allocation.memory_bytes // max(1, jobs),
+        "allocation_cpus": allocation.cpus,
+        "allocation_memory_bytes": allocation.memory_bytes,
+        "cpus_from": allocation.cpus_from,  # machine | affinity | cgroup quota | declared
+        "memory_from": allocation.memory_from,  # machine | memory limit | declared
+    }
 
 
 def in_shard(sid: str, shard: tuple[int, int] | None) -> bool:
@@ -118,12 +130,15 @@ def grade_class(
     results_dir: Path,
     jobs: int,
     on_done: Callable[[dict, bool], None] = lambda record, reused: None,
+    allocation: Allocation | None = None,
 ) -> list[dict]:
-    """Grade every submission (reusing a record whose content and plan are unchanged)."""
+    """Grade every submission (reusing a record whose content and plan are unchanged), `jobs`
+    at once within `allocation` (default: this process's)."""
     key = plan.key()
+    allocation = allocation or read_allocation()
 
     def one(sub: Submission) -> dict:
-        record, reused = grade_or_reuse(sub, plan, key, results_dir, jobs)
+        record, reused = grade_or_reuse(sub, plan, key, results_dir, jobs, allocation)
         on_done(record, reused)
         return record
 
@@ -131,7 +146,7 @@ def grade_class(
         return list(pool.map(one, subs))
 
 
-def grade_or_reuse(sub, plan, key, results_dir, jobs) -> tuple[dict, bool]:
+def grade_or_reuse(sub, plan, key, results_dir, jobs, allocation) -> tuple[dict, bool]:
     from theinference.classroom.records import write_record
 
     started = time.monotonic()
@@ -145,15 +160,16 @@ def grade_or_reuse(sub, plan, key, results_dir, jobs) -> tuple[dict, bool]:
     old = read_record(record_path(results_dir, sub.id))
     if old and (old["content_sha256"], old["plan_key"]) == (digest, key) and old["status"] in FINAL:
         return old, True
-    status, message, results = run_test(files, plan, jobs)
+    status, message, results = run_test(files, plan, jobs, allocation)
     record = new_record(sub, plan, key, digest, status, message, results, started, files,
-                        submission_language(files, plan.settings_toml))
+                        submission_language(files, plan.settings_toml),
+                        job_share(allocation, jobs))
     write_record(results_dir, record)
     return record, False
 
 
 def new_record(sub, plan, key, digest, status, message, results, started, files=None,
-               language=None) -> dict:
+               language=None, share=None) -> dict:
     rows = stage_rows(results, plan.points, plan.grading)
     sandbox = (results or {}).get("sandbox", "not run")
     return {
@@ -173,13 +189,16 @@ def new_record(sub, plan, key, digest, status, message, results, started, files=
         "code": own_code(files) if files else {},
         "sandbox": (results or {}).get("sandbox"),  # bwrap | unprivileged-user | none
         "sandbox_notes": (results or {}).get("notes", []),
+        "allocation": share,  # job_share: what its job had; None when nothing ran
         "results": results,
     }
 
 
-def run_test(files: dict[str, bytes], plan: Plan, jobs: int) -> tuple[str, str, dict | None]:
+def run_test(files: dict[str, bytes], plan: Plan, jobs: int,
+             allocation: Allocation | None = None) -> tuple[str, str, dict | None]:
     """`theinference test` on a fresh course holding the student's files, in a throwaway
-    folder; returns (status, message, its JSON)."""
+    folder, as one of `jobs` sharing `allocation` (default: this process's); returns (status,
+    message, its JSON)."""
     work = Path(tempfile.mkdtemp(prefix="theinference-grade-"))
     try:
         language = submission_language(files, plan.settings_toml)
@@ -189,7 +208,7 @@ def run_test(files: dict[str, bytes], plan: Plan, jobs: int) -> tuple[str, str, 
         output, errors = work / "results.json", work / "stderr.txt"
         with errors.open("wb") as err:
             code = run_bounded(plan.test_command(course, output), err, plan.submission_timeout,
-                               jobs, plan.test_env())
+                               jobs, plan.test_env(), allocation)
         tail = errors.read_bytes()[-STDERR_KEPT:].decode(errors="replace").strip()
         if code in (0, 1) and output.is_file():
             return "graded", "", json.loads(output.read_text())
@@ -204,11 +223,13 @@ def run_test(files: dict[str, bytes], plan: Plan, jobs: int) -> tuple[str, str, 
         remove_tree(work)
 
 
-def run_bounded(cmd: list[str], stderr, timeout: float, jobs: int, env: dict) -> int | None:
-    """Run the grader; past the backstop, interrupt it (it stops its student process on the
-    way out), then kill its group. None: it had to be stopped."""
+def run_bounded(cmd: list[str], stderr, timeout: float, jobs: int, env: dict,
+                allocation: Allocation | None = None) -> int | None:
+    """Run the grader with its share of the allocation's CPUs as BLAS threads; past the
+    backstop, interrupt it (it stops its student process on the way out), then kill its group.
+    None: it had to be stopped."""
     env = dict(env)
-    threads = str(max(1, (os.cpu_count() or 1) // jobs))  # BLAS threads: cores shared out
+    threads = str(blas_threads(allocation or read_allocation(), jobs))
     env.update(OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=stderr, env=env, start_new_session=True)

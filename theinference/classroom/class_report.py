@@ -10,6 +10,7 @@ from pathlib import Path
 
 from theinference.atomic import atomic_write
 from theinference.classroom.gradebook import stage_slugs
+from theinference.classroom.report_sections import has_share, job_text
 from theinference.classroom.svg import bar_chart, histogram
 from theinference.results import where_text
 from theinference.results.text import html_text as escape  # controls shown, not kept
@@ -142,6 +143,7 @@ def student_body(record: dict) -> str:
              f"<p>{escape(record['status'])}: {record['score']:g} of {record['max_score']:g} "
              f"points{f' ({language_name(record)})' if language_name(record) else ''}. "
              f"{escape(record['message'])}</p>",
+             *graded_with(record),
              "<table><tr><th>stage</th><th>status</th><th>score</th><th>cases passed</th>"
              "<th>suspected bug</th><th>worst error (× tolerance)</th></tr>"]
     for s in record["stages"]:
@@ -160,6 +162,16 @@ def student_body(record: dict) -> str:
                 parts.append(f"<h3>{escape(stage['slug'])}: {escape(case['name'])}</h3>"
                              f"<pre>{escape(case['message'][:2000])}</pre>")
     return "\n".join(parts)
+
+
+def graded_with(record: dict) -> list[str]:
+    """The sandbox and the job's share of the allocation, when the record says."""
+    said = []
+    if record.get("sandbox"):
+        said.append(f"sandbox {escape(record['sandbox'])}")
+    if has_share(record):
+        said.append(escape(job_text(record["allocation"])))
+    return [f"<p class=graded-with>Graded with {'; '.join(said)}.</p>"] if said else []
 
 
 def stage_diagnosis(stage: dict) -> list[str]:

@@ -2,7 +2,13 @@
 (workflow.py): a Slurm array job and a Kubernetes Indexed Job. Each shard runs
 `grade --shard I/N` from its array or completion index into results-I/, then one step runs
 `gradebook merge` and the class report. Paths are relative to the folder holding the
-submissions and the course, so the same files run anywhere that folder is shared."""
+submissions and the course, so the same files run anywhere that folder is shared.
+
+Each shard passes its allocation to the grader, which sizes its jobs and BLAS threads to it
+(grading/allocation.py reads the affinity and cgroup besides): a Slurm task its
+SLURM_CPUS_PER_TASK and SLURM_MEM_PER_NODE (or SLURM_MEM_PER_CPU times its CPUs) as --cpus
+and --memory, a pod its requests through the downward API as THEINFERENCE_CPUS and
+THEINFERENCE_MEMORY (a pod without a CPU limit sees the whole node otherwise)."""
 
 import shlex
 
@@ -18,8 +24,10 @@ SLURM = """#!/usr/bin/env bash
 # It submits the array (task I grades shard I/{shards} into results-I/) and a merge job that
 # starts when every task has succeeded; the results land in class-results/ (gradebook.csv, one
 # JSON per student, class.html). A task fails when a submission could not be graded; submit
-# again and only what is missing is graded. Each task grades one submission at a time: the
-# memory asked for covers the student's 8 GiB cap beside the grader.
+# again and only what is missing is graded. Each task grades as many submissions at once as
+# its CPUs and memory allow (passed to the grader as --cpus and --memory), each needing the
+# student's 8 GiB cap and 1.5 GiB for the grader: as written, one at a time. For N at once ask
+# for --cpus-per-task=N and --mem=(N * 10)G.
 #SBATCH --job-name=theinference-grade
 #SBATCH --cpus-per-task=1
 #SBATCH --mem=10G
@@ -37,7 +45,13 @@ case "${{1:-submit}}" in
     ;;
   shard)
     I=${{SLURM_ARRAY_TASK_ID:?this step runs as a task of the array job}}
-    theinference grade {submissions} --out results-$I --course-dir {course} --shard $I/$SHARDS
+    # the task's allocation: its CPUs, and its memory in MB (per node, or per CPU)
+    CPUS=${{SLURM_CPUS_PER_TASK:-1}}
+    MEM_MB=${{SLURM_MEM_PER_NODE:-$(( ${{SLURM_MEM_PER_CPU:-0}} * CPUS ))}}
+    ALLOCATION=(--cpus "$CPUS")
+    if [ "$MEM_MB" -gt 0 ]; then ALLOCATION+=(--memory "${{MEM_MB}}M"); fi
+    theinference grade {submissions} --out results-$I --course-dir {course} --shard $I/$SHARDS \\
+      "${{ALLOCATION[@]}}"
     ;;
   merge)
     theinference gradebook merge $(seq -f 'results-%g' 1 $SHARDS) --out class-results
@@ -73,7 +87,10 @@ KUBERNETES = """# Grade a class on Kubernetes in {shards} shards, then merge
 #     kubectl apply -f {name} -l step=merge
 #
 # Pods rarely may create user namespaces, so the grader runs each student's code as an
-# unprivileged user rather than in bubblewrap (the report says which).
+# unprivileged user rather than in bubblewrap (the report says which). Each pod's requests
+# reach the grader (THEINFERENCE_CPUS, THEINFERENCE_MEMORY, by the downward API), and any
+# limits through its cgroup: it grades as many submissions at once as they allow, each
+# needing the student's 8 GiB cap and 1.5 GiB for the grader (as written, one at a time).
 apiVersion: batch/v1
 kind: Job
 metadata:
@@ -97,6 +114,11 @@ spec:
 {grade_script}
           resources:
             requests: {{cpu: "1", memory: 10Gi}}
+          env:
+            - name: THEINFERENCE_CPUS
+              valueFrom: {{resourceFieldRef: {{resource: requests.cpu}}}}
+            - name: THEINFERENCE_MEMORY
+              valueFrom: {{resourceFieldRef: {{resource: requests.memory}}}}
           volumeMounts: [{{name: class, mountPath: /work}}]
       volumes: [{{name: class, persistentVolumeClaim: {{claimName: {claim}}}}}]
 ---

@@ -1,6 +1,9 @@
 """The class report's sections beyond the grades: what changed since an earlier run
-(regrade.py), whose cache is fastest (grading/speed.py's figure in each record) and whose code
-is shared (similarity.py). Each returns HTML with every student-made string escaped."""
+(regrade.py), whose cache is fastest (grading/speed.py's figure in each record), whose code
+is shared (similarity.py) and what each grading job had (batch.job_share in each record).
+Each returns HTML with every student-made string escaped."""
+
+from collections import Counter
 
 from theinference.classroom.regrade import Regrade
 from theinference.classroom.similarity import Pair
@@ -51,6 +54,59 @@ def speed_section(records: list[dict]) -> str:
         f"{rows}</table>"
         + histogram([s["ratio"] for _, s in ranked], "speed, x the oracle's decode step", mark=1.0)
         + "</section>"
+    )
+
+
+def job_text(share: dict) -> str:
+    """`1 CPU and 9.5 GiB each, 1 at once, of 1 CPU (affinity) and 9.5 GiB (memory limit)`"""
+    return (f"{share['cpus']} CPU{'s' if share['cpus'] != 1 else ''} and "
+            f"{gib(share['memory_bytes'])} each, {share['jobs']} at once, of "
+            f"{share['allocation_cpus']} CPU{'s' if share['allocation_cpus'] != 1 else ''} "
+            f"({share['cpus_from']}) and {gib(share['allocation_memory_bytes'])} "
+            f"({share['memory_from']})")
+
+
+def gib(size: int) -> str:
+    return f"{size / 2**30:.1f} GiB"
+
+
+SHARE_KEYS = ("jobs", "cpus", "memory_bytes", "allocation_cpus", "allocation_memory_bytes",
+              "cpus_from", "memory_from")
+
+
+def has_share(record: dict) -> bool:
+    share = record.get("allocation")
+    return isinstance(share, dict) and all(key in share for key in SHARE_KEYS)
+
+
+def share_row(s: dict) -> tuple[str, ...]:
+    """The table's cells for one job's share (memory to a tenth of a GiB, so the jobs of one
+    allocation read once per run share a row)."""
+    return (str(s["jobs"]), str(s["cpus"]), gib(s["memory_bytes"]),
+            f"{s['allocation_cpus']} ({s['cpus_from']})",
+            f"{gib(s['allocation_memory_bytes'])} ({s['memory_from']})")
+
+
+def allocation_section(records: list[dict]) -> str:
+    """What the jobs that graded the class had: CPUs (the BLAS threads each job was given)
+    and memory, shared out of the allocation the grader read, and where those figures came
+    from; a row per distinct share, with how many submissions it graded. Empty when no
+    record says (every one reused from before this was recorded, or none ran)."""
+    shares = Counter(share_row(r["allocation"]) for r in records if has_share(r))
+    if not shares:
+        return ""
+    rows = [f"<tr>{''.join(f'<td>{escape(cell)}</td>' for cell in row)}<td>{count}</td></tr>"
+            for row, count in sorted(shares.items(), key=lambda item: (-item[1], item[0]))]
+    return (
+        "<section id=allocation><h2>What each grading job had</h2>"
+        "<p>The CPUs and memory the grader read for its allocation (CPU affinity, a cgroup's "
+        "CPU quota or memory limit, a scheduler's figure passed as <code>--cpus</code> or "
+        "<code>--memory</code>, else the machine), shared out among the submissions graded "
+        "at once: each job's CPUs are its BLAS threads. Timeouts and run times read against "
+        "these.</p>"
+        "<table><tr><th>at once</th><th>CPUs per job</th><th>memory per job</th>"
+        "<th>allocation CPUs (from)</th><th>allocation memory (from)</th>"
+        f"<th>submissions</th></tr>{''.join(rows)}</table></section>"
     )
 
 

@@ -128,13 +128,35 @@ def grade(
             help="Seconds a whole submission may take (a backstop).", callback=limits.positive
         ),
     ] = 1800.0,
+    cpus: Annotated[
+        int | None,
+        typer.Option(help="CPUs allocated to this run (a scheduler's figure), when fewer than "
+                          "its affinity and cgroup show.", envvar="THEINFERENCE_CPUS",
+                     callback=limits.at_least_one),
+    ] = None,
+    memory: Annotated[
+        str | None,
+        typer.Option(help="Memory allocated to this run, e.g. 10G or bytes (K, M, G: powers "
+                          "of 1024), when less than its cgroup and the machine show.",
+                     envvar="THEINFERENCE_MEMORY", callback=limits.size),
+    ] = None,
 ) -> None:
     """Grade a folder of submissions (course folders, .zip/.tar.gz, loose files) into RESULTS:
-    one JSON per student and gradebook.csv. Unchanged submissions are not regraded."""
-    from theinference.classroom.batch import Plan, default_jobs, grade_class, in_shard
+    one JSON per student and gradebook.csv. Unchanged submissions are not regraded.
+
+    Sized to its allocation: the CPUs and memory this process may use (CPU affinity, cgroup
+    quota and memory limit, --cpus and --memory), not the whole machine."""
+    from theinference.classroom.batch import (
+        Plan,
+        blas_threads,
+        default_jobs,
+        grade_class,
+        in_shard,
+    )
     from theinference.classroom.gradebook import write_gradebook
     from theinference.classroom.intake import IntakeError, discover
     from theinference.classroom.records import SUBMISSIONS_DIR
+    from theinference.grading.allocation import parse_size, read_allocation
     from theinference.output.class_screens import grading_progress, print_class_summary
     from theinference.output.report import print_error
 
@@ -164,16 +186,22 @@ def grade(
     if not found:
         raise fail(f"{submissions} holds no submission (folders, .zip or .tar.gz)", exits.USAGE)
     chosen = [s for s in found if in_shard(s.id, slice_)]
-    allowed = default_jobs(plan.memory_bytes)
+    allocation = read_allocation(cpus, parse_size(memory) if memory else None)
+    allowed = default_jobs(plan.memory_bytes, allocation)
     if jobs is not None and jobs > allowed:
-        print_error(f"--jobs {jobs} would oversubscribe this machine: using {allowed}")
+        print_error(f"--jobs {jobs} would oversubscribe this allocation "
+                    f"({allocation.text()}): using {allowed}")
     jobs = min(jobs or allowed, allowed)
+    threads = blas_threads(allocation, jobs)
+    typer.echo(f"allocation: {allocation.text()}; {jobs} at once, {threads} BLAS "
+               f"thread{'s' if threads != 1 else ''} each", err=True)
     # a shard that draws no student is still a results folder `gradebook merge` accepts
     (out / SUBMISSIONS_DIR).mkdir(parents=True, exist_ok=True)
     with grading_progress(len(chosen)) as on_done:
         reused = []
         records = grade_class(chosen, plan, out, jobs,
-                             lambda r, again: (reused.append(again), on_done(r, again)))
+                             lambda r, again: (reused.append(again), on_done(r, again)),
+                             allocation)
     path = write_gradebook(out, records)
     print_class_summary(records, sum(reused), str(path))
     finished = all(r["status"] != "grader-error" for r in records)

@@ -39,6 +39,19 @@ def at_least_one(value: int | None) -> int | None:
     return value
 
 
+def size(value: str | None) -> str | None:
+    """A memory size: `10G`, `10240M`, `10Gi` or bytes, above zero."""
+    from theinference.grading.allocation import parse_size
+
+    if value is not None:
+        try:
+            if parse_size(value) >= MAX_BYTES:
+                raise ValueError(f"{value} is more than any machine has")
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+    return value
+
+
 def seed(value: int | None) -> int | None:
     """A seed for the hidden cases: a whole number, zero or more."""
     if value is not None and value < 0:

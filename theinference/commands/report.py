@@ -43,7 +43,8 @@ def report(
 
 
 def report_sections(records: list[dict], since: Path | None, threshold: float | None):
-    """Speed, similarity (unless threshold is None) and changes since an earlier run."""
+    """Speed, similarity (unless threshold is None), changes since an earlier run, and what
+    the grading jobs had."""
     from theinference.classroom import report_sections as sections
     from theinference.classroom.records import read_records
     from theinference.classroom.regrade import diff_records
@@ -61,6 +62,7 @@ def report_sections(records: list[dict], since: Path | None, threshold: float | 
         if not earlier:
             raise fail(f"{since} holds no graded submissions", exits.USAGE)
         out.append(sections.changes_section(diff_records(earlier, records), str(since)))
+    out.append(sections.allocation_section(records))
     return tuple(s for s in out if s)
 
 
