@@ -142,17 +142,9 @@ def grade(
     ] = None,
 ) -> None:
     """Grade a folder of submissions (course folders, .zip/.tar.gz, loose files) into RESULTS:
-    one JSON per student and gradebook.csv. Unchanged submissions are not regraded.
-
-    Sized to its allocation: the CPUs and memory this process may use (CPU affinity, cgroup
-    quota and memory limit, --cpus and --memory), not the whole machine."""
-    from theinference.classroom.batch import (
-        Plan,
-        blas_threads,
-        default_jobs,
-        grade_class,
-        in_shard,
-    )
+    one JSON per student and gradebook.csv. Unchanged submissions are not regraded. Sized to
+    the CPUs and memory this process may use (affinity, cgroup, --cpus, --memory)."""
+    from theinference.classroom.batch import Plan, grade_class, in_shard
     from theinference.classroom.gradebook import write_gradebook
     from theinference.classroom.intake import IntakeError, discover
     from theinference.classroom.records import SUBMISSIONS_DIR
@@ -187,14 +179,7 @@ def grade(
         raise fail(f"{submissions} holds no submission (folders, .zip or .tar.gz)", exits.USAGE)
     chosen = [s for s in found if in_shard(s.id, slice_)]
     allocation = read_allocation(cpus, parse_size(memory) if memory else None)
-    allowed = default_jobs(plan.memory_bytes, allocation)
-    if jobs is not None and jobs > allowed:
-        print_error(f"--jobs {jobs} would oversubscribe this allocation "
-                    f"({allocation.text()}): using {allowed}")
-    jobs = min(jobs or allowed, allowed)
-    threads = blas_threads(allocation, jobs)
-    typer.echo(f"allocation: {allocation.text()}; {jobs} at once, {threads} BLAS "
-               f"thread{'s' if threads != 1 else ''} each", err=True)
+    jobs = jobs_within(allocation, plan.memory_bytes, jobs)
     # a shard that draws no student is still a results folder `gradebook merge` accepts
     (out / SUBMISSIONS_DIR).mkdir(parents=True, exist_ok=True)
     with grading_progress(len(chosen)) as on_done:
@@ -206,6 +191,23 @@ def grade(
     print_class_summary(records, sum(reused), str(path))
     finished = all(r["status"] != "grader-error" for r in records)
     raise typer.Exit(exits.OK if finished else exits.UNFINISHED)
+
+
+def jobs_within(allocation, memory_bytes: int, asked: int | None) -> int:
+    """The submissions graded at once: as asked, never more than the allocation holds; said
+    on stderr with the BLAS threads each gets."""
+    from theinference.classroom.batch import blas_threads, default_jobs
+    from theinference.output.report import print_error
+
+    allowed = default_jobs(memory_bytes, allocation)
+    if asked is not None and asked > allowed:
+        print_error(f"--jobs {asked} would oversubscribe this allocation "
+                    f"({allocation.text()}): using {allowed}")
+    jobs = min(asked or allowed, allowed)
+    threads = blas_threads(allocation, jobs)
+    typer.echo(f"allocation: {allocation.text()}; {jobs} at once, {threads} BLAS "
+               f"thread{'s' if threads != 1 else ''} each", err=True)
+    return jobs
 
 
 def warm_weights(spec: str, course_dir: Path | None):

@@ -15,7 +15,7 @@ read is the machine's figure. Each figure says where it came from, for the recor
 import math
 import os
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 MACHINE = "machine"
@@ -38,9 +38,6 @@ class Allocation:
         """`1 CPU (affinity), 9.5 GiB (memory limit)`"""
         return (f"{self.cpus} CPU{'s' if self.cpus != 1 else ''} ({self.cpus_from}), "
                 f"{gib(self.memory_bytes)} ({self.memory_from})")
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def gib(size: int) -> str:
