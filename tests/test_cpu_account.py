@@ -193,3 +193,47 @@ def test_the_graders_own_cgroup_is_found_in_each_hierarchy():
     assert (v1.version, v1.path, v1.hierarchy) == (1, Path("/sys/fs/cgroup/cpuacct/grading/a"),
                                                    "cpu,cpuacct")
     assert cgroups.candidates("0::/\n", "") == []  # nothing mounted (a gVisor sandbox, say)
+
+
+X32_FORK = """
+import ctypes
+def x32_fork(_):
+    ctypes.CDLL(None).syscall(0x40000000 + 57)  # fork, by its x32 number
+    return [1.0]
+"""
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="x32 numbers are x86_64's")
+def test_a_fork_by_its_x32_number_is_refused_too(tmp_path):
+    """Catches a filter that reads only the 64-bit numbers: the x32 one starts a process too."""
+    with student(tmp_path, "none") as process:
+        (process.course_dir / "tests" / "adapters.py").write_text(textwrap.dedent(X32_FORK))
+        outcome = process.call_alone("x32_fork", [0], 60, 30.0)
+    assert outcome.kind == "started_process", (outcome.kind, outcome.message)
+
+
+def test_a_guarded_worker_starts_isolated_from_home(tmp_path):
+    """Catches a guarded worker started without -I: a usercustomize.py or .pth the student's
+    code left in its user site (HOME, in `--sandbox none` the grader's own; a venv ignores it,
+    a system Python does not) would run before the filter, free to fork."""
+    from theinference.student import launch
+
+    argv = launch.worker_argv(tmp_path, 3, 4, 2**30, "python", mode="guarded")
+    assert argv[1:3] == ["-I", "-B"] and argv[-1] == "guarded", argv
+
+
+@needs_cgroup
+def test_the_cgroup_v1_account_counts_an_unseen_child(tmp_path, monkeypatch):
+    """Catches a v1 (cpuacct) account read wrong, or its placement failing, where v2 is not
+    writable: the auto-reaped child's CPU is counted there too."""
+    cgroup_text = Path("/proc/self/cgroup").read_text()
+    homes = cgroups.candidates(cgroup_text, Path("/proc/self/mountinfo").read_text())
+    v1 = [h for h in homes if h.version == 1 and not cgroups.probe(h)]
+    if not v1:
+        pytest.skip("no writable cgroup v1 cpuacct hierarchy here")
+    monkeypatch.setattr(cgroups, "home", lambda: (v1[0], ""))
+    with student(tmp_path, CGROUP_KIND) as process:
+        assert process.cpu_account == "cgroup-v1", process.notes
+        outcome = process.call_alone("auto_reaped", [0.4], 60, 30.0)
+    assert outcome.kind == "returned", outcome.message
+    assert 0.32 <= outcome.cpu_seconds <= 1.5, outcome.cpu_seconds
