@@ -149,7 +149,8 @@ class StudentProcess:
         cpu_limit: float | None = None,
     ) -> Outcome:
         """Ask the student's process for one adapter call and wait for its reply. Its CPU time
-        is read from /proc by the grader, never taken from the student's own process. Past
+        is read by the grader (its cgroup's account, else /proc), never taken from the
+        student's own process. Past
         `cpu_limit` CPU-seconds (the whole tree's, since the call started) the process is
         killed and the outcome is `cpu_limit`. With `hook`, every function of that name in the
         course tells the grader when it returns and waits: `on_hook(word)` answers (by
