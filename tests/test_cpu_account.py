@@ -175,6 +175,7 @@ def test_each_mode_has_the_account_it_can_trust(monkeypatch):
     monkeypatch.setattr(cgroups, "home", lambda: (None, "cgroupfs is read-only"))
     nothing = account.choose("bwrap", "ts")
     assert nothing.kind == "none" and "cgroupfs is read-only" in nothing.note
+    assert account.choose("none", "python").note.startswith("CPU account: no cgroup")
 
 
 MOUNTINFO = """\

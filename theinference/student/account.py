@@ -40,11 +40,10 @@ class Account:
 
     @property
     def note(self) -> str:
+        """What the run's notes say of it: nothing for a cgroup (the JSON's `cpu_account`
+        names it), else why there is none and what follows, as the sandbox's notes do."""
         if self.cgroup_home is not None:
-            return (
-                f"CPU account: {self.cgroup_home.label}, a cgroup per student process: every "
-                "process its code starts is counted, however it ends"
-            )
+            return ""
         if self.kind == "seccomp":
             return (
                 f"CPU account: no cgroup the student's process cannot leave ({self.why_no_cgroup})"

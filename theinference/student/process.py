@@ -110,7 +110,7 @@ class StudentProcess:
             self.language = PYTHON  # the worker's start reports the course's problem
         self.account = accounts.choose(self.sandbox, self.language)
         self.cpu_account = self.account.kind  # what this run had: account.py
-        self.notes = [*chosen.notes, self.account.note]
+        self.notes = [*chosen.notes, *filter(None, [self.account.note])]
         self._guarded = False  # the next start is a guarded worker's
         self._import_output = ("", "")  # what the student's code printed while it loaded
         token = (RUN_TOKEN_VAR, self.token)
