@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from theinference.student import account, cgroups, sandbox
-from theinference.student import process as student_process
+from theinference.student import account, cgroups, sandbox, startup
 from theinference.student.process import Limits, StudentProcess
 from theinference.student.sandbox import Sandbox
 
@@ -156,7 +155,7 @@ def test_a_guarded_worker_that_starts_a_process_fails_saying_so(adapter, tmp_pat
 def test_a_worker_whose_filter_is_not_on_is_never_trusted(tmp_path, monkeypatch):
     """Catches a grader that trusts the worker's own word (or nothing) for its filter, as on a
     kernel without seccomp (gVisor may refuse it): the call cannot apply, and says so."""
-    monkeypatch.setattr(student_process, "seccomp_on", lambda pid: False)
+    monkeypatch.setattr(startup, "seccomp_on", lambda pid: False)
     with student(tmp_path, "none") as process:
         outcome = process.call_alone("threads", [0.1], 60, 30.0)
     assert outcome.kind == "unaccounted", outcome.message

@@ -52,8 +52,8 @@ class Account:
             )
         return (
             f"CPU account: none that counts every process ({self.why_no_cgroup}), and a "
-            "TypeScript worker cannot be kept from starting one: the CPU-time checks (generate-"
-            "loop, prefix-caching) fail saying they cannot apply"
+            "TypeScript worker cannot be kept from starting one: the checks of a call's CPU time "
+            "fail saying they cannot apply"
         )
 
 
