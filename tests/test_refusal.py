@@ -1,7 +1,9 @@
-"""generate-loop's refusal past the context: the exception must come up front, before any work.
-A guard met once prefill has begun (at its first line, or deep in the decode after a 1020-token
-prefill and four decode steps) raises the right exception too, but too late: it must fail, in
-Python and in TypeScript alike."""
+"""generate-loop's refusal past the context: the exception must come up front, before any work,
+judged by what the call cost (its CPU time, from outside, against one forward's floor over the
+prompt), not by which function it came from. A guard met deep in the decode, after a
+1020-token prefill and four decode steps, raises the right exception too, but too late: it
+must fail, in Python and in TypeScript alike. A guard at prefill's first line, before any work,
+is a refusal up front by its cost, whatever the function is called."""
 
 from dataclasses import replace
 
@@ -9,8 +11,10 @@ import pytest
 
 from tests.helpers import make_course, reference_text
 from tests.test_typescript import REFERENCE_TS, ts_course
+from theinference.course.languages import course_language
 from theinference.curriculum.stages import load_stages, select
 from theinference.grading.grader import grade
+from theinference.student import sandbox
 from theinference.student.process import Limits
 
 CASE = "asking past the context must raise"
@@ -29,7 +33,7 @@ LATE_TS = [
      "  const d = w[\"wte.weight\"].shape[1];\n"),
 ]
 
-# the same late guard, met as soon as prefill is called: no work done yet, but too late still
+# the guard met as soon as prefill is called: no work done yet, so up front by its cost
 IN_PREFILL_PY = [
     LATE_PY[0],
     ("def prefill(prompt_ids, w, mc):\n",
@@ -61,27 +65,34 @@ def edited(text: str, edits: list[tuple[str, str]]) -> str:
 def refusal(course, weights):
     (stage,) = select(load_stages(), ["generate-loop"])
     stage = replace(stage, cases=[c for c in stage.cases if c.name == CASE], timeout=300)
-    (result,) = grade(course, [stage], weights, Limits(timeout=300)).stages[0].cases
+    # TypeScript's CPU account is a cgroup its process cannot leave (a uid of its own, given
+    # by a root grader); Python's runs as the grader's own user, forbidden to start a process
+    chosen = sandbox.without_bwrap([]) if course_language(course) == "ts" else None
+    run = grade(course, [stage], weights, Limits(timeout=300), sandbox=chosen)
+    (result,) = run.stages[0].cases
     return result
 
 
-@pytest.mark.parametrize(("language", "where"), [
-    ("python", "deep"),
-    ("python", "in-prefill"),
-    ("ts", "in-prefill"),
-    pytest.param("ts", "deep", marks=pytest.mark.slow),  # a 1020-token prefill in TypeScript
+@pytest.mark.parametrize(("language", "where", "passes"), [
+    ("python", "deep", False),
+    ("python", "in-prefill", True),
+    ("ts", "in-prefill", True),
+    pytest.param("ts", "deep", False, marks=pytest.mark.slow),  # a 1020-token TS prefill
 ])
-def test_a_refusal_after_the_work_fails_and_one_up_front_passes(language, where, tmp_path,
-                                                                 weights):
-    """Catches a late guard (the right exception, raised once prefill has been called, or only
-    after prefill and several decode steps) counted as the refusal the stage asks for, or an
-    up-front refusal failed."""
+def test_a_refusal_after_the_work_fails_and_one_up_front_passes(language, where, passes,
+                                                                 tmp_path, weights):
+    """Catches a late guard (the right exception, raised only after prefill and several decode
+    steps) counted as the refusal the stage asks for; an up-front refusal failed, wherever it
+    sits (a function's name is no evidence); a verdict without the figures."""
     make, text = COURSES[language]
     upfront = make(tmp_path / "upfront", text())
-    late = make(tmp_path / "late", edited(text(), LATE[language][where]))
+    guarded = make(tmp_path / "guarded", edited(text(), LATE[language][where]))
     good = refusal(upfront, weights)
     assert good.status.value == "passed", good.message
-    bad = refusal(late, weights)
-    assert bad.status.value == "failed", bad.message
-    assert "only after prefill had run" in bad.message, bad.message
-    assert "position past the context" in bad.message
+    assert "up front" in good.message and "s of CPU" in good.message, good.message
+    other = refusal(guarded, weights)
+    if passes:
+        assert other.status.value == "passed", other.message
+    else:
+        assert other.status.value == "failed", other.message
+        assert "refuses too late" in other.message and "one forward" in other.message

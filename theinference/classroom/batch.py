@@ -188,6 +188,7 @@ def new_record(sub, plan, key, digest, status, message, results, started, files=
         "provenance": with_run(plan.provenance(), sandbox),
         "code": own_code(files) if files else {},
         "sandbox": (results or {}).get("sandbox"),  # bwrap | unprivileged-user | none
+        "cpu_account": (results or {}).get("cpu_account"),  # cgroup-v2 | ... (account.py)
         "sandbox_notes": (results or {}).get("notes", []),
         "allocation": share,  # job_share: what its job had; None when nothing ran
         "results": results,

@@ -75,7 +75,7 @@ def grade(
                 results[stage.slug] = run.grade(stage_limits(stage, limits))
             listener(StageFinished(results[stage.slug]))
         startups, startup_seconds = process.startups, process.startup_seconds
-        kind, notes = process.sandbox, process.notes
+        kind, notes, cpu_account = process.sandbox, process.notes, process.cpu_account
     result = RunResult(
         stages=list(results.values()),
         weights_label=weights.label,
@@ -87,6 +87,7 @@ def grade(
         environment=describe(),
         notes=[*notes, *answers.notes],
         sandbox=kind,
+        cpu_account=cpu_account,
     )
     listener(RunFinished(result))
     return result

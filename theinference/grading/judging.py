@@ -12,13 +12,18 @@ from dataclasses import replace
 
 from theinference.curriculum.checks import CHECKS, Check, Verdict
 from theinference.curriculum.checks.common import Words
-from theinference.curriculum.checks.floor import budget, worth_measuring
+from theinference.curriculum.checks.floor import (
+    CANNOT_MEASURE,
+    budget,
+    forward_flop,
+    worth_measuring,
+)
 from theinference.curriculum.checks.swap import DEPARTS, Seen, SwapPlan, departs
 from theinference.curriculum.stages import Case, Stage
 from theinference.diagnosis.errors import lesson_for
 from theinference.grading.answers import Answers
 from theinference.results import CaseResult, Status, finding_of
-from theinference.student.calibration import sgemm_rate
+from theinference.student.calibration import rate_now
 from theinference.student.process import StudentProcess
 from theinference.student.replies import Outcome
 
@@ -27,7 +32,8 @@ OUTCOME_STATUS = {
     "timeout": Status.TIMEOUT,
     "cpu_limit": Status.FAILED,  # a CPU budget is a cost check's: past it, the cost failed
 }
-REFUSAL_HOOK = "prefill"  # a refusal's witness: did prefill begin before it?
+UNACCOUNTED = ("unaccounted", "started_process")  # a measured call that cannot be trusted
+REFUSAL_FRACTION = 0.5  # of one forward's floor over the prompt, when the spec names none
 
 
 def grade_case(
@@ -42,10 +48,12 @@ def grade_case(
     measured = is_measured(check, case, args, answers.recompute.config)
     if measured:
         outcome = measured_call(stage, check, args, process, answers)
+    elif case.inputs.get("must_raise"):
+        outcome = refusal_call(stage, check, args, process, answers)
     else:
         on_hook = fixed.answer if isinstance(fixed, SwapPlan) else None
-        hook = REFUSAL_HOOK if case.inputs.get("must_raise") else check.hook
-        outcome = process.call(check.adapter, args, stage.timeout, hook, on_hook, watch=check.watch)
+        call = (check.adapter, args, stage.timeout, check.hook, on_hook)
+        outcome = process.call(*call, watch=check.watch)
     verdict = judge(stage, case, args, outcome, answers, clock, fixed, measured=measured)
     if isinstance(fixed, SwapPlan) and departs(verdict):
         outcome, verdict = asked_unswapped(stage, case, args, process, answers, clock, fixed)
@@ -100,22 +108,43 @@ def fix_answer(check: Check, case: Case, args: list, answers: Answers, clock: "O
 
 
 def measured_call(stage: Stage, check: Check, args: list, process, answers: Answers) -> Outcome:
-    """The call alone in a fresh process, stopped at the stage's fraction of the floor: the
-    CPU time a recompute's arithmetic needs at this machine's rate (checks/floor.py)."""
-    rate, why = sgemm_rate(process)
+    """The call alone in a fresh process whose every CPU-second is accounted, stopped at the
+    stage's fraction of the floor: the CPU time a recompute's arithmetic needs at this
+    machine's rate, measured just before it (checks/floor.py)."""
+    flop = check.flop(args, answers.recompute.config)
+    outcome = cpu_bounded_call(check.adapter, args, stage, process, flop, "floor_fraction")
+    if outcome.kind == "cpu_limit":
+        outcome.kind = "returned"  # judged: a call stopped at the limit recomputes
+    return outcome
+
+
+def refusal_call(stage: Stage, check: Check, args: list, process, answers: Answers) -> Outcome:
+    """A request that must be refused up front, judged by what it cost: alone in a fresh
+    process, stopped at a fraction of one forward's floor over its prompt (a guard met once
+    the work has begun costs about that much at least; a refusal up front, almost nothing)."""
+    flop = forward_flop(answers.recompute.config, len(args[0]))
+    return cpu_bounded_call(check.adapter, args, stage, process, flop, "refusal_fraction")
+
+
+def cpu_bounded_call(adapter: str, args: list, stage: Stage, process, flop: float, fraction: str):
+    """The call alone (StudentProcess.call_alone) under `flop` at this machine's rate times the
+    stage's `fraction`; its probe holds what was measured, or why nothing could be (an
+    `error`), or why the call fails whatever it returned (a `failure`)."""
+    rate, why = rate_now(process)  # beside the call, under the load it will meet
     if rate is None:
         outcome = Outcome("returned")
         outcome.probe = {"error": why}
         return outcome
-    flop = check.flop(args, answers.recompute.config)
-    floor, limit = budget(flop, rate, float(stage.words["floor_fraction"]))
-    process.stop()  # a fresh process: nothing from an earlier call is at hand
-    outcome = process.call(check.adapter, args, stage.timeout, cpu_limit=limit)
-    process.stop()
+    share = float(stage.words.get(fraction, REFUSAL_FRACTION))
+    floor, limit = budget(flop, rate, share)
+    outcome = process.call_alone(adapter, args, stage.timeout, limit)
+    if outcome.kind in UNACCOUNTED:
+        failure = outcome.message
+        outcome = Outcome("returned")
+        outcome.probe = {"failure": failure}
+        return outcome
     measured = {"cpu_seconds": outcome.cpu_seconds, "floor": floor, "limit": limit}
     outcome.probe = measured | {"rate": rate, "stopped": outcome.kind == "cpu_limit"}
-    if outcome.kind == "cpu_limit":
-        outcome.kind = "returned"  # judged: a call stopped at the limit recomputes
     return outcome
 
 
@@ -173,41 +202,59 @@ def judge(
 
 def verdict_for_must_raise(outcome: Outcome, case: Case) -> Verdict:
     """A case whose request is invalid (e.g. generating past the context): the student's code
-    must refuse it with the exception the template names, up front: before prefill begins, not
-    from a guard met later (after all that work) nor by crashing into it."""
+    must refuse it with the exception the template names, up front: at almost no cost, not
+    from a guard met once the work has begun nor by crashing into it."""
     wanted = case.inputs.get("raises", "ValueError")
+    request = case.inputs["must_raise"]
+    measured = outcome.probe or {}
+    if measured.get("failure"):
+        return Verdict(Status.FAILED, message=f"{request}: {measured['failure']}")
+    if measured.get("stopped"):
+        return Verdict(Status.FAILED, message=refused_too_late(request, None, measured, wanted))
     if outcome.kind == "raised" and outcome.exception == wanted:
-        return refusal_verdict(outcome, case.inputs["must_raise"], wanted)
+        return refusal_verdict(outcome, request, wanted)
     if outcome.kind == "raised":
         return Verdict(
             Status.FAILED,
-            message=f"{case.inputs['must_raise']}: it raised {outcome.message} instead of "
+            message=f"{request}: it raised {outcome.message} instead of "
             f"{wanted}. Check the request up front and raise {wanted}.",
         )
+    if outcome.kind == "returned" and "error" in measured:
+        return Verdict(Status.FAILED, message=CANNOT_MEASURE.format(why=measured["error"]))
     if outcome.kind == "returned":
-        return Verdict(Status.FAILED, message=f"{case.inputs['must_raise']}: it returned")
+        return Verdict(Status.FAILED, message=f"{request}: it returned")
     return verdict_without_value(outcome)
 
 
 def refusal_verdict(outcome: Outcome, request: str, wanted: str) -> Verdict:
-    """The right exception: passed when prefill never began before it."""
-    hook = outcome.probe or {}
-    began = hook.get("entered") if hook.get("found") else None
-    if began == 0:
-        return Verdict(Status.PASSED, message=f"raised {outcome.message} before any work, as it "
-                       "should")
-    if began is None:
-        why = "no function named prefill in src/kvcache.py" if hook else "the hook did not run"
-        return Verdict(
-            Status.FAILED,
-            message=f"{request}: it raised {outcome.message}, but whether it did so before any "
-            f"work cannot be told ({why}). Check the request up front, before prefill.",
-        )
+    """The right exception: passed when it cost well under the work a refusal must come before
+    (the CPU time of the call, measured from outside against one forward's floor)."""
+    measured = outcome.probe or {}
+    seconds, floor, limit = (measured.get(k) for k in ("cpu_seconds", "floor", "limit"))
+    if not all(isinstance(x, float) for x in (seconds, floor, limit)):
+        why = measured.get("error") or "no CPU time was measured"
+        return Verdict(Status.FAILED, message=CANNOT_MEASURE.format(why=why))
+    if seconds > limit:
+        return Verdict(Status.FAILED, message=refused_too_late(request, outcome, measured, wanted))
     return Verdict(
-        Status.FAILED,
-        message=f"{request}: it raised {outcome.message} only after prefill had run. Check the "
-        f"request up front and raise {wanted} before any work: a guard met later in the decode "
-        "refuses too late.",
+        Status.PASSED,
+        message=f"raised {outcome.message} up front, as it should: {seconds:.2f} s of CPU, "
+        f"where one forward over the prompt needs {floor:.2f} s on this machine",
+    )
+
+
+def refused_too_late(request: str, outcome: Outcome | None, measured: dict, wanted: str) -> str:
+    """A refusal (or none) after the work had begun: what it cost against one forward."""
+    floor, limit = measured.get("floor", 0.0), measured.get("limit", 0.0)
+    said = (
+        f"it raised {outcome.message} only after {measured.get('cpu_seconds', 0.0):.2f} s of CPU"
+        if outcome is not None
+        else f"it had not refused after {limit:.2f} s of CPU (it was stopped there)"
+    )
+    return (
+        f"{request}: {said}, over {limit / max(floor, 1e-9):.0%} of the {floor:.2f} s one "
+        f"forward over the prompt needs on this machine: the work had begun. Check the request "
+        f"up front and raise {wanted} before any work: a guard met later refuses too late."
     )
 
 

@@ -35,6 +35,7 @@ def to_json(run: RunResult) -> dict:
         "partial": run.partial,
         "cancelled": run.cancelled,
         "sandbox": run.sandbox,
+        "cpu_account": run.cpu_account,  # what counted the student's CPU (student/account.py)
         "notes": list(run.notes),  # the sandbox's and the weights' (e.g. how to do better)
         "weights": {"label": run.weights_label, "sha256": run.weights_sha256},
         "environment": run.environment,

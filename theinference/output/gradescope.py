@@ -43,6 +43,7 @@ def gradescope_results(results: dict, points: dict[str, float], grading: Grading
             "schema": results.get("schema"),
             "provenance": results.get("provenance", {}),
             "sandbox": results.get("sandbox"),
+            "cpu_account": results.get("cpu_account"),
             "notes": results.get("notes", []),
         },
         "tests": tests,

@@ -101,6 +101,7 @@ class RunResult:
     environment: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # e.g. the oracle cache switched off
     sandbox: str = "none"  # how the student's process ran: bwrap | unprivileged-user | none
+    cpu_account: str = "none"  # what counted its CPU: cgroup-v2 | cgroup-v1 | seccomp | none
     provenance: dict = field(default_factory=dict)  # what produced it (grading/provenance.py)
     speed: dict | None = None  # the cached generation against the oracle's (grading/speed.py)
 

@@ -13,7 +13,6 @@ floor): the student is told to copy the current one.
 """
 
 import hashlib
-import weakref
 
 from theinference.course.languages import TEMPLATES, TYPESCRIPT, course_language
 from theinference.student.process import StudentProcess
@@ -35,16 +34,11 @@ EARLIER_KERNELS = {
 TRIES = 3
 TIMEOUT = 120.0
 
-_rates: "weakref.WeakKeyDictionary[StudentProcess, tuple[float | None, str]]"
-_rates = weakref.WeakKeyDictionary()
-
-
-def sgemm_rate(process: StudentProcess) -> tuple[float | None, str]:
-    """(FLOP per CPU-second, "") for the process's course and sandbox, measured once per
-    process; (None, why) when it could not be measured."""
-    if process not in _rates:
-        _rates[process] = measure(process)
-    return _rates[process]
+def rate_now(process: StudentProcess) -> tuple[float | None, str]:
+    """(FLOP per CPU-second, "") for the process's course and sandbox, measured afresh now:
+    beside a measured call, under the load that call will meet (benchmarks/floor_spread.py);
+    (None, why) when it could not be measured."""
+    return measure(process)
 
 
 def measure(process: StudentProcess) -> tuple[float | None, str]:

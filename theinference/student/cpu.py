@@ -11,6 +11,11 @@ subreaper (reaper.py), so a process that double-forks, calls setsid or re-execut
 clean environment lands under the grader instead of init, and stays in the tree. Its work is
 counted while it runs and while it waits, a zombie, for the grader to reap it after the call.
 Under bubblewrap's PID namespace no process can leave the tree at all.
+
+What this cannot see: a child that ended and was reaped by the kernel, not waited for (its
+parent ignores SIGCHLD). Where the run has a cgroup account (cgroups.py, account.py) the
+worker's CPU is read from it instead; a measured call without one runs forbidden to start a
+process at all.
 """
 
 import os

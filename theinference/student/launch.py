@@ -25,15 +25,13 @@ def worker_argv(
 ) -> list[str]:
     """The command that starts the student's process for this course's language. worker_dir:
     where the worker scripts are seen from inside the process (a sandbox mounts them); mode:
-    adapters, or calibrate (the grader's own matrix product, no student code loaded)."""
+    adapters, guarded (adapters, with starting a process forbidden: worker/guard.py), or
+    calibrate (the grader's own matrix product, no student code loaded)."""
     language = language or course_language(course_dir)
     tail = [str(request_fd), str(reply_fd), str(course_dir), str(memory_bytes)]
     tail += [] if mode == "adapters" else [mode]
     if language != TYPESCRIPT:
-        # -I for the calibration: no user site-packages either (a usercustomize.py the
-        # student's process could leave in HOME)
-        isolation = "-I" if mode == "calibrate" else "-P"
-        return [sys.executable, isolation, str(worker_dir / "worker.py"), *tail]
+        return [sys.executable, *ISOLATION.get(mode, ["-P"]), str(worker_dir / "worker.py"), *tail]
     heap_mb = max(int(memory_bytes) // 2**20, 256)
     return [
         node_path(),
@@ -45,6 +43,11 @@ def worker_argv(
         *tail,
     ]
 
+
+# -I: no user site-packages either (a usercustomize.py the student's process could leave in
+# HOME would run before the worker's first line: in a guarded worker, before its filter); -B
+# keeps the course free of __pycache__ where -I ignores PYTHONDONTWRITEBYTECODE
+ISOLATION = {"calibrate": ["-I"], "guarded": ["-I", "-B"]}
 
 # Relaxed SIMD (the course's kernel-fma.wasm) is behind this flag in Node 20, on by default from
 # 21 (where the flag may be gone: passing an unknown one stops Node)

@@ -5,7 +5,12 @@ the call it happened in, and the next call starts a fresh worker. Limits are enf
 outside: the timeout kills the worker's whole process group with SIGKILL, which no student
 code can catch, and its output is read through pipes and capped, never buffered whole.
 Where the process runs (inside bubblewrap, as an unprivileged user, or as the grader's user) is
-sandbox.py's; what a reply holds, and its decoding, replies.py's.
+sandbox.py's; what a reply holds, and its decoding, replies.py's. Its CPU time is read from
+outside: from its cgroup where the run has one (account.py, cgroups.py), else from /proc.
+
+A worker starts in three steps: it says "ready" (interpreter and NumPy loaded), the grader
+places it where its CPU is accounted and checks that it is, then says go, and only then is
+the student's code imported ("loaded"): nothing of theirs runs before the account holds.
 """
 
 import json
@@ -13,29 +18,24 @@ import os
 import secrets
 import signal
 import struct
-import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from theinference.student import channel, reaper, sandbox
-from theinference.student.cpu import (
-    WORKER_ROOTS,
-    Snapshot,
-    cpu_seconds_between,
-    read_stat,
-    tree_cpu,
-    tree_look,
-)
+from theinference.course.languages import PYTHON, LanguageError, course_language
+from theinference.student import account as accounts
+from theinference.student import channel, reaper, startup
+from theinference.student.cpu import WORKER_ROOTS
 from theinference.student.placement import Placement
 from theinference.student.replies import Outcome
 from theinference.student.sandbox import RUN_TOKEN_VAR, Sandbox
+from theinference.student.startup import Look, Worker
 from theinference.student.watchdog import Watchdog
 
-STARTUP_TIMEOUT = 60.0  # a cold interpreter and NumPy import on a loaded machine
 # outcomes after which the worker cannot be trusted to be idle: it is stopped, restarted later
 STOPPING = ("timeout", "cpu_limit", "memory_limit", "crashed", "bad_reply", "cancelled")
+STOPPING += ("started_process",)  # a guarded worker killed for starting one (worker/guard.py)
 
 
 @dataclass(frozen=True)
@@ -43,21 +43,6 @@ class Limits:
     timeout: float = 60.0  # seconds per adapter call
     memory_bytes: int = 8 << 30  # heap and anonymous memory of the student's process
     output_bytes: int = 64 << 10  # captured stdout and stderr kept per call, each
-
-
-@dataclass
-class _Process:
-    popen: subprocess.Popen
-    requests: int  # fd the grader writes requests to
-    replies: int  # fd the grader reads replies from
-    since: int = 0  # the root's start time (clock ticks): what started later under us is its
-    keep: frozenset[int] = frozenset()  # the worker and, under bwrap, bwrap's own processes
-    worker: int = 0  # the worker's pid (under bwrap, inside the sandbox, seen from outside)
-    outgoing: bytearray = field(default_factory=bytearray)  # request bytes not yet taken
-
-    @property
-    def root(self) -> int:
-        return self.popen.pid
 
 
 class StudentProcess:
@@ -79,7 +64,7 @@ class StudentProcess:
         self.weights_path = weights_path
         self.limits = limits
         self.cancel = cancel or threading.Event()  # set from another thread: abandon the call
-        self._proc: _Process | None = None
+        self._proc: Worker | None = None
         self._early_death: Outcome | None = None
         self.startups = 0
         self.startup_seconds = 0.0
@@ -87,7 +72,15 @@ class StudentProcess:
         chosen = sandbox or Sandbox("none")
         self._sandbox = chosen
         self.sandbox = chosen.kind  # what this run had: bwrap | unprivileged-user | none
-        self.notes = list(chosen.notes)
+        try:
+            self.language = course_language(self.course_dir)
+        except LanguageError:
+            self.language = PYTHON  # the worker's start reports the course's problem
+        self.account = accounts.choose(self.sandbox, self.language)
+        self.cpu_account = self.account.kind  # what this run had: account.py
+        self.notes = [*chosen.notes, *filter(None, [self.account.note])]
+        self._guarded = False  # the next start is a guarded worker's
+        self._import_output = ("", "")  # what the student's code printed while it loaded
         token = (RUN_TOKEN_VAR, self.token)
         self._place = Placement(self.sandbox, self.course_dir, weights_path, token, self.env)
 
@@ -125,43 +118,64 @@ class StudentProcess:
         watch: str | None = None,
     ) -> Outcome:
         """Ask the student's process for one adapter call and wait for its reply. Its CPU time
-        is read from /proc by the grader, never taken from the student's own process. Past
-        `cpu_limit` CPU-seconds (the whole tree's, since the call started) the process is
-        killed and the outcome is `cpu_limit`. With `hook`, every function of that name in the
+        is read by the grader (its cgroup's account, else /proc), never taken from the
+        student's own process. Past `cpu_limit` CPU-seconds (the whole tree's, since the call
+        started) the process is killed and the outcome is `cpu_limit`. With `hook`, every function of that name in the
         course tells the grader when it returns and waits: `on_hook(word)` answers (by
         default, carry on: channel.no_swap); with `watch` "returns", any return after the
         prompt's prefill does, whatever it is called (worker/probes.py)."""
         request = {"adapter": adapter, "args": args, "hook": hook, "watch": watch}
-        started, before = self._send(request)
+        started, look = self._send(request)
         proc = self._proc
         watchdog = None
-        if before is not None and proc is not None:
-            watchdog = Watchdog(
-                lambda: tree_look(proc.root, proc.since),
-                before,
-                cpu_limit,
-                self.limits.memory_bytes or None,
-                lambda: self._place.file_bytes(proc.worker),
-            )
+        if look is not None and proc is not None:
+            watchdog = self._watchdog(proc, look, cpu_limit)
         outcome = self._receive(started, timeout, watchdog, on_hook)
-        if before is not None and proc is not None and self._proc is proc:
-            outcome.cpu_seconds = cpu_seconds_between(before, tree_cpu(proc.root, proc.since))
+        if look is not None and proc is not None and self._proc is proc:
+            outcome.cpu_seconds = look()[0]
             # nothing the call started outlives it: the next call starts from the worker alone
             reaper.kill_tree(proc.root, proc.since, proc.keep)
+        printed_out, printed_err = self._import_output
+        outcome.stdout, outcome.stderr = printed_out + outcome.stdout, printed_err + outcome.stderr
+        self._import_output = ("", "")
         return outcome
 
-    def _send(self, request: dict) -> tuple[float, Snapshot | None]:
-        """When the request went, and the process tree's CPU ticks just before it did. The
-        bytes are written by the reply loop as the pipe takes them (channel.py): a process
-        that stops reading cannot block the grader."""
+    def call_alone(self, adapter: str, args: list, timeout: float, cpu_limit: float) -> Outcome:
+        """The call alone in a fresh process whose every CPU-second is accounted (account.py):
+        placed in its own cgroup, or forbidden to start a process; stopped after it, so nothing
+        of it is at hand later. Stopped past `cpu_limit` CPU-seconds. Where no account can be
+        had, the outcome is `unaccounted` and says why; a guarded worker that started a
+        process, `started_process`."""
+        self.stop()
+        if self.account.kind == "none":
+            return Outcome("unaccounted", message=accounts.no_account(self.account))
+        self._guarded = self.account.kind == "seccomp"
+        try:
+            self._start()
+            proc = self._proc
+            if proc is not None and proc.unaccounted:
+                return Outcome("unaccounted", message=proc.unaccounted)
+            return self.call(adapter, args, timeout, cpu_limit=cpu_limit)
+        finally:
+            self.stop()
+            self._guarded = False
+
+    def _watchdog(self, proc: Worker, look: Look, cpu_limit: float | None) -> Watchdog:
+        files = lambda: self._place.file_bytes(proc.worker)  # noqa: E731
+        return Watchdog(look, cpu_limit, self.limits.memory_bytes or None, files)
+
+    def _send(self, request: dict) -> tuple[float, Look | None]:
+        """When the request went, and the CPU meter started just before it did. The bytes are
+        written by the reply loop as the pipe takes them (channel.py): a process that stops
+        reading cannot block the grader."""
         if self._proc is None or self._proc.popen.poll() is not None:
             self._start()
         if self._proc is None:  # it could not even start: _receive() says why
             return time.monotonic(), None
         payload = json.dumps(request).encode()
         self._proc.outgoing[:] = struct.pack("<Q", len(payload)) + payload
-        before = tree_cpu(self._proc.root, self._proc.since)  # before the worker starts on it
-        return time.monotonic(), before
+        look = startup.meter(self._proc)  # before the worker starts on it
+        return time.monotonic(), look
 
     def _receive(
         self,
@@ -206,6 +220,10 @@ class StudentProcess:
         WORKER_ROOTS.discard(proc.root)
         reaper.kill_tree(proc.root, proc.since, uid=self.uid)  # and reap what the root left
         reaper.kill_tagged(RUN_TOKEN_VAR, self.token)
+        if proc.cgroup is not None:  # whatever is still in it, then the cgroup itself
+            proc.cgroup.kill_all()
+            reaper.reap_orphans(proc.root, proc.since, frozenset())
+            proc.cgroup.remove()
 
     def close(self) -> None:
         """Stop the process and remove what its runs needed (unprivileged-user's directory,
@@ -219,56 +237,52 @@ class StudentProcess:
         self.stop()
         reaper.become_subreaper()
         started = time.monotonic()
-        req_read, req_write = os.pipe()
-        resp_read, resp_write = os.pipe()
-        try:
-            argv, env, as_user, cwd = self._command(req_read, resp_write)
-            popen = subprocess.Popen(
-                argv,
-                cwd=cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                pass_fds=(req_read, resp_write),  # bwrap hands inherited descriptors on as is
-                start_new_session=True,  # its own process group, killed whole
-                **as_user,
-            )
-        except OSError as exc:
-            for fd in (req_read, req_write, resp_read, resp_write):
-                os.close(fd)
-            message = f"the student's process could not start: {exc.strerror or exc}"
-            self._early_death = Outcome("crashed", message=message)
+        spawned = startup.spawn(self._command, self.account, self._guarded)
+        if isinstance(spawned, Outcome):  # it could not even start
+            self._early_death = spawned
             return
-        os.close(req_read)
-        os.close(resp_write)
-        os.set_blocking(req_write, False)  # written as it drains: see channel.py
-        WORKER_ROOTS.add(popen.pid)
-        stat = read_stat(popen.pid)
-        since = stat.start if stat is not None else 0
-        self._proc = _Process(popen=popen, requests=req_write, replies=resp_read, since=since)
+        self._proc = spawned
         self.startups += 1
-        self._await_ready(started)
-        if self._proc is not None:  # bwrap's outer process, its PID 1, then the worker
-            chain = reaper.worker_chain(popen.pid, "bwrap" if self.sandbox == "bwrap" else None)
-            self._proc.keep, self._proc.worker = frozenset(chain), chain[-1]
+        if self._await_ready(started):  # bwrap's outer process, its PID 1, then the worker
+            chain = reaper.worker_chain(spawned.root, "bwrap" if self.sandbox == "bwrap" else None)
+            spawned.keep, spawned.worker = frozenset(chain), chain[-1]
+            spawned.unaccounted = startup.account_for(self.account, spawned)
+            self._let_load()
 
     def _command(self, req_read: int, resp_write: int):
         """argv, environment, the user to run as (Popen's arguments) and the course folder
         the process works in, per sandbox (placement.py)."""
         fds = [str(req_read), str(resp_write)]
-        return self._place.command(fds, str(self.limits.memory_bytes), self.mode)
+        mode = "guarded" if self._guarded and self.mode == "adapters" else self.mode
+        return self._place.command(fds, str(self.limits.memory_bytes), mode)
 
-    def _await_ready(self, started: float) -> None:
+    def _await_ready(self, started: float) -> bool:
         """Wait for the worker's hello (interpreter and NumPy loaded), so start-up is counted
         as the grader's time, not the student's. A worker that cannot start is reported by
         the call that follows."""
-        hello = self._collect(started + STARTUP_TIMEOUT)
+        wait = startup.STARTUP_TIMEOUT
+        hello = self._collect(started + wait)
         self.startup_seconds += time.monotonic() - started
         if hello.kind == "timeout":
-            hello.message = f"the student's process did not start within {STARTUP_TIMEOUT:g} s"
+            hello.message = f"the student's process did not start within {wait:g} s"
         if hello.kind != "ready":
             self._early_death = hello
+        return hello.kind == "ready"
+
+    def _let_load(self) -> None:
+        """Say go, and wait while the student's code is imported (its memory watched), so the
+        import is start-up too, not the first call's cost."""
+        proc, began = self._proc, time.monotonic()
+        proc.outgoing[:] = startup.GO
+        wait = max(startup.STARTUP_TIMEOUT, self.limits.timeout)
+        memory = self._watchdog(proc, startup.meter(proc), None)
+        loaded = self._collect(began + wait, memory)
+        self.startup_seconds += time.monotonic() - began
+        self._import_output = (loaded.stdout, loaded.stderr)
+        if loaded.kind == "timeout":
+            loaded.message = f"importing the student's code did not finish within {wait:g} s"
+        if loaded.kind != "loaded":
+            self._early_death = loaded
 
     def _collect(self, deadline: float, watchdog: Watchdog | None = None, on_hook=None) -> Outcome:
         """The worker's next reply, or why there is none (channel.py)."""
@@ -283,17 +297,4 @@ class StudentProcess:
         )
 
     def _crash_outcome(self) -> Outcome:
-        try:
-            code = self._proc.popen.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            return Outcome("crashed", message="the process closed its reply channel and hung")
-        if self.sandbox == "bwrap" and sandbox.signal_from_exit(code):
-            code = -sandbox.signal_from_exit(code)  # bwrap passes a child's signal as 128 + N
-        if code < 0:
-            name = signal.Signals(-code).name
-            return Outcome("crashed", message=f"the process was killed by {name}")
-        return Outcome(
-            "crashed",
-            message=f"the process exited with code {code} before returning "
-            "(os._exit or a crash in native code?)",
-        )
+        return startup.crash_outcome(self._proc, self.sandbox, self.account)

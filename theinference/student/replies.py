@@ -27,6 +27,7 @@ MAX_DIMS = 32
 MAX_DIM = 1 << 40
 MAX_TYPE_NAME = 200
 REPLY_KINDS = {"ready", "returned", "todo", "raised", "import_error", "missing", "signature"}
+REPLY_KINDS.add("loaded")  # after the grader's go: the student's code imported (or not)
 REPLY_KINDS.add("hooked")  # mid-call: a cache-use hook's word, answered by channel.py
 TEXT_FIELDS = ("message", "traceback", "exception")
 DTYPE_TEXT = re.compile(r"[<>|=]?[biufc][0-9]{1,2}")

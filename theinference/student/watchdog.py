@@ -1,6 +1,7 @@
 """Limits watched from outside while an adapter call runs: the CPU time the student's process
-tree has used since the call started, and the memory it holds. Read from /proc by the grader,
-like the CPU measure itself (cpu.py), so nothing the student's code does can hide from it.
+has used since the call started (its cgroup's account, cgroups.py, or its /proc tree, cpu.py),
+and the memory its tree holds. Read by the grader, so nothing the student's code does can hide
+from it.
 
 Memory is the tree's anonymous and shared resident memory (RssAnon + RssShmem of every process:
 heap, private mappings, and MAP_SHARED|MAP_ANONYMOUS or mapped tmpfs pages, which RLIMIT_DATA
@@ -12,8 +13,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-
-from theinference.student.cpu import Snapshot, cpu_seconds_between
 
 CHECK_EVERY = 0.1  # seconds between two looks at /proc: a few ms of the grader's time each
 FILES_EVERY = 0.5  # files are counted less often: a folder walk costs more
@@ -32,11 +31,10 @@ class Breach:
 @dataclass
 class Watchdog:
     """Looks at the call's process tree every CHECK_EVERY seconds (when polled), and says when
-    a limit is broken. `look` gives the tree's CPU ticks and its pids now; `files` the bytes
-    its files hold in memory-backed folders."""
+    a limit is broken. `look` gives the CPU seconds used since the call started and the tree's
+    live pids now; `files` the bytes its files hold in memory-backed folders."""
 
-    look: Callable[[], tuple[Snapshot, set[int]]]
-    before: Snapshot
+    look: Callable[[], tuple[float, set[int]]]
     cpu_limit: float | None = None
     memory_limit: int | None = None
     files: Callable[[], int] = lambda: 0
@@ -53,8 +51,7 @@ class Watchdog:
         if (self.cpu_limit is None and self.memory_limit is None) or now < self.next_look:
             return None
         self.next_look = now + CHECK_EVERY
-        snapshot, pids = self.look()
-        used = cpu_seconds_between(self.before, snapshot)
+        used, pids = self.look()
         if self.cpu_limit is not None and used > self.cpu_limit:
             return cpu_breach(self.cpu_limit, used)
         if self.memory_limit is not None:

@@ -3,7 +3,10 @@ this machine's matrix-product rate.
 
 The rate is measured by the grader's own code (a fixed float32 matrix product in a fresh
 process started like the student's, in the same sandbox and limits, that never loads the
-student's code: student/calibration.py), as floating-point operations per CPU-second. The work
+student's code: student/calibration.py), as floating-point operations per CPU-second, just
+before each measured call: a machine whose rate moves (other work on its host) moves both
+alike. The call's CPU time is read from its CPU account (student/account.py), which counts
+every process the call starts, or forbids it to start one. The work
 a recompute of the measured call needs is counted from below: the projections and MLP
 products of every row of every forward it must run, no attention, no layer norms, no unembed,
 and the last layer only for the keys and values of the rows before the last. floor = work /
@@ -61,6 +64,8 @@ def floor_verdict(
     """What was measured, when the call cost well under the floor; else a failing verdict that
     says so. Never a pass when nothing could be measured."""
     measured = measured or {}
+    if measured.get("failure"):  # the call started a process, or no account could be had
+        return Verdict(Status.FAILED, message=measured["failure"], suspected_bug=bug)
     seconds, floor, limit = (measured.get(k) for k in ("cpu_seconds", "floor", "limit"))
     if measured.get("stopped") and isinstance(limit, float):
         seconds = seconds if isinstance(seconds, float) else limit

@@ -23,9 +23,16 @@ async function main() {
     data: { target: kvcacheUrl },
   });
   writeMessage({ outcome: "ready" }, []);
-  if (process.argv[6] === "calibrate") return calibrate();
+  // the grader places this process where its CPU is accounted, then says go: nothing of the
+  // course is imported before that
+  if (readMessage() === null) process.exit(0);
+  if (process.argv[6] === "calibrate") {
+    writeMessage({ outcome: "loaded" }, []);
+    return calibrate();
+  }
   const [adapters, importFailure] = await importAdapters();
   const kvcache = adapters ? await import(kvcacheUrl).catch(() => null) : null;
+  writeMessage({ outcome: "loaded" }, []);
   let request;
   while ((request = readMessage()) !== null) {
     const reply = importFailure ?? (await callAdapter(adapters, kvcache, request));
