@@ -28,29 +28,6 @@ from theinference.student.worker import swap as worker_swap
 CHEATS = tomllib.loads((SOLUTIONS / "recompute_cheats.toml").read_text())["cheats"]
 SWAPPED = ["single-step-attention", "full-decode-step", "per-step-identity"]
 FLOORED = ["generate-loop", "prefix-caching"]
-LAYOUTS = [
-    "reference_kvcache.py",
-    "independent_kvcache.py",
-    "preallocated_kvcache.py",
-    "torch_kvcache.py",
-    # the layouts strong students write (tests/solutions/check_layouts.py checks their numbers
-    # against the oracle outside the grader)
-    "fused_kvcache.py",
-    "paged_kvcache.py",
-    "readonly_kvcache.py",
-    "linked_kvcache.py",
-    "prescaled_kvcache.py",
-    "arena_kvcache.py",
-    "per_token_kvcache.py",
-    "interleaved_kvcache.py",
-    "torch_module_kvcache.py",
-    "transformers_kvcache.py",  # transformers' GPT-2 and DynamicCache: no function named prefill
-]
-OWN_ADAPTERS = {"transformers_kvcache.py": "transformers_adapters.py"}  # its tests/adapters.py
-# graded at the stages' full sizes too, and in every sandbox mode: the original layouts and
-# those furthest from them
-FULL_SIZE = [*LAYOUTS[:4], "paged_kvcache.py", "linked_kvcache.py", "transformers_kvcache.py"]
-EVERY_MODE = ["paged_kvcache.py", "torch_module_kvcache.py", "transformers_kvcache.py"]
 PROOF_CASE = {
     "single-step-attention": "reads the cache",
     "full-decode-step": "reads the cache",
@@ -74,15 +51,6 @@ def proof_stage(slug: str, small: bool = False):
         swap = {"swap": {"between": [0, 2**31 - 1]}}
         case = replace(case, inputs={"draw": SMALL_DRAWS[case.check] | swap})
     return replace(stage, cases=(case,), timeout=900)
-
-
-def layout_course(root: Path, layout: str) -> Path:
-    """A course holding a solution's src/kvcache.py, and its own tests/adapters.py if any."""
-    course = make_course(root, (SOLUTIONS / layout).read_text())
-    if layout in OWN_ADAPTERS:
-        adapters = (SOLUTIONS / OWN_ADAPTERS[layout]).read_text()
-        (course / "tests" / "adapters.py").write_text(adapters)
-    return course
 
 
 def grade_proof(course: Path, weights, slug: str, small: bool = False, seed: int | None = None):
@@ -479,60 +447,6 @@ def grade_stage(course: Path, weights, slug: str, seed: int, quick: bool) -> lis
     policy = RunPolicy(quick=quick)
     run = grade(course, [stage], weights, Limits(timeout=300), policy=policy, seed=seed)
     return [case for s in run.stages for case in s.cases if case.status != Status.SKIPPED]
-
-
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_a_correct_cache_in_any_layout_passes_the_swaps(layout, tmp_path, weights):
-    """Catches a swap that only finds the reference's layout: float64 buffers, a preallocated
-    buffer behind copying properties, PyTorch tensors, fused K|V, blocks behind a table,
-    read-only arrays, linked nodes, pre-scaled keys, an arena, per-token rows, interleaved
-    heads, a module's buffers, transformers' DynamicCache with no function named prefill."""
-    course = layout_course(tmp_path / "c", layout)
-    cases = grade_proofs(course, weights, SWAPPED, small=True)
-    assert len(cases) == len(SWAPPED)
-    for slug, case in zip(SWAPPED, cases, strict=True):
-        assert case.status == Status.PASSED, (slug, case.message)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_a_correct_cache_in_any_layout_passes_every_stage(layout, tmp_path, weights):
-    """Catches a verdict that depends on the layout anywhere in the curriculum: every stage's
-    short graded cases (every decode among them swapped) and its swap proofs, as a quick run
-    grades them."""
-    from theinference.grading.grader import grade
-    from theinference.grading.policy import RunPolicy
-
-    course = layout_course(tmp_path / "c", layout)
-    stages = [replace(s, timeout=300) for s in load_stages()]
-    run = grade(course, stages, weights, Limits(timeout=300), policy=RunPolicy(quick=True))
-    for stage in run.stages:
-        bad = [(c.name, c.message) for c in stage.cases if c.status != Status.PASSED]
-        assert stage.status == Status.PASSED and not bad, (stage.slug, bad)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("layout", FULL_SIZE)
-def test_a_correct_cache_in_any_layout_passes_every_full_size_proof(layout, tmp_path, weights):
-    """Catches a proof that a correct cache fails at the sizes the stages draw (a floor too
-    tight, a swap lost in a 1000-token cache)."""
-    course = layout_course(tmp_path / "c", layout)
-    for slug in SWAPPED + FLOORED:
-        case = grade_proof(course, weights, slug)
-        assert case.status == Status.PASSED, (slug, case.message)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("mode", ["unprivileged-user", "none"])
-@pytest.mark.parametrize("layout", EVERY_MODE)
-def test_a_correct_cache_passes_the_swaps_in_every_sandbox_mode(layout, mode, tmp_path, weights):
-    """Catches a swap that works only inside bubblewrap (the default elsewhere): a uid of the
-    student's own, and the grader's own user."""
-    chosen = sandbox.choose("none") if mode == "unprivileged-user" else sandbox.Sandbox("none")
-    assert chosen.kind == mode or os.geteuid() != 0, chosen
-    course = layout_course(tmp_path / "c", layout)
-    for case in grade_proofs(course, weights, SWAPPED, small=True, sandbox=chosen):
-        assert case.status == Status.PASSED, (mode, case.name, case.message)
 
 
 def test_a_prefill_by_any_name_is_swapped_after_it_returns(tmp_path, weights):

@@ -1,0 +1,105 @@
+"""Correct caches in every layout a strong student writes pass every cache-use proof and
+every stage, in every sandbox mode: the proofs rest on evidence every correct cache shows
+(its K/V rows, found by content; its CPU time), never on its layout or its names. Each
+solution's numbers are checked against the oracle outside the grader by
+tests/solutions/check_layouts.py."""
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import SOLUTIONS, make_course
+from tests.test_cache_use import FLOORED, SWAPPED, grade_proof, grade_proofs
+from theinference.curriculum.stages import load_stages
+from theinference.results import Status
+from theinference.student import sandbox
+from theinference.student.process import Limits
+
+LAYOUTS = [
+    "reference_kvcache.py",
+    "independent_kvcache.py",
+    "preallocated_kvcache.py",
+    "torch_kvcache.py",
+    # the layouts strong students write (tests/solutions/check_layouts.py checks their numbers
+    # against the oracle outside the grader)
+    "fused_kvcache.py",
+    "paged_kvcache.py",
+    "readonly_kvcache.py",
+    "linked_kvcache.py",
+    "prescaled_kvcache.py",
+    "arena_kvcache.py",
+    "per_token_kvcache.py",
+    "interleaved_kvcache.py",
+    "torch_module_kvcache.py",
+    "transformers_kvcache.py",  # transformers' GPT-2 and DynamicCache: no function named prefill
+]
+OWN_ADAPTERS = {"transformers_kvcache.py": "transformers_adapters.py"}  # its tests/adapters.py
+# graded at the stages' full sizes too, and in every sandbox mode: the original layouts and
+# those furthest from them
+FULL_SIZE = [*LAYOUTS[:4], "paged_kvcache.py", "linked_kvcache.py", "transformers_kvcache.py"]
+EVERY_MODE = ["paged_kvcache.py", "torch_module_kvcache.py", "transformers_kvcache.py"]
+
+
+def layout_course(root: Path, layout: str) -> Path:
+    """A course holding a solution's src/kvcache.py, and its own tests/adapters.py if any."""
+    course = make_course(root, (SOLUTIONS / layout).read_text())
+    if layout in OWN_ADAPTERS:
+        adapters = (SOLUTIONS / OWN_ADAPTERS[layout]).read_text()
+        (course / "tests" / "adapters.py").write_text(adapters)
+    return course
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_correct_cache_in_any_layout_passes_the_swaps(layout, tmp_path, weights):
+    """Catches a swap that only finds the reference's layout: float64 buffers, a preallocated
+    buffer behind copying properties, PyTorch tensors, fused K|V, blocks behind a table,
+    read-only arrays, linked nodes, pre-scaled keys, an arena, per-token rows, interleaved
+    heads, a module's buffers, transformers' DynamicCache with no function named prefill."""
+    course = layout_course(tmp_path / "c", layout)
+    cases = grade_proofs(course, weights, SWAPPED, small=True)
+    assert len(cases) == len(SWAPPED)
+    for slug, case in zip(SWAPPED, cases, strict=True):
+        assert case.status == Status.PASSED, (slug, case.message)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_correct_cache_in_any_layout_passes_every_stage(layout, tmp_path, weights):
+    """Catches a verdict that depends on the layout anywhere in the curriculum: every stage's
+    short graded cases (every decode among them swapped) and its swap proofs, as a quick run
+    grades them."""
+    from theinference.grading.grader import grade
+    from theinference.grading.policy import RunPolicy
+
+    course = layout_course(tmp_path / "c", layout)
+    stages = [replace(s, timeout=300) for s in load_stages()]
+    run = grade(course, stages, weights, Limits(timeout=300), policy=RunPolicy(quick=True))
+    for stage in run.stages:
+        bad = [(c.name, c.message) for c in stage.cases if c.status != Status.PASSED]
+        assert stage.status == Status.PASSED and not bad, (stage.slug, bad)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", FULL_SIZE)
+def test_a_correct_cache_in_any_layout_passes_every_full_size_proof(layout, tmp_path, weights):
+    """Catches a proof that a correct cache fails at the sizes the stages draw (a floor too
+    tight, a swap lost in a 1000-token cache)."""
+    course = layout_course(tmp_path / "c", layout)
+    for slug in SWAPPED + FLOORED:
+        case = grade_proof(course, weights, slug)
+        assert case.status == Status.PASSED, (slug, case.message)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["unprivileged-user", "none"])
+@pytest.mark.parametrize("layout", EVERY_MODE)
+def test_a_correct_cache_passes_the_swaps_in_every_sandbox_mode(layout, mode, tmp_path, weights):
+    """Catches a swap that works only inside bubblewrap (the default elsewhere): a uid of the
+    student's own, and the grader's own user."""
+    chosen = sandbox.choose("none") if mode == "unprivileged-user" else sandbox.Sandbox("none")
+    assert chosen.kind == mode or os.geteuid() != 0, chosen
+    course = layout_course(tmp_path / "c", layout)
+    for case in grade_proofs(course, weights, SWAPPED, small=True, sandbox=chosen):
+        assert case.status == Status.PASSED, (mode, case.name, case.message)
