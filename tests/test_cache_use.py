@@ -410,9 +410,11 @@ def course_with(tmp_path: Path, adapters: str, kvcache: str = "") -> Path:
 
 
 def cheat_params():
+    # those whose work hides in children: tests/test_cpu_account.py, under every account
     return [
         pytest.param(c, id=c["id"], marks=() if c["stage"] in SWAPPED else pytest.mark.slow)
         for c in CHEATS
+        if not c["id"].endswith("-forked-unseen")
     ]
 
 
@@ -547,35 +549,3 @@ FORGING_ADAPTERS = """
         (root.parent.parent / "forged").touch()
         return np.zeros(50257, dtype=np.float32)
 """
-
-
-FORKED = [c for c in CHEATS if c["id"].endswith("-forked-unseen")]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("mode", ["auto", "none"])  # a cgroup here; seccomp-guarded
-@pytest.mark.parametrize("timeout", ["the stage's own", 3600])
-@pytest.mark.parametrize("cheat", FORKED, ids=[c["id"] for c in FORKED])
-def test_a_recompute_in_children_nobody_waits_for_fails_by_the_proof(
-    cheat, timeout, mode, tmp_path, weights, monkeypatch
-):
-    """Catches a recompute whose every forward runs in a short-lived forked child with SIGCHLD
-    ignored (its CPU in no process's counters) passing the floor, or failing only by a
-    timeout: the cgroup counts it and stops it at the budget; a guarded worker may not fork."""
-    from theinference.grading.grader import grade
-    from theinference.results.events import ignore
-
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # what the student's code may write
-    (tmp_path / "home").mkdir()
-    course = make_course(tmp_path / "c", reference_text() + cheat["code"])
-    (stage,) = [s for s in load_stages() if s.slug == cheat["stage"]]
-    (case,) = [c for c in stage.cases if PROOF_CASE[cheat["stage"]] in c.name]
-    seconds = stage.timeout if timeout == "the stage's own" else float(timeout)
-    stage = replace(stage, cases=(case,), timeout=seconds)
-    chosen = sandbox.choose(mode)
-    run = grade(course, [stage], weights, Limits(timeout=seconds), listener=ignore,
-                sandbox=chosen)
-    (result,) = run.stages[0].cases
-    assert result.status == Status.FAILED, (result.status, result.message)
-    said = "the call started a process" if chosen.kind == "none" else "recompute"
-    assert said in result.message, result.message

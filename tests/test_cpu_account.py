@@ -5,10 +5,15 @@ so; never a pass on CPU the grader cannot see."""
 
 import os
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import make_course, reference_text
+from tests.test_cache_use import CHEATS, PROOF_CASE
+from theinference.curriculum.stages import load_stages
+from theinference.results import Status
 from theinference.student import account, cgroups, sandbox, startup
 from theinference.student.process import Limits, StudentProcess
 from theinference.student.sandbox import Sandbox
@@ -237,3 +242,44 @@ def test_the_cgroup_v1_account_counts_an_unseen_child(tmp_path, monkeypatch):
         outcome = process.call_alone("auto_reaped", [0.4], 60, 30.0)
     assert outcome.kind == "returned", outcome.message
     assert 0.32 <= outcome.cpu_seconds <= 1.5, outcome.cpu_seconds
+
+
+FORKED = [c for c in CHEATS if c["id"].endswith("-forked-unseen")]
+
+
+# (cheat, timeout, mode): both cheats at their stage's own timeout and at 3600 s under the
+# cgroup here; one under a seccomp-guarded worker, which fails it at its first fork whatever
+# the timeout
+FORKED_RUNS = [
+    *[(c, t, "auto") for c in FORKED for t in ("the stage's own", 3600)],
+    (FORKED[0], "the stage's own", "none"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("cheat", "timeout", "mode"), FORKED_RUNS, ids=[f"{c['id']}-{t}-{m}" for c, t, m in FORKED_RUNS]
+)
+def test_a_recompute_in_children_nobody_waits_for_fails_by_the_proof(
+    cheat, timeout, mode, tmp_path, weights, monkeypatch
+):
+    """Catches a recompute whose every forward runs in a short-lived forked child with SIGCHLD
+    ignored (its CPU in no process's counters) passing the floor, or failing only by a
+    timeout: the cgroup counts it and stops it at the budget; a guarded worker may not fork."""
+    from theinference.grading.grader import grade
+    from theinference.results.events import ignore
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # what the student's code may write
+    (tmp_path / "home").mkdir()
+    course = make_course(tmp_path / "c", reference_text() + cheat["code"])
+    (stage,) = [s for s in load_stages() if s.slug == cheat["stage"]]
+    (case,) = [c for c in stage.cases if PROOF_CASE[cheat["stage"]] in c.name]
+    seconds = stage.timeout if timeout == "the stage's own" else float(timeout)
+    stage = replace(stage, cases=(case,), timeout=seconds)
+    chosen = sandbox.choose(mode)
+    run = grade(course, [stage], weights, Limits(timeout=seconds), listener=ignore,
+                sandbox=chosen)
+    (result,) = run.stages[0].cases
+    assert result.status == Status.FAILED, (result.status, result.message)
+    said = "the call started a process" if chosen.kind == "none" else "recompute"
+    assert said in result.message, result.message
