@@ -120,10 +120,10 @@ class StudentProcess:
         """Ask the student's process for one adapter call and wait for its reply. Its CPU time
         is read by the grader (its cgroup's account, else /proc), never taken from the
         student's own process. Past `cpu_limit` CPU-seconds (the whole tree's, since the call
-        started) the process is killed and the outcome is `cpu_limit`. With `hook`, every function of that name in the
-        course tells the grader when it returns and waits: `on_hook(word)` answers (by
-        default, carry on: channel.no_swap); with `watch` "returns", any return after the
-        prompt's prefill does, whatever it is called (worker/probes.py)."""
+        started) the process is killed and the outcome is `cpu_limit`. With `hook`, every
+        function of that name in the course tells the grader when it returns and waits
+        (`on_hook(word)` answers; by default, carry on: channel.no_swap); with `watch`
+        "returns", any return after the prompt's prefill does (worker/probes.py)."""
         request = {"adapter": adapter, "args": args, "hook": hook, "watch": watch}
         started, look = self._send(request)
         proc = self._proc
