@@ -424,13 +424,13 @@ def test_a_forger_fails_its_stage_saying_it_recomputes(cheat, tmp_path, weights)
     was written against the grader's proofs."""
     course = make_course(tmp_path / "c", reference_text() + cheat["code"])
     if cheat.get("scope") == "stage":  # graded on its stage's cases (a swap's: the short ones)
-        cases = grade_stage(
-            course, weights, cheat["stage"], seed=7, quick=cheat["stage"] in SWAPPED
-        )
-        assert any(c.status == Status.FAILED for c in cases), cases
-        assert all(c.status in (Status.PASSED, Status.FAILED) for c in cases), cases
-        messages = [c.message for c in cases if c.status == Status.FAILED]
-        assert all("recompute" in m for m in messages), messages
+        quick = cheat["stage"] in SWAPPED
+        for timeout in (None, 3600):  # the stage's own, and long enough for any recompute
+            cases = grade_stage(course, weights, cheat["stage"], 7, quick, timeout)
+            assert any(c.status == Status.FAILED for c in cases), cases
+            assert all(c.status in (Status.PASSED, Status.FAILED) for c in cases), cases
+            messages = [c.message for c in cases if c.status == Status.FAILED]
+            assert all("recompute" in m for m in messages), messages
         return
     case = grade_proof(course, weights, cheat["stage"], small=True)
     assert case.status == Status.FAILED, case
@@ -438,16 +438,18 @@ def test_a_forger_fails_its_stage_saying_it_recomputes(cheat, tmp_path, weights)
     assert any(words in case.message for words in said), case.message
 
 
-def grade_stage(course: Path, weights, slug: str, seed: int, quick: bool) -> list:
+def grade_stage(course: Path, weights, slug: str, seed: int, quick: bool, timeout) -> list:
     """A stage's graded cases (not its proofs), as a quick run grades them (the long ones
-    left out) or every one."""
+    left out) or every one, at the stage's own timeout (None) or another."""
     from theinference.grading.grader import grade
     from theinference.grading.policy import RunPolicy
 
-    (stage,) = [replace(s, timeout=300) for s in load_stages() if s.slug == slug]
+    (stage,) = [s for s in load_stages() if s.slug == slug]
+    stage = replace(stage, timeout=timeout or stage.timeout)
     stage = replace(stage, cases=tuple(c for c in stage.cases if "draw" not in c.inputs))
     policy = RunPolicy(quick=quick)
-    run = grade(course, [stage], weights, Limits(timeout=300), policy=policy, seed=seed)
+    limits = Limits(timeout=stage.timeout)
+    run = grade(course, [stage], weights, limits, policy=policy, seed=seed)
     return [case for s in run.stages for case in s.cases if case.status != Status.SKIPPED]
 
 
