@@ -63,14 +63,10 @@ def swap_cache(roots: list, weights, plan: dict, blobs: list) -> dict:
         }
     index = RowIndex(finds.reshape(-1, hd))
     places, covered = [], np.zeros(len(index), dtype=bool)
-    for source in walk.sources:
-        for rows, exact in row_views(source.array, hd):
-            found = index.match(source.decode(rows).reshape(-1, hd))
-            if found is not None:
-                places.append((source, rows, *found))
-                covered[found[1]] = True
-                if exact:
-                    break  # rows along an axis of exactly 64: the other axes hold none
+    for group in alike(walk.sources):
+        for place in locate(group, index, hd):
+            places.append(place)
+            covered[place[3]] = True
     if not covered.all():
         return {
             "applied": False,
@@ -81,6 +77,44 @@ def swap_cache(roots: list, weights, plan: dict, blobs: list) -> dict:
     for source, rows, at, targets, scale in places:
         write_rows(source, rows, at, scale[:, None] * flat[targets])
     return {"applied": True, "reason": "", "places": len(places), "seen": walk.summary()}
+
+
+SMALL = 1 << 16  # arrays up to this size are matched together with those of their shape
+
+
+def alike(sources: list) -> list[list]:
+    """The sources in groups matched at once: small arrays of one shape and dtype together (a
+    thousand per-token rows are one search, not a thousand), every other array alone."""
+    groups: dict = {}
+    for i, source in enumerate(sources):
+        a = source.array
+        key = (a.shape, a.dtype.str, source.bf16) if a.size <= SMALL else i
+        groups.setdefault(key, []).append(source)
+    return list(groups.values())
+
+
+def locate(group: list, index, hd: int) -> list:
+    """(source, rows view, row numbers, targets, scales) for every row of the group's arrays
+    that is a target's, along the axes row_views reads (one of exactly 64 found: no other)."""
+    import numpy as np
+
+    places = []
+    views = [row_views(source.array, hd) for source in group]  # alike: the same axes each
+    for j, (_, exact) in enumerate(views[0]):
+        rows = [group_views[j][0] for group_views in views]
+        per = int(np.prod(rows[0].shape[:-1]))
+        stacked = np.stack([s.decode(r).reshape(-1, hd) for s, r in zip(group, rows, strict=True)])
+        found = index.match(stacked.reshape(-1, hd))
+        if found is None:
+            continue
+        member, at = np.divmod(found[0], per)
+        order = np.argsort(member, kind="stable")  # each member's rows together
+        members, starts = np.unique(member[order], return_index=True)
+        for m, part in zip(members, np.split(order, starts[1:]), strict=True):
+            places.append((group[m], rows[m], at[part], found[1][part], found[2][part]))
+        if exact:
+            break  # rows along an axis of exactly 64: the other axes hold none
+    return places
 
 
 def missing_reason(covered, walk: "Walk", hd: int) -> str:
