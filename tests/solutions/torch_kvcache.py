@@ -41,12 +41,21 @@ def _linear(x, w, name):
 
 class LayerCache:
     def __init__(self, heads: int = 12):
-        self.k = torch.zeros((1, heads, 0, HEAD_DIM))
-        self.v = torch.zeros((1, heads, 0, HEAD_DIM))
+        self.kb = torch.zeros((1, heads, 0, HEAD_DIM))
+        self.vb = torch.zeros((1, heads, 0, HEAD_DIM))
 
     @property
     def length(self):
-        return self.k.shape[2]
+        return self.kb.shape[2]
+
+    # the contract's [n_head, length, head_dim]: the batch of one dropped, a view
+    @property
+    def k(self):
+        return self.kb[0]
+
+    @property
+    def v(self):
+        return self.vb[0]
 
 
 class ModelCache:
@@ -62,16 +71,16 @@ def _split(x, heads):
 def _attention(x, w, layer, cache, causal):
     # [n, d] layer input -> [n, d] attention contribution, the n new K/V appended first
     p = f"h.{layer}."
-    heads = cache.k.shape[1]
+    heads = cache.kb.shape[1]
     q, k, v = _linear(_ln(x, w, p + "ln_1"), w, p + "attn.c_attn").split(x.shape[1], dim=-1)
-    cache.k = torch.cat([cache.k, _split(k, heads)], dim=2)
-    cache.v = torch.cat([cache.v, _split(v, heads)], dim=2)
-    scores = _split(q, heads) @ cache.k.transpose(-1, -2) / math.sqrt(HEAD_DIM)
+    cache.kb = torch.cat([cache.kb, _split(k, heads)], dim=2)
+    cache.vb = torch.cat([cache.vb, _split(v, heads)], dim=2)
+    scores = _split(q, heads) @ cache.kb.transpose(-1, -2) / math.sqrt(HEAD_DIM)
     if causal:
-        n, total = x.shape[0], cache.k.shape[2]
+        n, total = x.shape[0], cache.kb.shape[2]
         visible = torch.arange(total)[None, :] <= torch.arange(total - n, total)[:, None]
         scores = scores.masked_fill(~visible, float("-inf"))
-    out = (torch.softmax(scores, dim=-1) @ cache.v)[0].transpose(0, 1).reshape(x.shape[0], -1)
+    out = (torch.softmax(scores, dim=-1) @ cache.vb)[0].transpose(0, 1).reshape(x.shape[0], -1)
     return _linear(out, w, p + "attn.c_proj")
 
 
@@ -97,12 +106,12 @@ def _embed(ids, start, w):
 def attn_step(ln_hidden, w, layer, cache):
     p = f"h.{layer}."
     x = torch.as_tensor(np.asarray(ln_hidden, dtype=np.float32))[None]
-    heads = cache.k.shape[1]
+    heads = cache.kb.shape[1]
     q, k, v = _linear(x, w, p + "attn.c_attn").split(x.shape[1], dim=-1)
-    cache.k = torch.cat([cache.k, _split(k, heads)], dim=2)
-    cache.v = torch.cat([cache.v, _split(v, heads)], dim=2)
-    scores = _split(q, heads) @ cache.k.transpose(-1, -2) / math.sqrt(HEAD_DIM)
-    out = (torch.softmax(scores, dim=-1) @ cache.v)[0].transpose(0, 1).reshape(1, -1)
+    cache.kb = torch.cat([cache.kb, _split(k, heads)], dim=2)
+    cache.vb = torch.cat([cache.vb, _split(v, heads)], dim=2)
+    scores = _split(q, heads) @ cache.kb.transpose(-1, -2) / math.sqrt(HEAD_DIM)
+    out = (torch.softmax(scores, dim=-1) @ cache.vb)[0].transpose(0, 1).reshape(1, -1)
     return _linear(out, w, p + "attn.c_proj")[0].numpy()
 
 
@@ -176,7 +185,8 @@ class PrefixCache:
         mc = ModelCache(layers, heads)
         if reused:
             for mine, theirs in zip(mc.layers, source.layers, strict=True):
-                mine.k, mine.v = theirs.k[:, :, :reused].clone(), theirs.v[:, :, :reused].clone()
+                mine.kb = theirs.kb[:, :, :reused].clone()
+                mine.vb = theirs.vb[:, :, :reused].clone()
         logits = _run(_embed(prompt_ids[reused:], reused, self.w), self.w, mc, causal=True)
         self.entries.append((list(prompt_ids), mc))
         return logits, reused

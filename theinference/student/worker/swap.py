@@ -73,9 +73,13 @@ def swap_cache(roots: list, weights, plan: dict, blobs: list) -> dict:
             "reason": missing_reason(covered.reshape(2 * layers, h * n), walk, hd),
             "seen": walk.summary(),
         }
+    try:  # every place made writeable first: a swap is whole or nothing
+        targets = [writable(place[1]) for place in places]
+    except PermissionError as exc:
+        return {"applied": False, "reason": str(exc), "seen": walk.summary()}
     flat = writes.reshape(-1, hd)
-    for source, rows, at, targets, scale in places:
-        write_rows(source, rows, at, scale[:, None] * flat[targets])
+    for target, (source, _, at, found, scale) in zip(targets, places, strict=True):
+        write_rows(source, target, at, scale[:, None] * flat[found])
     return {"applied": True, "reason": "", "places": len(places), "seen": walk.summary()}
 
 
@@ -130,13 +134,12 @@ def missing_reason(covered, walk: "Walk", hd: int) -> str:
     )
 
 
-def write_rows(source, rows, at, values) -> None:
+def write_rows(source, target, at, values) -> None:
     """values [len(at), hd] into the rows numbered `at` (flat over the leading axes) of a
-    view of the source, in its own dtype (a bfloat16 tensor's by its bits)."""
+    writeable view of the source, in its own dtype (a bfloat16 tensor's by its bits)."""
     import numpy as np
 
-    target = writable(rows)
-    where = np.unravel_index(at, rows.shape[:-1])
+    where = np.unravel_index(at, target.shape[:-1])
     if source.bf16:
         bits = values.astype(np.float32).view(np.uint32)
         rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16  # to nearest, ties to even
@@ -174,14 +177,23 @@ def extent(view) -> tuple[int, int]:
 
 
 def in_writable_memory(lo: int, hi: int) -> bool:
+    """Whether every byte of [lo, hi) lies in mappings this process may write (a range may
+    span several: the kernel does not always merge neighbouring ones)."""
     try:
         with open("/proc/self/maps") as maps:
             lines = maps.read().splitlines()
     except OSError:
         return False
-    for line in lines:
-        span, perms = line.split()[:2]
-        start, end = (int(x, 16) for x in span.split("-"))
-        if start <= lo and hi <= end:
-            return "w" in perms
+    spans = sorted(
+        (int(a, 16), int(b, 16))
+        for span, perms in (line.split()[:2] for line in lines)
+        if "w" in perms
+        for a, b in [span.split("-")]
+    )
+    reached = lo
+    for start, end in spans:
+        if start <= reached < end:
+            reached = end
+        if reached >= hi:
+            return True
     return False
