@@ -81,7 +81,8 @@ def decode_step(token_id, position, w, mc):
     x = embed_token(token_id, position, w)
     for layer in range(n_layer(w)):
         x = block_step(x, w, layer, mc)
-    return w["wte.weight"] @ _ln(x, w["ln_f.weight"], w["ln_f.bias"])
+    # float32 against the float32 weights: a float64 vector would convert all of wte each step
+    return w["wte.weight"] @ _ln(x, w["ln_f.weight"], w["ln_f.bias"]).astype(np.float32)
 
 
 def _ln_rows(X, g, b):
