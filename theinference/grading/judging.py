@@ -11,7 +11,6 @@ import time
 from dataclasses import replace
 
 from theinference.curriculum.checks import CHECKS, Check, Verdict
-from theinference.curriculum.checks.common import Words
 from theinference.curriculum.checks.floor import (
     CANNOT_MEASURE,
     budget,
@@ -89,8 +88,7 @@ def asked_unswapped(stage, case, args, process, answers, clock, plan: SwapPlan):
     outcome = process.call(check.adapter, args, stage.timeout, check.hook, watch=check.watch)
     verdict = judge(stage, case, args, outcome, answers, clock, plan, rerun=True)
     if verdict.status == Status.PASSED:
-        hook = Words(f"theinference.curriculum.checks.{stage.slug.replace('-', '_')}")("hook")
-        verdict = Verdict(Status.FAILED, message=DEPARTS.format(hook=hook))
+        verdict = Verdict(Status.FAILED, message=DEPARTS.format(hook=stage.words["hook"]))
     elif verdict.status == Status.FAILED:
         verdict.message = f"{verdict.message} (over the swapped cache too)"
     return outcome, verdict

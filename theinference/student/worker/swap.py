@@ -73,8 +73,9 @@ def swap_cache(roots: list, weights, plan: dict, blobs: list) -> dict:
             "reason": missing_reason(covered.reshape(2 * layers, h * n), walk, hd),
             "seen": walk.summary(),
         }
+    spans = writable_spans() if any(not p[1].flags.writeable for p in places) else []
     try:  # every place made writeable first: a swap is whole or nothing
-        targets = [writable(place[1]) for place in places]
+        targets = [writable(place[1], spans) for place in places]
     except PermissionError as exc:
         return {"applied": False, "reason": str(exc), "seen": walk.summary()}
     flat = writes.reshape(-1, hd)
@@ -148,15 +149,15 @@ def write_rows(source, target, at, values) -> None:
         target[where] = values.astype(target.dtype)
 
 
-def writable(view):
+def writable(view, spans: list):
     """The same memory as `view`, writeable: a read-only flag (set by the student's code) is
-    not the memory's. Memory the system maps read-only is never written."""
+    not the memory's. Memory the system maps read-only (not in `spans`) is never written."""
     import numpy as np
 
     if view.flags.writeable:
         return view
     lo, hi = extent(view)
-    if not in_writable_memory(lo, hi):
+    if not in_writable_memory(lo, hi, spans):
         raise PermissionError("the K/V sit in memory mapped read-only")
     import ctypes
 
@@ -176,20 +177,24 @@ def extent(view) -> tuple[int, int]:
     return low, high + view.itemsize
 
 
-def in_writable_memory(lo: int, hi: int) -> bool:
-    """Whether every byte of [lo, hi) lies in mappings this process may write (a range may
-    span several: the kernel does not always merge neighbouring ones)."""
+def writable_spans() -> list[tuple[int, int]]:
+    """The address ranges this process may write, sorted (/proc/self/maps, read once a swap)."""
     try:
         with open("/proc/self/maps") as maps:
             lines = maps.read().splitlines()
     except OSError:
-        return False
-    spans = sorted(
+        return []
+    return sorted(
         (int(a, 16), int(b, 16))
         for span, perms in (line.split()[:2] for line in lines)
         if "w" in perms
         for a, b in [span.split("-")]
     )
+
+
+def in_writable_memory(lo: int, hi: int, spans: list) -> bool:
+    """Whether every byte of [lo, hi) lies in the writeable spans (a range may span several:
+    the kernel does not always merge neighbouring mappings)."""
     reached = lo
     for start, end in spans:
         if start <= reached < end:
