@@ -136,7 +136,7 @@ def test_every_stage_draws_hidden_cases():
         assert stage.hidden.get("check") in CHECKS, stage.slug
 
 
-README = Path(theinference.__file__).parents[1] / "README.md"
+REFERENCE = Path(theinference.__file__).parents[1] / "docs" / "reference.md"
 BUG_LIST = re.compile(r"<!-- bugs: .*? -->\n(.*?)\n<!-- /bugs -->", re.S)
 
 
@@ -146,7 +146,7 @@ def how_recognised(bug) -> str:
 
 
 def readme_bug_rows() -> list[str]:
-    """README's list of the classic bugs, as the table says it."""
+    """docs/reference.md's list of the classic bugs, as the table says it."""
     rows = ["| bug | what the code does | named from |", "| --- | --- | --- |"]
     rows += [f"| `{b.id}` | {b.name()} | {how_recognised(b)} |" for b in bug_table().values()]
     return rows
@@ -188,12 +188,13 @@ def test_a_bugs_words_quote_the_models_sizes_never_type_them():
             assert not PLACEHOLDER.search(rendered), (bug.id, rendered)
 
 
-def test_readme_lists_every_bug_of_the_table():
-    """Catches README's bug list drifting from the table (a bug added, renamed or dropped)."""
-    found = BUG_LIST.search(README.read_text())
-    assert found, "README has no bug list between <!-- bugs: ... --> and <!-- /bugs -->"
+def test_reference_lists_every_bug_of_the_table():
+    """Catches docs/reference.md's bug list drifting from the table (a bug added, renamed or
+    dropped)."""
+    found = BUG_LIST.search(REFERENCE.read_text())
+    assert found, "docs/reference.md has no bug list between <!-- bugs: ... --> and <!-- /bugs -->"
     expected = "\n".join(readme_bug_rows())
-    assert found.group(1) == expected, f"README's bug list should read:\n{expected}"
+    assert found.group(1) == expected, f"docs/reference.md's bug list should read:\n{expected}"
 
 
 def test_hint_lists_the_stages_classic_bugs_from_the_table():

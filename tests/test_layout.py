@@ -1,4 +1,4 @@
-"""The package's layers and the directions they may import in (README's "Layout" table)."""
+"""The package's layers and the directions they may import in (docs/development.md's "Layout" table)."""
 
 import ast
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""The exit codes, in one place (documented in README.md)."""
+"""The exit codes, in one place (documented in README.md and docs/reference.md)."""
 
 OK = 0  # every selected stage passed
 NOT_PASSED = 1  # some stage failed, errored, timed out, is todo or was skipped

@@ -2,7 +2,7 @@
 
 A typo must never be ignored in silence (`wieghts = "gpt2"` would grade against the default
 weights), so an unknown key is an error that names the nearest valid one. The keys and their
-meaning are documented in README.md's "Course settings" table.
+meaning are documented in docs/instructors.md's "Course settings" table.
 """
 
 import difflib

@@ -9,7 +9,7 @@ answer. The student's process never sees the secret when sandboxed (bwrap: the c
 its filesystem; as nobody: the file is root's). Where it runs as the grader's own user it could
 read the secret, so such a run neither reads nor writes the disk cache (answers live in memory
 only: session.py) and the secret is replaced when the run ends (`rotate_secret`), so whatever
-that process signed is a miss from then on (README, "Grading untrusted submissions"). Files
+that process signed is a miss from then on (docs/grading-untrusted.md). Files
 are written under a temporary name and renamed into place; a cache that cannot be written
 (full disk, read-only) is switched off for the run with a note, never an error.
 """
