@@ -3,7 +3,8 @@ process, in a throwaway HOME and cache directory: forging the oracle's stored an
 and warm cache), tampering with the weights in place with the times put back, reading the
 seed from /proc, the network, and files outside the course. Each asserts the attack fails
 AND that a correct solution still passes afterwards on the very cache the attack ran against.
-`bwrap` runs need a working bubblewrap; `none` runs show what remains without it (docs/grading-untrusted.md)."""
+`bwrap` runs need a working bubblewrap; `none` runs show what remains without it
+(docs/grading-untrusted.md)."""
 
 import hashlib
 import io

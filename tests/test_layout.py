@@ -1,4 +1,5 @@
-"""The package's layers and the directions they may import in (docs/development.md's "Layout" table)."""
+"""The package's layers and the directions they may import in (the "Layout" table of
+docs/development.md)."""
 
 import ast
 from pathlib import Path
