@@ -22,6 +22,17 @@ def stage_named(slug: str):
     return next(s for s in load_stages() if s.slug == slug)
 
 
+def test_every_case_is_sized_by_what_its_check_declares():
+    """Would catch a check that declares no sizing inputs, or names one its cases do not have
+    (its cases would all weigh nothing: a whole-context case run first and never left out)."""
+    from theinference.curriculum.stages import load_stages, with_hidden_cases, with_run_draws
+    from theinference.grading.policy import case_size
+
+    for stage in load_stages():
+        for case in with_run_draws(with_hidden_cases(stage, 7), 3).cases:
+            assert case_size(case) > 0, (stage.slug, case.name)
+
+
 def test_cases_run_smallest_first_and_long_ones_last():
     """Would catch: cases run in spec order (the 1024-token case before a one-token one), or a
     size measure that ignores continuations and the new tokens asked for."""

@@ -11,7 +11,6 @@ from dataclasses import dataclass, replace
 from theinference.curriculum.stages import Case, Stage, drawn_per_run
 
 LONG_CASE_TOKENS = 300  # more than this is a long case: last, and left out by --quick
-TOKEN_INPUTS = ("seq", "prompt", "continuation")
 
 
 @dataclass(frozen=True)
@@ -43,11 +42,19 @@ def token_count(spec) -> int:
 
 
 def case_size(case: Case) -> int:
-    """The tokens a case hands the student's code, new tokens asked for included."""
+    """The tokens a case hands the student's code, new tokens asked for included: the inputs
+    its check says size it."""
+    from theinference.curriculum.checks import CHECKS
+
     inputs = case.inputs | case.inputs.get("draw", {})  # a proof not yet drawn: its ranges
-    size = sum(token_count(inputs[k]) for k in TOKEN_INPUTS if k in inputs)
-    size += sum(token_count(p) for p in inputs.get("prompts", []))
-    return size + int(inputs.get("max_new_tokens", 0))
+    sized_by = CHECKS[case.check].sized_by if case.check in CHECKS else ()
+    return sum(input_size(inputs[key]) for key in sized_by if key in inputs)
+
+
+def input_size(value) -> int:
+    """A count (new tokens asked for) is its number; a token sequence, or a list of them, its
+    tokens."""
+    return value if isinstance(value, int) else token_count(value)
 
 
 def is_long(case: Case) -> bool:

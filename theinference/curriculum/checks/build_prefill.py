@@ -24,6 +24,7 @@ def prompt_arguments(case: Case, config: ModelConfig) -> list:
 
 @check(
     "prefill_logits",
+    sized_by=("prompt",),
     adapter="run_prefill",
     arguments=prompt_arguments,
     expect=lambda recompute, args: recompute.last_logits(args[0]),
@@ -38,6 +39,7 @@ def prefill_logits(value, args, ask, tol, config) -> Verdict:
 
 @check(
     "prefill_cache",
+    sized_by=("prompt",),
     adapter="run_prefill_cache",
     arguments=prompt_arguments,
     expect=lambda recompute, args: recompute.forward(args[0]).kv,

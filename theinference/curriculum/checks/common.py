@@ -55,6 +55,9 @@ class Check:
 
     name: str
     stage: str  # the slug of the stage whose module declares it
+    # the inputs that size a case: the tokens they hand the student's code, or a count of new
+    # tokens asked for (grading/policy.py runs cases smallest first and calls the big ones long)
+    sized_by: tuple[str, ...]
     description: str  # the judge's docstring: what the student reads about this check
     adapter: str
     arguments: Callable[[Case, ModelConfig], list]
@@ -79,7 +82,7 @@ def stage_of(module: str) -> str:
     return module.rsplit(".", 1)[-1].replace("_", "-")
 
 
-def check(name: str, *, adapter: str, arguments, expect, simulate=None, **proofs):
+def check(name: str, *, sized_by, adapter: str, arguments, expect, simulate=None, **proofs):
     """Register the decorated judge as check `name` of its module's stage (`proofs`: hook,
     watch, swap, flop, cached_flop, asks_own_arguments, as Check says)."""
 
@@ -89,6 +92,7 @@ def check(name: str, *, adapter: str, arguments, expect, simulate=None, **proofs
         CHECKS[name] = Check(
             name=name,
             stage=stage_of(judge.__module__),
+            sized_by=sized_by,
             description=inspect.getdoc(judge) or "",
             adapter=adapter,
             arguments=arguments,

@@ -23,6 +23,7 @@ def swap_after_prefill(recompute, args, seed):
 
 @check(
     "decode_step",
+    sized_by=("prompt",),
     adapter="run_decode_step",
     arguments=decode_arguments,
     expect=decoded,
@@ -41,6 +42,7 @@ def decode_step(value, args, ask, tol, config) -> Verdict:
 
 @check(
     "decode_cache_use",
+    sized_by=("prompt",),
     adapter="run_decode_step",
     arguments=decode_arguments,
     expect=decoded,

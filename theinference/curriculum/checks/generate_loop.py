@@ -81,6 +81,7 @@ def generate_cached_flop(args: list, config: ModelConfig) -> float:
 
 @check(
     "generate",
+    sized_by=("prompt", "max_new_tokens"),
     adapter="run_generate",
     arguments=generate_arguments,
     expect=expect_path,
@@ -98,6 +99,7 @@ def generate(value, args, ask, tol: Tolerance, config: ModelConfig) -> Verdict:
 
 @check(
     "generate_cost",
+    sized_by=("prompt", "max_new_tokens"),
     adapter="run_generate",
     arguments=generate_arguments,
     expect=expect_path,

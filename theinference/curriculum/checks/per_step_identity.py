@@ -32,6 +32,7 @@ def expect_sequence(recompute, args: list) -> np.ndarray:
 
 @check(
     "decode_sequence",
+    sized_by=("prompt", "continuation"),
     adapter="run_decode_sequence",
     arguments=sequence_arguments,
     expect=expect_sequence,
@@ -94,6 +95,7 @@ def plain_sequence_verdict(value, args, ask, tol: Tolerance, config: ModelConfig
 
 @check(
     "decode_sequence_swap",
+    sized_by=("prompt", "continuation"),
     adapter="run_decode_sequence",
     arguments=sequence_arguments,
     expect=expect_sequence,

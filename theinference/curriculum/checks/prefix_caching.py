@@ -52,6 +52,7 @@ def prefix_cached_flop(args: list, config: ModelConfig) -> float:
 
 @check(
     "prefix_caching",
+    sized_by=("prompts",),
     adapter="run_prefix_caching",
     arguments=prefix_arguments,
     expect=expect_prefix,
@@ -118,6 +119,7 @@ def expect_chain(recompute, args: list) -> np.ndarray:
 
 @check(
     "prefix_caching_cost",
+    sized_by=("prompts", "prompt"),  # drawn as one prompt its growing prompts extend
     adapter="run_prefix_caching",
     arguments=prefix_arguments,
     expect=expect_chain,

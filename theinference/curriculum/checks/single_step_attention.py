@@ -15,6 +15,7 @@ def seq_arguments(case: Case, config: ModelConfig) -> list:
 
 @check(
     "step_attention",
+    sized_by=("seq",),
     adapter="run_step_attention",
     arguments=seq_arguments,
     expect=lambda recompute, args: recompute.layer0_attention_last(args[0]),
@@ -37,6 +38,7 @@ def step_attention(value, args, ask, tol, config) -> Verdict:
 
 @check(
     "step_attention_swap",
+    sized_by=("seq",),
     adapter="run_step_attention",
     arguments=seq_arguments,
     expect=lambda recompute, args: recompute.layer0_attention_last(args[0]),
