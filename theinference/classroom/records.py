@@ -10,7 +10,7 @@ from pathlib import Path
 
 from theinference.atomic import atomic_write
 from theinference.course.settings import Grading
-from theinference.grading.scores import case_groups, group_score, suspected_bug_of
+from theinference.grading.scores import stage_score, suspected_bug_of
 
 SCHEMA = "theinference.submission/1"
 SUBMISSIONS_DIR = "submissions"
@@ -27,10 +27,10 @@ def stage_rows(results: dict | None, points: dict[str, float], grading: Grading)
             rows.append(_row(slug, "not graded", 0.0, max_score, None, None, 0, 0))
             continue
         cases = stage.get("cases", [])
-        score = sum(group_score(g, grading) for g in case_groups(stage, max_score))
+        score = stage_score(stage, max_score, grading)
         passed = sum(c["status"] == "passed" for c in cases)
         rows.append(
-            _row(slug, stage["status"], round(score, 4), max_score, suspected_bug_of(stage),
+            _row(slug, stage["status"], score, max_score, suspected_bug_of(stage),
                  worst_error(stage), passed, len(cases))
         )
     return rows

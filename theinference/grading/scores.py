@@ -3,7 +3,8 @@ and its seeded hidden ones, each group worth its share of the stage's points (by
 scored all or nothing or, with partial credit, by the share of its cases that passed.
 
 One scoring for everything that scores: Gradescope's results.json (output/gradescope.py) and
-the gradebook (classroom/records.py)."""
+the gradebook (classroom/records.py) read `scored_groups` and `stage_score`; neither computes
+a score of its own."""
 
 from theinference.course.settings import Grading
 from theinference.results import SEVERITY, StageResult
@@ -38,6 +39,21 @@ def case_groups(stage: dict, max_score: float) -> list[dict]:
 def worst_status(cases: list[dict], default: str) -> str:
     statuses = {c["status"] for c in cases}
     return next((s.value for s in SEVERITY if s.value in statuses), default)
+
+
+def scored_groups(stage: dict, max_score: float, grading: Grading) -> list[dict]:
+    """The stage's case groups, each with its `score` and whether it earned every point. A
+    partial run (--case, a stopped run) left cases out: it earns nothing."""
+    scored = []
+    for group in case_groups(stage, max_score):
+        score = 0.0 if stage.get("partial") else round(group_score(group, grading), 4)
+        full = score >= group["points"] and group["status"] == "passed"
+        scored.append({**group, "score": score, "full_marks": full})
+    return scored
+
+
+def stage_score(stage: dict, max_score: float, grading: Grading) -> float:
+    return round(sum(g["score"] for g in scored_groups(stage, max_score, grading)), 4)
 
 
 def group_score(group: dict, grading: Grading) -> float:

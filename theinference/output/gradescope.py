@@ -11,7 +11,7 @@ results.json holds them, and the tests validate every results.json against it.
 """
 
 from theinference.course.settings import Grading
-from theinference.grading.scores import case_groups, group_score, suspected_bug_of
+from theinference.grading.scores import scored_groups, suspected_bug_of
 from theinference.results import where_text
 from theinference.results.text import markdown_fence, markdown_text
 
@@ -24,9 +24,7 @@ def gradescope_results(results: dict, points: dict[str, float], grading: Grading
     """results: `theinference test --format json`; points: slug -> max score."""
     tests = []
     for stage in results.get("stages", []):
-        max_score = points.get(stage["slug"], 1.0)
-        groups = case_groups(stage, max_score)
-        for group in groups:
+        for group in scored_groups(stage, points.get(stage["slug"], 1.0), grading):
             tests.append(stage_test(stage, group, grading, len(tests) + 1))
     score = round(sum(t["score"] for t in tests), 4)
     board = leaderboard(results.get("speed")) if grading.speed == "leaderboard" else []
@@ -65,17 +63,14 @@ def leaderboard(speed: dict | None) -> list[dict]:
 
 def stage_test(stage: dict, group: dict, grading: Grading, number: int) -> dict:
     hidden = group["hidden"]
-    status = group["status"]
     name = f"{stage['slug']}: {stage['title']}" + (" (hidden cases)" if hidden else "")
-    # a partial run (--case, a stopped run) left cases out: it never earns points
     partial = bool(stage.get("partial"))
-    score = 0.0 if partial else group_score(group, grading)
     return {
         "name": name,
         "number": str(number),
-        "score": round(score, 4),
+        "score": group["score"],
         "max_score": round(group["points"], 4),
-        "status": "passed" if score >= group["points"] and status == "passed" else "failed",
+        "status": "passed" if group["full_marks"] else "failed",
         "output": ("**partial run: cases were left out, no score**\n\n" if partial else "")
         + stage_markdown(stage, group),
         "output_format": "md",
