@@ -153,8 +153,10 @@ def test_the_seed_never_reaches_a_command_line(tmp_path):
     """Would catch `grade` or the autograder passing the hidden cases' seed as `--seed N`,
     readable in /proc/<pid>/cmdline by every process on the machine."""
     from theinference.classroom.batch import Plan
+    from theinference.grading.seed import Seed
 
-    plan = Plan(weights="synthetic", points={"single-step-attention": 1.0}, seed=int(SEED))
+    plan = Plan(weights="synthetic", points={"single-step-attention": 1.0},
+                seed=Seed(int(SEED), "option"))
     command = plan.test_command(tmp_path / "course", tmp_path / "out.json")
     assert SEED not in " ".join(command) and "--seed" not in command
     assert plan.test_env()["THEINFERENCE_SEED"] == SEED

@@ -92,19 +92,20 @@ def test_partial_credit_scores_each_case():
     assert data["tests"][0]["status"] == "failed"
 
 
-def test_a_partial_run_scores_nothing_in_gradescope_and_the_gradebook_alike():
-    """Would catch the two scorings drifting: a partial run (cases left out) earning its passed
-    cases' points in one of Gradescope's results.json and the gradebook's rows."""
+def test_gradescope_and_the_gradebook_score_alike_but_for_a_partial_run():
+    """Would catch the two scorings drifting: a student's partial run (cases left out) earning
+    points in Gradescope's results.json, or the gradebook not scoring the cases an instructor
+    chose (`grade --case`, also a partial run) as a full run scores them."""
     from theinference.classroom.records import stage_rows
 
     partial = {**RESULTS, "stages": [{**s, "partial": True} for s in RESULTS["stages"]]}
     points = {"single-step-attention": 3, "build-prefill": 2}
+    grading = Grading(partial_credit=True)
     for results, expected in ((RESULTS, [1.0, 1.0, 0.0]), (partial, [0.0, 0.0, 0.0])):
-        grading = Grading(partial_credit=True)
         tests = gradescope_results(results, points, grading)["tests"]
         assert [t["score"] for t in tests] == expected
         rows = stage_rows(results, points, grading)
-        assert sum(r["score"] for r in rows) == pytest.approx(sum(expected))
+        assert sum(r["score"] for r in rows) == pytest.approx(2.0)
 
 
 def gradescope_root(tmp_path: Path, settings: str, submission: dict[str, str]) -> Path:

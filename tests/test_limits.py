@@ -47,9 +47,10 @@ def test_a_limit_at_or_below_zero_is_a_usage_error_naming_the_option(line):
 
 
 def test_the_seed_from_the_environment_is_checked_too():
-    """Catches a negative THEINFERENCE_SEED slipping past the option's check."""
-    result = runner.invoke(app, ["test"], env={"THEINFERENCE_SEED": "-4", "COLUMNS": "200"})
-    assert result.exit_code == 2 and "--seed" in result.output
+    """Catches a negative or malformed THEINFERENCE_SEED slipping past the option's check."""
+    for value in ("-4", "seven"):
+        result = runner.invoke(app, ["test"], env={"THEINFERENCE_SEED": value, "COLUMNS": "200"})
+        assert result.exit_code == 2 and "THEINFERENCE_SEED" in result.output, result.output
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), 0, -1])

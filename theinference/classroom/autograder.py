@@ -138,23 +138,6 @@ def warm(settings: Settings, points: dict[str, float]) -> tuple[int, float]:
     return count, time.monotonic() - started
 
 
-def seed_for(settings: Settings, root: Path, env_seed: str | None) -> int | None:
-    """[grading] seed: none, a number, env (THEINFERENCE_SEED) or submission (Gradescope's
-    submission id, from submission_metadata.json)."""
-    source = settings.grading.seed
-    if source == "none":
-        return None
-    if isinstance(source, int):
-        return source
-    if source == "submission":
-        try:
-            meta = json.loads((root / "submission_metadata.json").read_text())
-            return int(meta["id"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-    return int(env_seed) if env_seed and env_seed.strip().isdigit() else None
-
-
 @dataclass(frozen=True)
 class Graded:
     """What grading root/submission came to: the results JSON of `theinference test`, or why
@@ -174,8 +157,9 @@ def grade_submission(root: Path, plan: Plan) -> Graded:
     status, message, results = run_test(files, plan, jobs=1)
     if results is None:
         return Graded(None, f"The grader could not finish ({status}): {message}")
-    provenance = {**results.get("provenance", {}), "seed": seed_label(plan.seed_source, plan.seed)}
-    extra = {"content_sha256": content_hash(files), "seed": plan.seed, "provenance": provenance}
+    provenance = {**results.get("provenance", {}), "seed": seed_label(plan.seed)}
+    extra = {"content_sha256": content_hash(files), "seed": plan.seed.value,
+             "provenance": provenance}
     return Graded(results, extra=extra)
 
 

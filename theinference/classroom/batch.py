@@ -34,6 +34,7 @@ from theinference.course.languages import TYPESCRIPT
 from theinference.course.settings import Grading
 from theinference.grading.allocation import Allocation, read_allocation
 from theinference.grading.provenance import provenance, with_run
+from theinference.grading.seed import NO_SEED, SEED_VAR, Seed
 
 GRADER_OVERHEAD_BYTES = 3 << 29  # the grader process beside each student process (1.5 GiB)
 STDERR_KEPT = 4000
@@ -46,13 +47,12 @@ class Plan:
     weights: str
     points: dict  # slug -> max score, in course order: the stages graded
     grading: Grading = field(default_factory=Grading)
-    seed: int | None = None
+    seed: Seed = NO_SEED  # the hidden cases' seed and its source (grading/seed.py)
     cases: tuple[str, ...] = ()
     memory_bytes: int = 8 << 30
     settings_toml: bytes | None = None  # the instructor's theinference.toml
     submission_timeout: float = 1800.0  # a backstop: every call has its own timeout
     weights_sha256: str = ""  # the weights `weights` names, as loaded when grading began
-    seed_source: str = "none"  # option | fixed | env | submission (provenance.seed_label)
 
     def key(self) -> str:
         fields = asdict(self)
@@ -62,8 +62,7 @@ class Plan:
 
     def provenance(self) -> dict:
         """What produces this plan's grades, the run's sandbox and platform aside."""
-        return provenance(self.points, self.settings_toml, self.weights_sha256,
-                          self.seed_source, self.seed)
+        return provenance(self.points, self.settings_toml, self.weights_sha256, self.seed)
 
     def test_command(self, course: Path, output: Path) -> list[str]:
         g = self.grading
@@ -85,7 +84,8 @@ class Plan:
     def test_env(self) -> dict[str, str]:
         """The grader's environment for `theinference test`, with this plan's seed (or none)."""
         env = {k: v for k, v in os.environ.items() if k != "THEINFERENCE_SEED"}
-        return env | ({"THEINFERENCE_SEED": str(self.seed)} if self.seed is not None else {})
+        value = self.seed.value
+        return env | ({SEED_VAR: str(value)} if value is not None else {})
 
 
 def default_jobs(memory_bytes: int, allocation: Allocation | None = None) -> int:

@@ -3,7 +3,6 @@ report.py hold the rest). Each gathers plain data, hands it to the classroom mod
 prints through output/class_screens.py; errors the instructor can fix are one line and an exit
 code (exits.py)."""
 
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -71,26 +70,14 @@ def stage_points(settings, slugs: list[str]) -> dict[str, float]:
     return {s.slug: settings.grading.points(s.slug, s.score) for s in chosen}
 
 
-def resolve_seed(seed: int | None, source) -> int | None:
-    if seed is not None or source == "none":
-        return seed
-    if isinstance(source, int):
-        return source
-    text = os.environ.get("THEINFERENCE_SEED", "").strip()
-    if not text:
-        return None
-    if not text.isdigit():
-        raise fail(f"THEINFERENCE_SEED must be a whole number, not {text!r}", exits.USAGE)
-    return int(text)
+def plan_seed(option: int | None, setting):
+    """--seed, else [grading] seed: resolved once, with its source (grading/seed.py)."""
+    from theinference.grading.seed import SeedError, resolve_seed
 
-
-def seed_source(seed: int | None, source) -> str:
-    """Where resolve_seed's seed comes from, for the records' provenance."""
-    if seed is not None:
-        return "option"
-    if isinstance(source, int):
-        return "fixed"
-    return "none" if source == "none" else "env"
+    try:
+        return resolve_seed(option, setting)
+    except SeedError as exc:
+        raise fail(str(exc), exits.USAGE) from None
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:
@@ -159,13 +146,12 @@ def grade(
         weights=spec,
         points=stage_points(settings, stage or []),
         grading=settings.grading,
-        seed=resolve_seed(seed, settings.grading.seed),
+        seed=plan_seed(seed, settings.grading.seed),
         cases=tuple(case or ()),
         memory_bytes=int((settings.grading.memory_gb or 8) * 2**30),
         settings_toml=toml,
         submission_timeout=submission_timeout,
         weights_sha256=warm_weights(spec, course_dir).sha256,
-        seed_source=seed_source(seed, settings.grading.seed),
     )
     chosen = grading_sandbox(settings.grading.sandbox)
     typer.echo(f"sandbox: {chosen.kind}" + "".join(f"; {n}" for n in chosen.notes), err=True)

@@ -1,6 +1,5 @@
 """`theinference gradescope build | warm | run`: the Gradescope autograder (autograder.py)."""
 
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -55,7 +54,7 @@ def run(
     ),
 ) -> None:
     """Grade ROOT/submission with ROOT/source's settings; write ROOT/results/results.json."""
-    from theinference.classroom.autograder import grade_submission, seed_for, write_results
+    from theinference.classroom.autograder import grade_submission, write_results
     from theinference.classroom.batch import Plan
     from theinference.output.gradescope import failure_results, gradescope_results
     from theinference.student.sandbox import SandboxError, choose
@@ -71,10 +70,9 @@ def run(
         weights=settings.weights,
         points=stage_points(settings, []),
         grading=settings.grading,
-        seed=seed_for(settings, root, os.environ.get("THEINFERENCE_SEED")),
+        seed=autograder_seed(settings, root),
         memory_bytes=int((settings.grading.memory_gb or 8) * 2**30),
         settings_toml=toml,
-        seed_source=gradescope_seed_source(settings.grading.seed),
     )
     graded = grade_submission(root, plan)
     if graded.results is None:
@@ -87,6 +85,13 @@ def run(
     typer.echo(f"{path}: {data['score']:g} of {total:g} ({len(data['tests'])} tests)")
 
 
-def gradescope_seed_source(source) -> str:
-    """[grading] seed as the autograder reads it (seed_for): none, env, submission or fixed."""
-    return "fixed" if isinstance(source, int) else source
+def autograder_seed(settings, root: Path):
+    """[grading] seed as the autograder reads it: resolved once, with its source. A malformed
+    THEINFERENCE_SEED grades with no hidden cases rather than refusing the student a grade;
+    the provenance then says `none`."""
+    from theinference.grading.seed import NO_SEED, SeedError, resolve_seed
+
+    try:
+        return resolve_seed(None, settings.grading.seed, submission_root=root)
+    except SeedError:
+        return NO_SEED

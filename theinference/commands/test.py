@@ -48,8 +48,7 @@ def test(
     seed: Annotated[
         int | None,
         typer.Option(
-            envvar="THEINFERENCE_SEED",
-            help="Add hidden random cases drawn with this seed (graders).",
+            help="Add hidden random cases drawn with this seed (graders; else THEINFERENCE_SEED).",
             callback=limits.seed,
         ),
     ] = None,
@@ -99,8 +98,8 @@ def test(
     policy = policy_for(watch, quick, all_cases, case or [], machine=bool(outputs))
     if speed and watch:
         raise Abort("--speed times a finished run: it cannot be used with --watch")
-    session = prepare(course_dir, stage or [], weights, timeout, seed, outputs, policy, sandbox,
-                      speed)
+    session = prepare(course_dir, stage or [], weights, timeout, seed_of(seed), outputs, policy,
+                      sandbox, speed)
     override_limits(session, memory_gb, output_kb)
     session.writer = formats.writer(session.outputs, session.course.grading)
     if fmt.value == TERMINAL:
@@ -183,3 +182,13 @@ def with_format_files(command):
 
 
 test = with_format_files(test)
+
+
+def seed_of(option: int | None):
+    """--seed, else THEINFERENCE_SEED: resolved once, with its source (grading/seed.py)."""
+    from theinference.grading.seed import SeedError, resolve_seed
+
+    try:
+        return resolve_seed(option, "env")
+    except SeedError as exc:
+        raise Abort(str(exc)) from None

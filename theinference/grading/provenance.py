@@ -9,13 +9,11 @@ who tries every number: the records stay the instructor's).
 """
 
 import hashlib
-import os
 import platform
 
 from theinference import __version__
 from theinference.curriculum.stages import SPEC_DIR
-
-SEED_VAR = "THEINFERENCE_SEED"
+from theinference.grading.seed import Seed
 
 
 def short_hash(data: bytes) -> str:
@@ -27,26 +25,18 @@ def spec_hashes(slugs) -> dict[str, str]:
     return {slug: short_hash((SPEC_DIR / f"{slug}.toml").read_bytes()) for slug in slugs}
 
 
-def seed_label(source: str, seed: int | None) -> str:
+def seed_label(seed: Seed) -> str:
     """`none`, or the seed's source (option, env, fixed, submission) and a hash of it."""
-    if seed is None:
+    if seed.value is None:
         return "none"
-    return f"{source} {short_hash(f'theinference-seed:{seed}'.encode())[:12]}"
-
-
-def test_seed_source(seed: int | None) -> str:
-    """Where `theinference test` got its seed: THEINFERENCE_SEED, else --seed."""
-    if seed is None:
-        return "none"
-    return "env" if os.environ.get(SEED_VAR, "").strip() == str(seed) else "option"
+    return f"{seed.source} {short_hash(f'theinference-seed:{seed.value}'.encode())[:12]}"
 
 
 def provenance(
     slugs,
     settings_toml: bytes | None,
     weights_sha256: str,
-    seed_source: str,
-    seed: int | None,
+    seed: Seed,
 ) -> dict:
     """The fields a run knows before it starts (the sandbox and platform are added by
     `with_run`)."""
@@ -55,7 +45,7 @@ def provenance(
         "specs": spec_hashes(slugs),
         "settings": "none" if settings_toml is None else short_hash(settings_toml),
         "weights": weights_sha256,
-        "seed": seed_label(seed_source, seed),
+        "seed": seed_label(seed),
     }
 
 

@@ -41,19 +41,25 @@ def worst_status(cases: list[dict], default: str) -> str:
     return next((s.value for s in SEVERITY if s.value in statuses), default)
 
 
-def scored_groups(stage: dict, max_score: float, grading: Grading) -> list[dict]:
+def scored_groups(stage: dict, max_score: float, grading: Grading,
+                  partial_earns: bool = False) -> list[dict]:
     """The stage's case groups, each with its `score` and whether it earned every point. A
-    partial run (--case, a stopped run) left cases out: it earns nothing."""
+    partial run (a student's --case, a stopped run) left cases out: it earns nothing, unless
+    the instructor chose the cases (`partial_earns`: `grade --case`)."""
     scored = []
     for group in case_groups(stage, max_score):
-        score = 0.0 if stage.get("partial") else round(group_score(group, grading), 4)
+        earns = partial_earns or not stage.get("partial")
+        score = round(group_score(group, grading), 4) if earns else 0.0
         full = score >= group["points"] and group["status"] == "passed"
         scored.append({**group, "score": score, "full_marks": full})
     return scored
 
 
 def stage_score(stage: dict, max_score: float, grading: Grading) -> float:
-    return round(sum(g["score"] for g in scored_groups(stage, max_score, grading)), 4)
+    """A gradebook row's score: `grade --case` is the instructor's choice of cases, so they
+    earn their points."""
+    groups = scored_groups(stage, max_score, grading, partial_earns=True)
+    return round(sum(g["score"] for g in groups), 4)
 
 
 def group_score(group: dict, grading: Grading) -> float:

@@ -17,7 +17,8 @@ from theinference.curriculum.stages import Stage, StageError, load_stages, selec
 from theinference.grading.answers import Answers
 from theinference.grading.grader import grade
 from theinference.grading.policy import EVERY_CASE, RunPolicy, selected
-from theinference.grading.provenance import provenance, test_seed_source, with_run
+from theinference.grading.provenance import provenance, with_run
+from theinference.grading.seed import Seed
 from theinference.grading.speed import speed_after
 from theinference.oracle.weights import Weights, load_weights
 from theinference.results import RunResult
@@ -58,7 +59,7 @@ def prepare(
     slugs: list[str],
     weights_spec: str | None,
     timeout: float | None,
-    seed: int | None,
+    seed: Seed,
     outputs: list[Output],
     policy: RunPolicy = EVERY_CASE,
     sandbox_mode: str = "auto",
@@ -70,8 +71,8 @@ def prepare(
     every = load_stages()
     if timeout is not None:
         every = [replace(s, timeout=timeout) for s in every]
-    if seed is not None:
-        every = [with_hidden_cases(s, seed) for s in every]
+    if seed.value is not None:
+        every = [with_hidden_cases(s, seed.value) for s in every]
     chosen = select(every, slugs)
     if policy.cases:
         chosen = filtered(chosen, policy.cases, named=bool(slugs))
@@ -86,7 +87,6 @@ def prepare(
         [s.slug for s in chosen],
         settings.read_bytes() if settings.is_file() else None,
         weights.sha256,
-        test_seed_source(seed),
         seed,
     )
     return Session(
@@ -98,7 +98,7 @@ def prepare(
         answers=answers,
         policy=policy,
         sandbox=sandbox,
-        seed=seed,
+        seed=seed.value,
         provenance=produced,
         speed=speed,
     )
