@@ -149,7 +149,8 @@ def test_a_course_without_the_fused_kernel_gets_no_floor(tmp_path):
 
     course = ts_course(tmp_path / "c")
     (course / "src" / "kernel-fma.wasm").unlink()
-    rate, why = calibration.measure(SimpleNamespace(course_dir=course))
+    process = SimpleNamespace(course_dir=course, language=languages.TYPESCRIPT)
+    rate, why = calibration.measure(process)
     assert rate is None and "src/kernel-fma.wasm is not the provided one" in why
 
 
@@ -271,22 +272,24 @@ def test_a_kernel_that_does_not_load_fails_the_calibration(tmp_path, weights):
     assert rate is None and "src/kernel.ts did not load" in why, (rate, why)
 
 
-def test_an_earlier_releases_kernel_is_named_not_trusted(tmp_path, monkeypatch):
+def test_an_earlier_releases_kernel_is_named_not_trusted(tmp_path):
     """Catches a course's earlier-release kernel trusted for the floor (a slower kernel measured
     makes a more lenient floor: a student could ship it beside a renamed current one), and a
     student with such a course left without the step that fixes it."""
     import hashlib
+    from dataclasses import replace
     from types import SimpleNamespace
 
     from theinference.student import calibration
 
     course = ts_course(tmp_path / "c")
-    process = SimpleNamespace(course_dir=course)
+    process = SimpleNamespace(course_dir=course, language=languages.TYPESCRIPT)
     assert calibration.kernel_changed(process) is None  # the template's own
     ts, wasm = course / "src" / "kernel.ts", course / "src" / "kernel.wasm"
     ts.write_text(ts.read_text() + "\n// as an earlier release shipped it\n")
     digest = lambda path: hashlib.sha256(path.read_bytes()).hexdigest()  # noqa: E731
-    monkeypatch.setattr(calibration, "EARLIER_KERNELS", {(digest(ts), digest(wasm))})
+    earlier = frozenset({(digest(ts), digest(wasm))})
+    process.language = replace(languages.TYPESCRIPT, earlier_kernels=earlier)
     rate, why = calibration.measure(process)
     assert rate is None and "an earlier release's" in why and "init --lang ts" in why
     wasm.write_bytes(wasm.read_bytes() + b"\0")  # that release's kernel.ts, another's wasm
