@@ -173,7 +173,7 @@ def run(
     result.provenance = with_run(session.provenance, result.sandbox)
     if session.speed:
         result.speed = speed_after(result, session.stages, session.course.root, session.weights,
-                                   session.limits, session.sandbox, cancel)
+                                   session.limits, session.sandbox, cancel, session.course.language)
     if session.writer is not None:
         session.writer(result)
     record_progress(session.course.root, result)
