@@ -31,15 +31,18 @@ def worker_argv(
     tail = [str(request_fd), str(reply_fd), str(course_dir), str(memory_bytes)]
     tail += [] if mode == "adapters" else [mode]
     worker = str(worker_dir / language.worker)
-    return RUNTIMES[language.runtime](language, worker, int(memory_bytes), mode) + tail
+    return RUNTIMES[language.runtime](language, worker, memory_bytes, mode) + tail
 
 
-def python_argv(language: Language, worker: str, memory_bytes: int, mode: str) -> list[str]:
+def python_argv(language: Language, worker: str, memory_bytes: int | str, mode: str) -> list:
+    """The Python worker under this interpreter, kept from the user's site-packages as its
+    mode asks (ISOLATION)."""
     return [sys.executable, *ISOLATION.get(mode, ["-P"]), worker]
 
 
-def node_argv(language: Language, worker: str, memory_bytes: int, mode: str) -> list[str]:
-    heap_mb = max(memory_bytes // 2**20, 256)
+def node_argv(language: Language, worker: str, memory_bytes: int | str, mode: str) -> list:
+    """The Node worker under the course's own tsx, its heap within the memory limit."""
+    heap_mb = max(int(memory_bytes) // 2**20, 256)
     return [
         node_path(),
         f"--max-old-space-size={heap_mb}",
