@@ -28,7 +28,7 @@ class Language:
     guardable: bool  # its worker installs the no-new-process filter itself (account.py)
     calibration: tuple[int, int, int, int]  # the matrix product rated: m, k, n, repeats
     check_runtime: Callable[[Path], None] = lambda root: None  # raises LanguageError
-    names: dict[str, str] = field(default_factory=dict)  # the course's Python names -> its
+    names: dict[str, str] = field(default_factory=dict)  # Python names -> their spelling here
     first_steps: str = ""  # what `init` tells the student to run before the first test
     runner_entry: Path | None = None  # in the course: the runner a class installs once
     setup_lines: str = ""  # the Gradescope image's setup.sh lines for the runtime
