@@ -23,6 +23,7 @@ from tests import classroom_helpers as ch
 from tests.test_typescript import BUGS_TS, NODE_MODULES, REFERENCE_TS, ts_course
 from theinference.classroom import runner as ts_runner
 from theinference.cli import app
+from theinference.course.languages import TYPESCRIPT
 
 runner = CliRunner()
 SETTINGS = 'language = "ts"\n[grading]\ntimeout = 60\nscores = { "single-step-attention" = 2 }\n'
@@ -115,7 +116,7 @@ def test_the_runner_is_installed_once_and_copied_without_the_compiler(tmp_path, 
     """Catches concurrent graders each running npm ci, a half-installed runner being used, or
     a course given the 30 MB compiler it never needs for grading."""
     found: list[Path] = []
-    threads = [threading.Thread(target=lambda: found.append(ts_runner.runner_modules()))
+    threads = [threading.Thread(target=lambda: found.append(ts_runner.runner_modules(TYPESCRIPT)))
                for _ in range(4)]
     for t in threads:
         t.start()

@@ -12,6 +12,7 @@ import pytest
 
 from tests.helpers import make_course, reference_text
 from tests.test_cache_use import CHEATS, PROOF_CASE
+from theinference.course.languages import PYTHON, TYPESCRIPT
 from theinference.curriculum.stages import load_stages
 from theinference.results import Status
 from theinference.student import account, cgroups, sandbox, startup
@@ -172,14 +173,14 @@ def test_each_mode_has_the_account_it_can_trust(monkeypatch):
     (it could move itself out), or a TypeScript worker guarded (Node cannot be)."""
     place = cgroups.Home(2, Path("/sys/fs/cgroup/x"), "", "/x")
     monkeypatch.setattr(cgroups, "home", lambda: (place, ""))
-    assert account.choose("bwrap", "python").kind == "cgroup-v2"
-    assert account.choose("unprivileged-user", "ts").kind == "cgroup-v2"
-    assert account.choose("none", "python").kind == "seccomp"
-    assert account.choose("none", "ts").kind == "none"
+    assert account.choose("bwrap", PYTHON).kind == "cgroup-v2"
+    assert account.choose("unprivileged-user", TYPESCRIPT).kind == "cgroup-v2"
+    assert account.choose("none", PYTHON).kind == "seccomp"
+    assert account.choose("none", TYPESCRIPT).kind == "none"
     monkeypatch.setattr(cgroups, "home", lambda: (None, "cgroupfs is read-only"))
-    nothing = account.choose("bwrap", "ts")
+    nothing = account.choose("bwrap", TYPESCRIPT)
     assert nothing.kind == "none" and "cgroupfs is read-only" in nothing.note
-    assert account.choose("none", "python").note.startswith("CPU account: no cgroup")
+    assert account.choose("none", PYTHON).note.startswith("CPU account: no cgroup")
 
 
 MOUNTINFO = """\
@@ -223,7 +224,7 @@ def test_a_guarded_worker_starts_isolated_from_home(tmp_path):
     a system Python does not) would run before the filter, free to fork."""
     from theinference.student import launch
 
-    argv = launch.worker_argv(tmp_path, 3, 4, 2**30, "python", mode="guarded")
+    argv = launch.worker_argv(tmp_path, 3, 4, 2**30, PYTHON, mode="guarded")
     assert argv[1:3] == ["-I", "-B"] and argv[-1] == "guarded", argv
 
 

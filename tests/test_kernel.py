@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from tests.test_typescript import NODE_MODULES, REFERENCE_TS, node_major, ts_course
-from theinference.student.launch import kernel_flags
+from theinference.course.languages import TYPESCRIPT
+from theinference.student.launch import FUSED_KERNEL, kernel_flags
 
 ROOT = Path(__file__).parents[1]
 WABT = ROOT / "tools" / "kernel" / "node_modules" / "wabt" / "package.json"
@@ -61,6 +62,11 @@ writeFileSync("outputs.bin", new Float32Array(out));
 console.log(KERNEL);
 process.exit(0);
 """
+
+
+def kernel_flags_ts() -> tuple[str, ...]:
+    """Node's flags for the TypeScript template's fused kernel, as the worker gets them."""
+    return kernel_flags(TYPESCRIPT.template / FUSED_KERNEL)
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +112,7 @@ def products(course: Path, data: np.ndarray, threads: int, kernel: str) -> np.nd
     (course / "cases.json").write_text(json.dumps(CASES))
     (course / "inputs.bin").write_bytes(data.astype(np.float32).tobytes())
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    done = subprocess.run(["node", *kernel_flags(), "--import", "tsx", "check.ts"], cwd=course,
+    done = subprocess.run(["node", *kernel_flags_ts(), "--import", "tsx", "check.ts"], cwd=course,
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split()[-1] == kernel, done.stdout
@@ -321,7 +327,7 @@ def test_a_one_row_product_pads_with_zeros_not_leftovers(kernel_course):
     weighted sum over any number of rows) left as whatever the scratch memory held: NaN left
     there by an earlier call would then turn the whole result into NaN."""
     (kernel_course / "after_nan.ts").write_text(AFTER_NAN)
-    done = subprocess.run(["node", *kernel_flags(), "--import", "tsx", "after_nan.ts"],
+    done = subprocess.run(["node", *kernel_flags_ts(), "--import", "tsx", "after_nan.ts"],
                           cwd=kernel_course, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     got = np.frombuffer((kernel_course / "after_nan.bin").read_bytes(), dtype=np.float32)
@@ -362,7 +368,7 @@ def test_a_failed_read_leaves_the_threads_ready_for_the_next_product(kernel_cour
     short.write_bytes(bytes(9 << 20))
     (kernel_course / "short.ts").write_text(SHORT_READ)
     env = {**os.environ, "OMP_NUM_THREADS": "5"}
-    done = subprocess.run(["node", *kernel_flags(), "--import", "tsx", "short.ts", str(short)],
+    done = subprocess.run(["node", *kernel_flags_ts(), "--import", "tsx", "short.ts", str(short)],
                           cwd=kernel_course, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     x = (np.arange(64)[:, None] + np.arange(256)[None, :]) % 5

@@ -11,7 +11,8 @@ import pytest
 
 from tests.helpers import make_course, reference_text
 from tests.test_typescript import REFERENCE_TS, ts_course
-from theinference.course.languages import course_language
+from theinference.course.directory import course_language
+from theinference.course.languages import TYPESCRIPT
 from theinference.curriculum.stages import load_stages, select
 from theinference.grading.grader import grade
 from theinference.student import sandbox
@@ -67,7 +68,7 @@ def refusal(course, weights):
     stage = replace(stage, cases=[c for c in stage.cases if c.name == CASE], timeout=300)
     # TypeScript's CPU account is a cgroup its process cannot leave (a uid of its own, given
     # by a root grader); Python's runs as the grader's own user, forbidden to start a process
-    chosen = sandbox.without_bwrap([]) if course_language(course) == "ts" else None
+    chosen = sandbox.without_bwrap([]) if course_language(course) is TYPESCRIPT else None
     run = grade(course, [stage], weights, Limits(timeout=300), sandbox=chosen)
     (result,) = run.stages[0].cases
     return result

@@ -51,7 +51,7 @@ def test_good_settings_are_read():
         },
     })
     g = s.grading
-    assert (s.weights, s.language, g.stages, g.seed, g.timeout) == (
+    assert (s.weights, s.language.name, g.stages, g.seed, g.timeout) == (
         "gpt2", "ts", ("build-prefill",), 7, 5.0)
     assert g.points("build-prefill", 1) == 3.0 and g.points("generate-loop", 1) == 1.0
     assert g.visibility_of("build-prefill") == "after_due_date"

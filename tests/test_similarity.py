@@ -15,7 +15,7 @@ from tests.test_class_grade import render
 from theinference.classroom.report_sections import similarity_section
 from theinference.classroom.similarity import similar_pairs
 from theinference.cli import app
-from theinference.course.languages import TEMPLATES
+from theinference.course.languages import PYTHON, TYPESCRIPT
 
 runner = CliRunner()
 SOLUTIONS = Path(__file__).parent / "solutions"
@@ -56,8 +56,8 @@ def test_a_renamed_copy_is_flagged_and_independent_solutions_are_not():
         record("bob", kvcache(renamed(ref, RENAMES_PY))),
         record("cyd", kvcache((SOLUTIONS / "independent_kvcache.py").read_text())),
         record("dee", kvcache((SOLUTIONS / "preallocated_kvcache.py").read_text())),
-        record("eve", kvcache((TEMPLATES["python"] / "src" / "kvcache.py").read_text())),
-        record("fay", kvcache((TEMPLATES["python"] / "src" / "kvcache.py").read_text())),
+        record("eve", kvcache((PYTHON.template / "src" / "kvcache.py").read_text())),
+        record("fay", kvcache((PYTHON.template / "src" / "kvcache.py").read_text())),
     ]
     (pair,) = similar_pairs(records)
     assert (pair.a, pair.b) == ("ann", "bob") and pair.similarity > 0.9
@@ -68,7 +68,7 @@ def test_typescript_copies_are_flagged_and_the_template_is_not():
     """Would catch TypeScript submissions left out, or the TypeScript template's stubs and
     adapters counted as shared code."""
     ref = TS_REFERENCE.read_text()
-    template = {path: (TEMPLATES["ts"] / path).read_text()
+    template = {path: (TYPESCRIPT.template / path).read_text()
                 for path in ("src/kvcache.ts", "tests/adapters.ts")}
     records = [
         record("ann", {**template, "src/kvcache.ts": ref}),

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from theinference.course import languages
-from theinference.course.directory import CourseError, init_course, open_course
+from theinference.course.directory import CourseError, course_language, init_course, open_course
 from theinference.curriculum.stages import load_stages, select
 from theinference.grading.verify import load_bugs, quick, verify_bug, verify_reference
 from theinference.output.watch import is_watched
@@ -102,14 +102,14 @@ def test_language_found_from_settings_or_adapters(tmp_path):
     """Catches a course graded by the wrong worker, and a bad language value accepted."""
     (tmp_path / "a" / "tests").mkdir(parents=True)
     (tmp_path / "a" / "tests" / "adapters.ts").write_text("")
-    assert languages.course_language(tmp_path / "a") == "ts"
+    assert course_language(tmp_path / "a") is languages.TYPESCRIPT
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "theinference.toml").write_text('language = "ts"\n')
-    assert languages.course_language(tmp_path / "b") == "ts"
+    assert course_language(tmp_path / "b") is languages.TYPESCRIPT
     (tmp_path / "b" / "theinference.toml").write_text('language = "rust"\n')
     with pytest.raises(CourseError, match="must be one of python, ts"):
         open_course(tmp_path / "b")
-    argv = launch.worker_argv(tmp_path / "a", 3, 4, 2**30)
+    argv = launch.worker_argv(tmp_path / "a", 3, 4, 2**30, course_language(tmp_path / "a"))
     assert "--max-old-space-size=1024" in argv and argv[-4:] == [
         "3",
         "4",
@@ -125,7 +125,8 @@ def test_the_worker_starts_node_able_to_run_the_fused_kernel(tmp_path):
     argv = launch.worker_argv(tmp_path, 3, 4, 2**30, language=languages.TYPESCRIPT)
     flags = [a for a in argv if a == launch.RELAXED_SIMD_FLAG]
     major = node_major()
-    done = subprocess.run([argv[0], *flags, "-e", launch.VALIDATES, str(launch.FUSED_KERNEL)],
+    fused = languages.TYPESCRIPT.template / launch.FUSED_KERNEL
+    done = subprocess.run([argv[0], *flags, "-e", launch.VALIDATES, str(fused)],
                           capture_output=True, text=True, timeout=60)
     # every Node the course supports here (20 on) runs it, with the flag or without
     assert done.returncode == (0 if major >= 20 else 1), (major, argv, done.stderr)
@@ -148,7 +149,8 @@ def test_a_course_without_the_fused_kernel_gets_no_floor(tmp_path):
 
     course = ts_course(tmp_path / "c")
     (course / "src" / "kernel-fma.wasm").unlink()
-    rate, why = calibration.measure(SimpleNamespace(course_dir=course))
+    process = SimpleNamespace(course_dir=course, language=languages.TYPESCRIPT)
+    rate, why = calibration.measure(process)
     assert rate is None and "src/kernel-fma.wasm is not the provided one" in why
 
 
@@ -270,22 +272,24 @@ def test_a_kernel_that_does_not_load_fails_the_calibration(tmp_path, weights):
     assert rate is None and "src/kernel.ts did not load" in why, (rate, why)
 
 
-def test_an_earlier_releases_kernel_is_named_not_trusted(tmp_path, monkeypatch):
+def test_an_earlier_releases_kernel_is_named_not_trusted(tmp_path):
     """Catches a course's earlier-release kernel trusted for the floor (a slower kernel measured
     makes a more lenient floor: a student could ship it beside a renamed current one), and a
     student with such a course left without the step that fixes it."""
     import hashlib
+    from dataclasses import replace
     from types import SimpleNamespace
 
     from theinference.student import calibration
 
     course = ts_course(tmp_path / "c")
-    process = SimpleNamespace(course_dir=course)
+    process = SimpleNamespace(course_dir=course, language=languages.TYPESCRIPT)
     assert calibration.kernel_changed(process) is None  # the template's own
     ts, wasm = course / "src" / "kernel.ts", course / "src" / "kernel.wasm"
     ts.write_text(ts.read_text() + "\n// as an earlier release shipped it\n")
     digest = lambda path: hashlib.sha256(path.read_bytes()).hexdigest()  # noqa: E731
-    monkeypatch.setattr(calibration, "EARLIER_KERNELS", {(digest(ts), digest(wasm))})
+    earlier = frozenset({(digest(ts), digest(wasm))})
+    process.language = replace(languages.TYPESCRIPT, earlier_kernels=earlier)
     rate, why = calibration.measure(process)
     assert rate is None and "an earlier release's" in why and "init --lang ts" in why
     wasm.write_bytes(wasm.read_bytes() + b"\0")  # that release's kernel.ts, another's wasm
@@ -314,7 +318,7 @@ def test_every_bugs_words_in_typescript_quote_no_python():
     from theinference.diagnosis.bugs import bug_table
 
     for bug in bug_table().values():
-        words = languages.localize(f"{bug.name('ts')} {bug.hint('ts')}", languages.TYPESCRIPT)
+        words = languages.TYPESCRIPT.localize(f"{bug.name('ts')} {bug.hint('ts')}")
         assert not [i for i in PYTHON_IDIOMS if i in words], (bug.id, words)
 
 
@@ -395,13 +399,13 @@ def test_results_are_localized_for_typescript_only():
     case = CaseResult(name="c", status=Status.FAILED, message=message, hint="x")
     stage = StageResult("s", "t", Status.FAILED, [case], hint="wire run_decode_step")
     run = RunResult([stage], "synthetic", "0" * 64)
-    ts = languages.localize_result(run, "ts")
+    ts = languages.TYPESCRIPT.localize_result(run)
     assert ts.stages[0].cases[0].message == "decodeStep at promptIds.length"
     assert ts.stages[0].hint == "wire runDecodeStep"
-    assert languages.localize_result(run, "python") is run
+    assert languages.PYTHON.localize_result(run) is run
     assert run.stages[0].cases[0].message == "decode_step at len(prompt_ids)"  # not mutated
     heard = []
-    languages.localizing(heard.append, "ts")(StageFinished(stage))
+    languages.TYPESCRIPT.localizing(heard.append)(StageFinished(stage))
     assert heard[0].result.hint == "wire runDecodeStep"  # what watch mode draws from events
 
 

@@ -24,8 +24,8 @@ from theinference.classroom.intake import (
     course_language,
     read_files,
 )
+from theinference.course import languages
 from theinference.course.directory import SETTINGS_FILE, TEMPLATE_DIR
-from theinference.course.languages import TYPESCRIPT
 from theinference.course.settings import Settings
 from theinference.grading.provenance import seed_label
 
@@ -63,29 +63,12 @@ exec "$PY" -m theinference gradescope run --root "$ROOT"
 """
 
 
-# A TypeScript course's: Node 20 or later, whose npm installs the runner in `gradescope warm`
-SETUP_NODE = """# the TypeScript course: Node 20 or later (NodeSource's where the image's is older);
-# `gradescope warm` below installs the course's pinned runner (tsx) from its lock file, once
-node_major() {{ node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0; }}
-candidate=$(apt-cache policy nodejs | sed -n 's/ *Candidate: \\([0-9]*:\\)\\?\\([0-9]*\\).*/\\2/p')
-if [ "$(node_major)" -lt 20 ] && [ "${{candidate:-0}}" -ge 20 ]; then
-  apt-get install -y nodejs npm
-fi
-if [ "$(node_major)" -lt 20 ]; then
-  apt-get install -y ca-certificates curl
-  curl -fsSL https://deb.nodesource.com/setup_20.x | bash -
-  apt-get install -y nodejs
-fi
-node --version && npm --version
-"""
-
-
 def build_bundle(settings_toml: bytes | None, out: Path) -> list[str]:
     """The autograder zip, files at its root as Gradescope requires; returns the names."""
     toml = settings_toml or (TEMPLATE_DIR / SETTINGS_FILE).read_bytes()
-    node = SETUP_NODE.format() if course_language(toml) == TYPESCRIPT else ""
+    runtime = course_language(toml).setup_lines  # e.g. Node, for a TypeScript course
     entries: dict[str, tuple[bytes, int]] = {
-        "setup.sh": (SETUP_SH.format(version=__version__, source=SOURCE_DIR, node=node,
+        "setup.sh": (SETUP_SH.format(version=__version__, source=SOURCE_DIR, node=runtime,
                                      settings=SETTINGS_FILE).encode(), 0o755),
         "run_autograder": (RUN_AUTOGRADER.format().encode(), 0o755),
         SETTINGS_FILE: (toml, 0o644),
@@ -123,8 +106,9 @@ def warm(settings: Settings, points: dict[str, float]) -> tuple[int, float]:
     from theinference.oracle.weights import load_weights
 
     started = time.monotonic()
-    if settings.language == TYPESCRIPT:
-        runner_modules()  # installed now, so each submission only copies it
+    language = settings.language or languages.DEFAULT
+    if language.runner_entry:
+        runner_modules(language)  # installed now, so each submission only copies it
     weights = load_weights(settings.weights, Path.cwd())
     answers = Answers.cached(weights)
     count = 0

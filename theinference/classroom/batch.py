@@ -30,7 +30,6 @@ from theinference.classroom.intake import (
 )
 from theinference.classroom.records import FINAL, SCHEMA, read_record, record_path, stage_rows
 from theinference.classroom.runner import RunnerError, give_runner, runner_modules
-from theinference.course.languages import TYPESCRIPT
 from theinference.course.settings import Grading
 from theinference.grading.allocation import Allocation, read_allocation
 from theinference.grading.provenance import provenance, with_run
@@ -162,7 +161,7 @@ def grade_or_reuse(sub, plan, key, results_dir, jobs, allocation) -> tuple[dict,
         return old, True
     status, message, results = run_test(files, plan, jobs, allocation)
     record = new_record(sub, plan, key, digest, status, message, results, started, files,
-                        submission_language(files, plan.settings_toml),
+                        submission_language(files, plan.settings_toml).name,
                         job_share(allocation, jobs))
     write_record(results_dir, record)
     return record, False
@@ -204,8 +203,9 @@ def run_test(files: dict[str, bytes], plan: Plan, jobs: int,
     try:
         language = submission_language(files, plan.settings_toml)
         course = lay_over_template(files, work / "course", plan.settings_toml, language)
-        if language == TYPESCRIPT:
-            give_runner(course, runner_modules())  # installed once for the class, then copied
+        if language.runner_entry:
+            # installed once for the class, then copied
+            give_runner(course, runner_modules(language))
         output, errors = work / "results.json", work / "stderr.txt"
         with errors.open("wb") as err:
             code = run_bounded(plan.test_command(course, output), err, plan.submission_timeout,

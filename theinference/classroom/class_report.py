@@ -12,10 +12,9 @@ from theinference.atomic import atomic_write
 from theinference.classroom.gradebook import stage_slugs
 from theinference.classroom.report_sections import has_share, job_text
 from theinference.classroom.svg import bar_chart, histogram
+from theinference.course import languages
 from theinference.results import where_text
 from theinference.results.text import html_text as escape  # controls shown, not kept
-
-LANGUAGE_NAMES = {"python": "Python", "ts": "TypeScript"}
 
 STYLE = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:60em;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.2em .6em}
@@ -48,7 +47,11 @@ def class_summary(records: list[dict]) -> dict:
 
 
 def language_name(record: dict) -> str:
-    return LANGUAGE_NAMES.get(record.get("language") or "", "")
+    """The record's language as reports name it ("" when it has none known)."""
+    try:
+        return languages.by_name(record.get("language") or "").title
+    except languages.LanguageError:
+        return ""
 
 
 def log_tolerances(worst: float) -> float:

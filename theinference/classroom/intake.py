@@ -19,14 +19,15 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from theinference.course import languages
 from theinference.course.directory import SETTINGS_FILE, TEMPLATE_DIR, init_course, template_files
-from theinference.course.languages import ADAPTERS, KVCACHE, LANGUAGES, PYTHON, TEMPLATES
+from theinference.course.languages import Language, LanguageError
 
 MAX_FILES = 2000
 MAX_BYTES = 64 << 20  # a whole submission, unpacked
 ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz")
 IGNORED_PARTS = {"__pycache__", ".git", ".theinference", ".venv", "node_modules", "__MACOSX"}
-OWN_CODE = ("src/kvcache.py", "tests/adapters.py", "src/kvcache.ts", "tests/adapters.ts")
+OWN_CODE = tuple(path for language in languages.ALL for path in language.own_code)
 OWN_CODE_CHARS = 200_000  # per file kept in the record, for the similarity check
 
 
@@ -88,29 +89,31 @@ def content_hash(files: dict[str, bytes]) -> str:
     return digest.hexdigest()
 
 
-def submission_language(files: dict[str, bytes], settings_toml: bytes | None) -> str:
+def submission_language(files: dict[str, bytes], settings_toml: bytes | None) -> Language:
     """The language of a submission's own files (src/kvcache.ts or tests/adapters.ts, also
     loose): when they say one language, that one; else the instructor's course's."""
     said = []
-    for language in LANGUAGES:
-        names = {ADAPTERS[language].as_posix(), KVCACHE[language].as_posix()}
+    for language in languages.ALL:
+        names = set(language.own_code)
         names |= {n.rsplit("/", 1)[-1] for n in names}
         if names & set(files):
             said.append(language)
     return said[0] if len(said) == 1 else course_language(settings_toml)
 
 
-def course_language(settings_toml: bytes | None) -> str:
-    """The `language` the instructor's theinference.toml names (Python when it names none)."""
+def course_language(settings_toml: bytes | None) -> Language:
+    """The `language` the instructor's theinference.toml names (the default when it names
+    none, or none that is one: open_course reports the file when the submission is graded)."""
     try:
-        said = tomllib.loads((settings_toml or b"").decode()).get("language", PYTHON)
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
-        return PYTHON  # open_course reports the file when the submission is graded
-    return said if said in LANGUAGES else PYTHON
+        said = tomllib.loads((settings_toml or b"").decode()).get("language")
+        return languages.parse(said) or languages.DEFAULT
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, LanguageError):
+        return languages.DEFAULT
 
 
 def lay_over_template(
-    files: dict[str, bytes], dest: Path, settings_toml: bytes | None, language: str = PYTHON
+    files: dict[str, bytes], dest: Path, settings_toml: bytes | None,
+    language: Language = languages.DEFAULT,
 ) -> Path:
     """A fresh course at dest in `language` with the student's files placed where its template
     has them (a loose `kvcache.py` goes to src/kvcache.py), and the instructor's settings."""
@@ -138,23 +141,23 @@ def own_code(files: dict[str, bytes]) -> dict[str, str]:
             for path in OWN_CODE if path in placed}
 
 
-def with_language(settings_toml: bytes, language: str) -> bytes:
+def with_language(settings_toml: bytes, language: Language) -> bytes:
     """The instructor's settings naming this submission's language (a mixed class grades each
     submission in its own): any top-level `language` line replaced by one at the top, when
     the settings name another."""
-    if course_language(settings_toml) == language:
+    if course_language(settings_toml) is language:
         return settings_toml
     text = settings_toml.decode(errors="replace")
     first_table = re.search(r"(?m)^[ \t]*\[", text)  # top-level keys come before it
     cut = first_table.start() if first_table else len(text)
     head = re.sub(r"(?m)^[ \t]*language[ \t]*=.*(\n|$)", "", text[:cut])
-    return f'language = "{language}"\n{head}{text[cut:]}'.encode()
+    return f'language = "{language.name}"\n{head}{text[cut:]}'.encode()
 
 
-def _template_basenames(language: str = PYTHON) -> dict[str, str]:
+def _template_basenames(language: Language = languages.DEFAULT) -> dict[str, str]:
     """A top-level file named like exactly one template file goes where that file is."""
     names: dict[str, list[str]] = {}
-    for rel in template_files(TEMPLATES[language]):
+    for rel in template_files(language.template):
         names.setdefault(rel.name, []).append(rel.as_posix())
     return {n: paths[0] for n, paths in names.items() if len(paths) == 1 and n != "__init__.py"}
 

@@ -14,7 +14,7 @@ import subprocess
 import threading
 from pathlib import Path
 
-from theinference.course.languages import TEMPLATES, TSX_ENTRY, TYPESCRIPT
+from theinference.course.languages import Language
 from theinference.oracle.weights import cache_dir
 
 READY_ENV = "THEINFERENCE_NODE_MODULES"
@@ -31,12 +31,12 @@ class RunnerError(Exception):
     """The runner cannot be had here; the message says why and what fixes it."""
 
 
-def lock_digest() -> str:
+def lock_digest(language: Language) -> str:
     """The template's pinned runner, by its lock file's content."""
-    return hashlib.sha256((TEMPLATES[TYPESCRIPT] / "package-lock.json").read_bytes()).hexdigest()
+    return hashlib.sha256((language.template / "package-lock.json").read_bytes()).hexdigest()
 
 
-def runner_modules() -> Path:
+def runner_modules(language: Language) -> Path:
     """A node_modules holding the template's pinned runner: READY_ENV's, or the one installed
     (`npm ci`, once) under the cache directory."""
     given = os.environ.get(READY_ENV)
@@ -45,14 +45,14 @@ def runner_modules() -> Path:
         if not (modules / "tsx" / "package.json").is_file():
             raise RunnerError(f"{READY_ENV}={given} holds no tsx/package.json")
         return modules
-    home = cache_dir() / "ts-runner" / lock_digest()[:16]
+    home = cache_dir() / f"{language.name}-runner" / lock_digest(language)[:16]
     with _installing, _file_lock(home.with_name(home.name + ".lock")):
-        if not (home / TSX_ENTRY).is_file():
-            _install(home)
+        if not (home / language.runner_entry).is_file():
+            _install(home, language)
     return home / "node_modules"
 
 
-def _install(home: Path) -> None:
+def _install(home: Path, language: Language) -> None:
     npm = shutil.which("npm")
     if npm is None or shutil.which("node") is None:
         raise RunnerError(
@@ -63,7 +63,7 @@ def _install(home: Path) -> None:
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     for name in LOCK_FILES:
-        shutil.copyfile(TEMPLATES[TYPESCRIPT] / name, staging / name)
+        shutil.copyfile(language.template / name, staging / name)
     try:
         done = subprocess.run(
             [npm, "ci", "--no-audit", "--no-fund"], cwd=staging, capture_output=True, text=True,
@@ -71,7 +71,7 @@ def _install(home: Path) -> None:
         )
     except subprocess.TimeoutExpired:
         raise RunnerError(f"npm ci did not finish in {INSTALL_TIMEOUT:g} s") from None
-    if done.returncode != 0 or not (staging / TSX_ENTRY).is_file():
+    if done.returncode != 0 or not (staging / language.runner_entry).is_file():
         tail = (done.stdout + done.stderr).strip()[-OUTPUT_KEPT:]
         raise RunnerError(f"installing the TypeScript runner (npm ci) failed: {tail}")
     shutil.rmtree(home, ignore_errors=True)

@@ -18,7 +18,7 @@ from functools import cache
 from pathlib import PurePosixPath
 
 from theinference.course.directory import template_files
-from theinference.course.languages import TEMPLATES
+from theinference.course.languages import Language, by_suffix
 from theinference.results.text import terminal_text
 
 THRESHOLD = 0.5  # measured: independent solutions share 0.14-0.34, a renamed copy 1.0
@@ -26,7 +26,6 @@ MIN_SHARED = 200  # normalised characters: below this a pair shares idioms, not 
 NOISE = 25  # copydetect's noise threshold: the shortest match that counts, in characters
 WINDOW = 4  # winnowing window: every match of NOISE + WINDOW - 1 characters is seen
 MARK = ("<mark>", "</mark>")
-LANGUAGE_OF = {".py": "python", ".ts": "ts"}
 
 
 class SimilarityUnavailable(Exception):
@@ -81,7 +80,7 @@ def fingerprints(code: dict[str, str]) -> dict:
     copydetect = detector()
     out = {}
     for path, text in sorted(code.items()):
-        language = LANGUAGE_OF.get(PurePosixPath(path).suffix)
+        language = by_suffix(PurePosixPath(path).suffix)
         if language is None:
             continue
         # controls made visible first: the fragments shown are cut from this very text
@@ -91,15 +90,15 @@ def fingerprints(code: dict[str, str]) -> dict:
 
 
 @cache
-def boilerplate(language: str):
+def boilerplate(language: Language):
     """Every fingerprint of the provided template in this language: never a student's own."""
     import numpy as np
 
     copydetect = detector()
-    root = TEMPLATES[language]
+    root = language.template
     hashes: set = set()
     for rel in template_files(root):
-        if LANGUAGE_OF.get(rel.suffix) == language:
+        if by_suffix(rel.suffix) is language:
             text = (root / rel).read_text()
             hashes |= copydetect.CodeFingerprint(
                 rel.as_posix(), NOISE, 1, fp=io.StringIO(text)).hashes

@@ -49,7 +49,8 @@ def bench(
                 f"a {max(sizes)}-token prompt plus {new_tokens} new tokens exceeds the "
                 f"{w.config.n_ctx}-token context"
             )
-        result = run_bench(course.root, w, sizes, new_tokens, repeats, 300, status.show)
+        result = run_bench(course.root, w, sizes, new_tokens, repeats, 300, status.show,
+                           course.language)
     finally:
         status.stop()
     print_bench(console(), result)

@@ -13,14 +13,16 @@ def init(
 ) -> None:
     """Create a course directory: provided src/gpt2.py, stubs in src/kvcache.py, the adapters."""
     from theinference.course.directory import CourseError, init_course
-    from theinference.course.languages import LANGUAGES, TYPESCRIPT
+    from theinference.course.languages import LanguageError, by_name
     from theinference.curriculum.stages import load_stages
     from theinference.exits import Abort
 
-    if lang not in LANGUAGES:
-        raise Abort(f"unknown language '{lang}': choose one of {', '.join(LANGUAGES)}")
     try:
-        files = init_course(directory, lang)
+        language = by_name(lang)
+    except LanguageError as exc:
+        raise Abort(str(exc)) from None
+    try:
+        files = init_course(directory, language)
     except OSError as exc:
         raise CourseError(f"cannot create {directory}: {exc.strerror}") from None
     if ci is not None:
@@ -28,11 +30,7 @@ def init(
 
         files.append(add_ci(directory, ci))
     first = load_stages()[0].slug
-    install = (
-        "  npm install   # once: the TypeScript runner (tsx) and compiler, pinned\n"
-        if lang == TYPESCRIPT else ""
-    )
     typer.echo(
         f"Created {directory} ({len(files)} files). Next:\n"
-        f"  cd {directory}\n{install}  theinference test --stage {first} --watch"
+        f"  cd {directory}\n{language.first_steps}  theinference test --stage {first} --watch"
     )

@@ -32,20 +32,20 @@ def hint(
 ) -> None:
     """Show a stage's guidance from the course text and the classic bugs that concern it (in
     the course's language's names)."""
-    from theinference.course.languages import course_language, localize
+    from theinference.course.directory import course_language
     from theinference.curriculum.checks import CHECKS
     from theinference.curriculum.stages import load_stages, select
     from theinference.diagnosis.bugs import bugs_of
 
     (found,) = select(load_stages(), [slug])
-    language = course_language(course_dir.expanduser().resolve())
+    language = course_language(course_dir)
     checks = {name for name, check in CHECKS.items() if check.stage == found.slug}
-    bugs = [f"- {b.name(language)}: {b.hint(language)}" for b in bugs_of(checks)]
+    spoken = language.name  # the bugs' words are kept per language name
+    bugs = [f"- {b.name(spoken)}: {b.hint(spoken)}" for b in bugs_of(checks)]
     listed = "\n\nThe bugs the grader can name here:\n" + "\n".join(bugs) if bugs else ""
     typer.echo(
-        localize(
+        language.localize(
             f"{found.slug}: {found.title}\n\n{found.guidance}{listed}\n\n"
             f"check it while you work: theinference test --stage {found.slug} --watch",
-            language,
         )
     )

@@ -6,9 +6,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from theinference.course import languages
+from theinference.course.languages import Language
 from theinference.course.settings import Grading, Settings, SettingsError, parse_settings
 
-TEMPLATE_DIR = Path(__file__).parent / "templates" / "python"
+TEMPLATE_DIR = languages.DEFAULT.template
 SETTINGS_FILE = "theinference.toml"
 
 
@@ -20,7 +21,7 @@ class CourseError(Exception):
 class Course:
     root: Path
     weights: str  # as written in theinference.toml (default "synthetic")
-    language: str = languages.PYTHON  # python | ts (languages.py)
+    language: Language = languages.DEFAULT  # chosen once, here (languages/)
     grading: Grading = Grading()
 
 
@@ -29,18 +30,33 @@ def open_course(root: Path) -> Course:
     if not root.is_dir():
         raise CourseError(f"course directory {root} does not exist")
     settings = course_settings(root / SETTINGS_FILE)
+    language = settings.language or languages.by_files(root)
+    if not (root / language.adapters).is_file():
+        raise CourseError(
+            f"{root} is not a course directory (no {language.adapters}). "
+            "Create one with: theinference init DIR"
+        )
     try:
-        language = languages.course_language(root)
-        adapters = languages.ADAPTERS[language]
-        if not (root / adapters).is_file():
-            raise CourseError(
-                f"{root} is not a course directory (no {adapters}). "
-                "Create one with: theinference init DIR"
-            )
-        languages.check_runtime(root, language)
+        language.check_runtime(root)
     except languages.LanguageError as exc:
         raise CourseError(str(exc)) from None
     return Course(root, settings.weights, language, settings.grading)
+
+
+def course_language(root: Path) -> Language:
+    """The language a folder's course is written in (a folder that is not yet a course, too):
+    its settings' `language`, else the one its adapters file says."""
+    root = root.expanduser().resolve()
+    return course_settings(root / SETTINGS_FILE).language or languages.by_files(root)
+
+
+def language_of(root: Path) -> Language:
+    """course_language, or the default where the course's settings are unusable (for a
+    process started on a course not opened: the worker's start reports the problem)."""
+    try:
+        return course_language(root)
+    except CourseError:
+        return languages.DEFAULT
 
 
 def course_settings(path: Path) -> Settings:
@@ -71,10 +87,10 @@ def template_files(template: Path = TEMPLATE_DIR) -> list[Path]:
     )
 
 
-def init_course(root: Path, language: str = languages.PYTHON) -> list[Path]:
+def init_course(root: Path, language: Language = languages.DEFAULT) -> list[Path]:
     """Copy the language's template into root; refuse if any file it would write exists."""
     root = root.expanduser().resolve()
-    template = languages.TEMPLATES[language]
+    template = language.template
     files = template_files(template)
     clashes = [f for f in files if (root / f).exists()]
     if clashes:

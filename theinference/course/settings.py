@@ -9,7 +9,8 @@ import difflib
 import math
 from dataclasses import dataclass, field
 
-from theinference.course.languages import LANGUAGES, PYTHON
+from theinference.course import languages
+from theinference.course.languages import Language, LanguageError
 
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
 SEED_SOURCES = ("none", "env", "submission")  # or a whole number
@@ -62,7 +63,7 @@ class Grading:
 @dataclass(frozen=True)
 class Settings:
     weights: str = "synthetic"
-    language: str = PYTHON
+    language: Language | None = None  # None: not said (the course's files decide)
     grading: Grading = field(default_factory=Grading)
 
 
@@ -83,9 +84,10 @@ def parse_settings(data: dict) -> Settings:
     weights = data.get("weights", "synthetic")
     if not isinstance(weights, str) or not weights:
         raise SettingsError("'weights' must be a non-empty string (synthetic, gpt2 or a path)")
-    language = data.get("language", PYTHON)
-    if language not in LANGUAGES:
-        raise SettingsError(f"'language' must be one of {', '.join(LANGUAGES)}, not {language!r}")
+    try:
+        language = languages.parse(data.get("language"))
+    except LanguageError as exc:
+        raise SettingsError(str(exc)) from None
     grading = data.get("grading", {})
     if not isinstance(grading, dict):
         raise SettingsError("'grading' must be a table: [grading]")

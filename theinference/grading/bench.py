@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from theinference.course.languages import Language
 from theinference.curriculum.stages import token_ids
 from theinference.oracle import gpt2 as oracle
 from theinference.oracle.weights import Weights
@@ -70,9 +71,11 @@ def bench(
     repeats: int,
     timeout: float,
     progress: Callable[[str, str, int, int], None] = lambda *shown: None,
+    language: Language | None = None,  # the opened course's (else the process finds it)
 ) -> BenchResult:
     result = BenchResult(new_tokens=new_tokens, repeats=repeats, weights_label=weights.label)
-    with StudentProcess(course_dir, weights.path, Limits(timeout=timeout)) as worker:
+    with StudentProcess(course_dir, weights.path, Limits(timeout=timeout),
+                        language=language) as worker:
         for done, length in enumerate(lengths):
             progress("bench", f"{length}-token prompt", done, len(lengths))
             prompt = token_ids({"random": length, "seed": 99}, weights.config)

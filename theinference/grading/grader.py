@@ -12,7 +12,7 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from theinference.course.languages import course_language
+from theinference.course.languages import Language
 from theinference.curriculum.stages import Stage, with_run_draws
 from theinference.diagnosis.stage import Failure, diagnose_stage
 from theinference.grading.answers import Answers
@@ -49,11 +49,13 @@ def grade(
     policy: RunPolicy = EVERY_CASE,
     sandbox: Sandbox | None = None,
     seed: int | None = None,
+    language: Language | None = None,
 ) -> RunResult:
     """Grade the stages in order, telling `listener` as stages and cases start and finish.
     `cancel`, set from another thread, stops the run early; its result is then marked
     cancelled. The result returned (and told in RunFinished) is complete. The cache-use
-    proofs' arguments are drawn from `seed`, else afresh for this run."""
+    proofs' arguments are drawn from `seed`, else afresh for this run. `language`: the opened
+    course's (else the process finds it)."""
     started = time.monotonic()
     run_seed = seed if seed is not None else secrets.randbits(63)
     stages = [quick_draws(s) for s in stages] if policy.quick else stages
@@ -62,8 +64,9 @@ def grade(
     cancel = cancel or threading.Event()
     results: dict[str, StageResult] = {}
     listener(RunStarted(tuple(s.slug for s in stages)))
-    language = course_language(course_dir)  # the diagnosis speaks it
-    with StudentProcess(course_dir, weights.path, limits, cancel, sandbox) as process:
+    with StudentProcess(
+        course_dir, weights.path, limits, cancel, sandbox, language=language
+    ) as process:
         for stage in stages:
             if cancel.is_set():
                 break
@@ -71,7 +74,8 @@ def grade(
             if blocker:
                 results[stage.slug] = skipped(stage, blocker)
             else:
-                run = StageRun(stage, process, answers, cancel, policy, listener, language)
+                run = StageRun(stage, process, answers, cancel, policy, listener,
+                               process.language.name)  # the diagnosis speaks it
                 results[stage.slug] = run.grade(stage_limits(stage, limits))
             listener(StageFinished(results[stage.slug]))
         startups, startup_seconds = process.startups, process.startup_seconds

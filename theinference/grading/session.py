@@ -11,7 +11,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from theinference import exits
-from theinference.course import languages
 from theinference.course.directory import SETTINGS_FILE, Course, open_course
 from theinference.curriculum.stages import Stage, StageError, load_stages, select, with_hidden_cases
 from theinference.grading.answers import Answers
@@ -158,22 +157,23 @@ def run(
             session.limits,
             session.answers,
             cancel,
-            languages.localizing(tell, session.course.language),  # decodeStep in TypeScript
+            session.course.language.localizing(tell),  # decodeStep in TypeScript
             session.policy,
             session.sandbox,
             session.seed,
+            session.course.language,
         )
     finally:
         getattr(draw, "close", lambda: None)()  # a live status line must not outlive its run
         if session.sandbox is not None and session.sandbox.kind == "none":
             rotate_answer_secret()
-    result = languages.localize_result(result, session.course.language)
+    result = session.course.language.localize_result(result)
     if result.cancelled:
         return result
     result.provenance = with_run(session.provenance, result.sandbox)
     if session.speed:
         result.speed = speed_after(result, session.stages, session.course.root, session.weights,
-                                   session.limits, session.sandbox, cancel)
+                                   session.limits, session.sandbox, cancel, session.course.language)
     if session.writer is not None:
         session.writer(result)
     record_progress(session.course.root, result)

@@ -22,7 +22,9 @@ import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from theinference.course import languages
 from theinference.course.directory import init_course
+from theinference.course.languages import Language
 from theinference.curriculum.stages import token_ids
 from theinference.oracle import gpt2 as oracle_gpt2
 from theinference.oracle.weights import Weights
@@ -89,14 +91,18 @@ def speed_of(
     sandbox: Sandbox | None,
     cancel: threading.Event | None = None,
     repeats: int = REPEATS,
+    language: Language | None = None,
 ) -> dict:
-    """Time the student's cached generation against the oracle's; the JSON's `speed`."""
+    """Time the student's cached generation against the oracle's; the JSON's `speed`.
+    `language`: the opened course's (else the process finds it)."""
     limits = replace(limits, timeout=max(limits.timeout, 120.0))
     yard = yardstick_course()
     try:
         with (
-            StudentProcess(course_dir, weights.path, limits, cancel, sandbox, ONE_THREAD) as you,
-            StudentProcess(yard, weights.path, limits, cancel, sandbox, ONE_THREAD) as oracle,
+            StudentProcess(course_dir, weights.path, limits, cancel, sandbox, ONE_THREAD,
+                           language=language) as you,
+            StudentProcess(yard, weights.path, limits, cancel, sandbox, ONE_THREAD,
+                           language=languages.DEFAULT) as oracle,  # init_course's
         ):
             yours, theirs = timed_pair(you, oracle, weights.config, repeats)
             kind = you.sandbox
@@ -183,7 +189,8 @@ def yardstick_course() -> Path:
     return course
 
 
-def speed_after(result, stages, course_dir, weights, limits, sandbox, cancel) -> dict:
+def speed_after(result, stages, course_dir, weights, limits, sandbox, cancel,
+                language=None) -> dict:
     """The run's speed entry: a figure when the generate loop passed in full in this run,
     else that stage's status and why there is no figure."""
     from theinference.grading.grader import stage_limits
@@ -197,4 +204,5 @@ def speed_after(result, stages, course_dir, weights, limits, sandbox, cancel) ->
         why = "ran only some of its cases" if done.partial else f"is {status}"
         return not_measured(status, f"{STAGE} {why}: no speed without a pass")
     stage = next(s for s in stages if s.slug == STAGE)
-    return speed_of(course_dir, weights, stage_limits(stage, limits), sandbox, cancel)
+    return speed_of(course_dir, weights, stage_limits(stage, limits), sandbox, cancel,
+                    language=language)

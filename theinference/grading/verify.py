@@ -15,6 +15,7 @@ from pathlib import Path
 
 from theinference.course import languages
 from theinference.course.directory import init_course
+from theinference.course.languages import Language
 from theinference.curriculum.stages import Stage
 from theinference.grading.answers import Answers
 from theinference.grading.grader import grade
@@ -113,19 +114,27 @@ def grade_text(
     with tempfile.TemporaryDirectory(prefix="theinference-verify-") as tmp:
         course = Path(tmp) / "course"
         init_course(course, language)
-        (course / languages.KVCACHE[language]).write_text(kvcache)
-        chosen = None  # Python: the grader's own user, measured calls guarded (account.py)
-        if language == languages.TYPESCRIPT:
+        (course / language.kvcache).write_text(kvcache)
+        if language.runner_entry:
             (course / "node_modules").symlink_to(ts_node_modules(solutions))
-            # Node cannot be guarded: a uid of its own (a root grader), whose cgroup holds
+        chosen = None  # guardable: the grader's own user, measured calls guarded (account.py)
+        if not language.guardable:
+            # a uid of its own (a root grader), whose cgroup holds every process it starts
             chosen = sandbox.without_bwrap([])
-        return grade(course, stages, weights, Limits(), answers, listener=listener, sandbox=chosen)
+        return grade(course, stages, weights, Limits(), answers, listener=listener, sandbox=chosen,
+                     language=language)
 
 
-def solutions_language(solutions: Path) -> str:
-    """A solutions folder with reference_kvcache.ts is the TypeScript course's."""
-    ts = (solutions / "reference_kvcache.ts").is_file()
-    return languages.TYPESCRIPT if ts else languages.PYTHON
+def solutions_language(solutions: Path) -> Language:
+    """The language whose reference solution the folder holds (reference_kvcache.ts: the
+    TypeScript course's); the default's when none other's."""
+    others = [lang for lang in languages.ALL if lang is not languages.DEFAULT]
+    held = [lang for lang in others if (solutions / reference_name(lang)).is_file()]
+    return held[0] if held else languages.DEFAULT
+
+
+def reference_name(language: Language) -> str:
+    return f"reference_{language.kvcache.name}"
 
 
 def ts_node_modules(solutions: Path) -> Path:
@@ -198,15 +207,15 @@ def verify(
     only: list[str],
     listener_for=lambda subject: ignore,  # a run's listener, given what it grades
 ) -> list[Row]:
-    suffix = languages.KVCACHE[solutions_language(solutions)].suffix
-    reference_path = solutions / f"reference_kvcache{suffix}"
+    language = solutions_language(solutions)
+    reference_path = solutions / reference_name(language)
     if not reference_path.is_file():
         raise VerifyError(
             f"no reference solution at {reference_path}. verify needs the course authors' "
             "solutions, which the package does not ship: pass --solutions DIR (a folder with "
             "reference_kvcache.py or .ts and bugs.toml; a source checkout has tests/solutions)"
         )
-    if suffix == ".ts":
+    if language.runner_entry:
         ts_node_modules(solutions)  # refused up front, not once per bug
     reference = reference_path.read_text()
     bugs = load_bugs(solutions / "bugs.toml")

@@ -18,10 +18,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from theinference import exits
+from theinference.course import languages
 from theinference.curriculum.stages import Stage
 from theinference.grading.session import Session, exit_code, run
 
-WATCHED_SUFFIXES = (".py", ".toml", ".ts", ".mts")
+WATCHED_SUFFIXES = (".toml", *(s for lang in languages.ALL for s in lang.source_suffixes))
 IGNORED_DIRS = {"__pycache__", "node_modules", "venv", "env", "build", "dist"}
 POLL_SECONDS = 0.3
 QUIT_WAIT = 5.0  # seconds a quit waits for the run it stops

@@ -15,12 +15,11 @@
 
 from dataclasses import dataclass
 
-from theinference.course.languages import TYPESCRIPT
+from theinference.course.languages import Language
 from theinference.student import cgroups
 
 # sandbox kinds whose student process cannot write the host's cgroupfs (see above)
 CANNOT_LEAVE = ("bwrap", "unprivileged-user")
-GUARDABLE = ("python",)  # languages whose worker installs the seccomp filter itself
 
 CANNOT_APPLY = "the cost check cannot apply here, and a check that cannot apply does not pass"
 STARTED_A_PROCESS = (
@@ -57,14 +56,14 @@ class Account:
         )
 
 
-def choose(sandbox_kind: str, language: str) -> Account:
+def choose(sandbox_kind: str, language: Language) -> Account:
     """The account this run's measured calls get, for its sandbox and course language."""
     place, why = cgroups.home()
     if place is not None and sandbox_kind in CANNOT_LEAVE:
         return Account(f"cgroup-v{place.version}", place, "")
     if place is not None:
         why = "the student's process runs as the grader's own user and could move itself out"
-    kind = "seccomp" if language != TYPESCRIPT and language in GUARDABLE else "none"
+    kind = "seccomp" if language.guardable else "none"  # its worker installs the filter
     return Account(kind, None, why)
 
 

@@ -14,23 +14,8 @@ floor): the student is told to copy the current one.
 
 import hashlib
 
-from theinference.course.languages import TEMPLATES, TYPESCRIPT, course_language
 from theinference.student.process import StudentProcess
 
-# [m, k] @ [k, n] repeated: an MLP product over a prompt (the TypeScript kernel is a few times
-# slower than NumPy's BLAS: fewer repeats)
-PRODUCTS = {"python": (512, 768, 3072, 6), "ts": (512, 768, 3072, 2)}
-# what the TypeScript calibration multiplies with
-KERNEL = ("src/kernel.ts", "src/kernel.wasm", "src/kernel-fma.wasm")
-# SHA-256 of (kernel.ts, kernel.wasm) as earlier releases shipped them: named, not trusted
-EARLIER_KERNELS = {
-    ("18ab318646bb66b61f4db96d08469e19f3b203fb80558319899e642c11c69af0",
-     "cb8df723f6500b0112ecde60bae10557092d7c459c5997e6200d919d300e60dd"),
-    ("a703d9484cfabd7912e0ceec75cb32ba855c6a2f9ed6e6e9681d4266b63cc0e7",
-     "be9b1b9371e58066d5976c21630bdf1ad26bdcedbf03f1417ff9a2f5c06a865b"),
-    ("d40b5662fe1eac09015ea2dd021b92697e4e2d0f81fa6505d91ab0cc598c50ac",
-     "be9b1b9371e58066d5976c21630bdf1ad26bdcedbf03f1417ff9a2f5c06a865b"),
-}
 TRIES = 3
 TIMEOUT = 120.0
 
@@ -42,17 +27,17 @@ def rate_now(process: StudentProcess) -> tuple[float | None, str]:
 
 
 def measure(process: StudentProcess) -> tuple[float | None, str]:
-    language = course_language(process.course_dir)
-    if language == TYPESCRIPT and (changed := kernel_changed(process)):
+    language = process.language
+    if language.provided_kernel and (changed := kernel_changed(process)):
         if earlier_kernel(process):
             return None, (
                 "src/kernel.ts and kernel.wasm are an earlier release's: copy src/kernel.ts, "
                 "kernel.wasm, kernel-fma.wasm and kernel.wat from a course made by "
-                "`theinference init --lang ts` "
+                f"`theinference init --lang {language.name}` "
                 "(the floor is measured only with the current kernel)"
             )
         return None, f"{changed} is not the provided one: the rate it gives cannot be trusted"
-    m, k, n, repeat = PRODUCTS.get(language, PRODUCTS["python"])
+    m, k, n, repeat = language.calibration
     flop = 2.0 * m * k * n * repeat
     best = 0.0
     with process.sibling("calibrate") as calibrating:
@@ -66,8 +51,8 @@ def measure(process: StudentProcess) -> tuple[float | None, str]:
 
 def kernel_changed(process: StudentProcess) -> str | None:
     """The first of the course's kernel files that differs from the template's, if any."""
-    for name in KERNEL:
-        provided = (TEMPLATES[TYPESCRIPT] / name).read_bytes()
+    for name in process.language.provided_kernel:
+        provided = (process.language.template / name).read_bytes()
         try:
             if (process.course_dir / name).read_bytes() != provided:
                 return name
@@ -82,8 +67,8 @@ def earlier_kernel(process: StudentProcess) -> bool:
     try:
         digests = tuple(
             hashlib.sha256((process.course_dir / name).read_bytes()).hexdigest()
-            for name in KERNEL[:2]
+            for name in process.language.provided_kernel[:2]
         )
     except OSError:
         return False
-    return digests in EARLIER_KERNELS
+    return digests in process.language.earlier_kernels

@@ -16,6 +16,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from theinference.course import languages
+
+# the worker scripts of every language, by their suffix (each with the modules it imports)
+WORKER_SUFFIXES = {Path(language.worker).suffix for language in languages.ALL}
+
 PREFERRED = (1_800_000_000, 1_900_000_000)  # far above any account or container mapping base
 LOW = (200_000, 1_000_000)  # where a user namespace maps less than the preferred range
 COURSE_SKIP = (".git", ".theinference", "__pycache__")  # the grader's, or nothing to read
@@ -107,6 +112,6 @@ def readable_worker(source: Path, target: Path) -> None:
     """The worker scripts, copied where the uid can read them (root's, read-only)."""
     target.mkdir(mode=0o755)
     for script in source.iterdir():
-        if script.suffix in (".py", ".mjs") and script.name != "__init__.py":
+        if script.suffix in WORKER_SUFFIXES and script.name != "__init__.py":
             shutil.copyfile(script, target / script.name)
             (target / script.name).chmod(0o644)

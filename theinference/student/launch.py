@@ -1,6 +1,6 @@
-"""The command that starts the student's process, per course language (the Python worker, or
-the Node worker under the course's own tsx; both in student/worker/, which the sandbox binds
-whole), and the environment it starts in."""
+"""The command that starts the student's process, per the runtime of the course's language (the
+Python worker, or the Node worker under the course's own tsx; both in student/worker/, which the
+sandbox binds whole), and the environment it starts in."""
 
 import functools
 import shutil
@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from theinference.course.languages import TEMPLATES, TYPESCRIPT, course_language
+from theinference.course import languages
+from theinference.course.languages import Language
 from theinference.oracle.weights import cache_dir
 from theinference.student import sandbox
 from theinference.student.sandbox import WORKER_DIR
@@ -19,7 +20,7 @@ def worker_argv(
     request_fd: int | str,
     reply_fd: int | str,
     memory_bytes: int | str,
-    language: str | None = None,
+    language: Language = languages.DEFAULT,
     worker_dir: Path = WORKER_DIR,
     mode: str = "adapters",
 ) -> list[str]:
@@ -27,21 +28,32 @@ def worker_argv(
     where the worker scripts are seen from inside the process (a sandbox mounts them); mode:
     adapters, guarded (adapters, with starting a process forbidden: worker/guard.py), or
     calibrate (the grader's own matrix product, no student code loaded)."""
-    language = language or course_language(course_dir)
     tail = [str(request_fd), str(reply_fd), str(course_dir), str(memory_bytes)]
     tail += [] if mode == "adapters" else [mode]
-    if language != TYPESCRIPT:
-        return [sys.executable, *ISOLATION.get(mode, ["-P"]), str(worker_dir / "worker.py"), *tail]
+    worker = str(worker_dir / language.worker)
+    return RUNTIMES[language.runtime](language, worker, memory_bytes, mode) + tail
+
+
+def python_argv(language: Language, worker: str, memory_bytes: int | str, mode: str) -> list:
+    """The Python worker under this interpreter, kept from the user's site-packages as its
+    mode asks (ISOLATION)."""
+    return [sys.executable, *ISOLATION.get(mode, ["-P"]), worker]
+
+
+def node_argv(language: Language, worker: str, memory_bytes: int | str, mode: str) -> list:
+    """The Node worker under the course's own tsx, its heap within the memory limit."""
     heap_mb = max(int(memory_bytes) // 2**20, 256)
     return [
         node_path(),
         f"--max-old-space-size={heap_mb}",
-        *kernel_flags(),
+        *kernel_flags(language.template / FUSED_KERNEL),
         "--import",
         "tsx",  # resolved from the course directory (the working directory): its node_modules
-        str(worker_dir / "worker_node.mjs"),
-        *tail,
+        worker,
     ]
+
+
+RUNTIMES = {"python": python_argv, "node": node_argv}  # a language's runtime -> its command
 
 
 # -I: no user site-packages either (a usercustomize.py the student's process could leave in
@@ -52,7 +64,7 @@ ISOLATION = {"calibrate": ["-I"], "guarded": ["-I", "-B"]}
 # Relaxed SIMD (the course's kernel-fma.wasm) is behind this flag in Node 20, on by default from
 # 21 (where the flag may be gone: passing an unknown one stops Node)
 RELAXED_SIMD_FLAG = "--experimental-wasm-relaxed-simd"
-FUSED_KERNEL = TEMPLATES[TYPESCRIPT] / "src" / "kernel-fma.wasm"
+FUSED_KERNEL = Path("src/kernel-fma.wasm")  # in the template
 VALIDATES = (
     "process.exit(WebAssembly.validate(require('fs').readFileSync(process.argv[1])) ? 0 : 1)"
 )
@@ -63,13 +75,13 @@ def node_path() -> str:
 
 
 @functools.cache
-def kernel_flags() -> tuple[str, ...]:
+def kernel_flags(fused_kernel: Path) -> tuple[str, ...]:
     """Node's flags for the course's kernel: none where this Node runs the fused kernel as it
     is, the relaxed SIMD flag where it runs it only with it (asked of Node once, not guessed from
     its version), none where it cannot (kernel.ts then uses the plain kernel)."""
     for flags in ((), (RELAXED_SIMD_FLAG,)):
         try:
-            done = subprocess.run([node_path(), *flags, "-e", VALIDATES, str(FUSED_KERNEL)],
+            done = subprocess.run([node_path(), *flags, "-e", VALIDATES, str(fused_kernel)],
                                   capture_output=True, timeout=30, check=False)
         except (OSError, subprocess.TimeoutExpired):
             return ()
@@ -79,7 +91,7 @@ def kernel_flags() -> tuple[str, ...]:
 
 
 def in_bwrap(
-    course: Path, weights: Path, fds: list[str], memory: str, language: str, mode: str
+    course: Path, weights: Path, fds: list[str], memory: str, language: Language, mode: str
 ) -> list:
     """The worker's command inside bubblewrap: the course, the weights and the worker's folder
     mounted, the grader's cache and package hidden."""

@@ -12,7 +12,7 @@ import os
 import shutil
 from pathlib import Path
 
-from theinference.course import languages
+from theinference.course.languages import Language
 from theinference.oracle.weights import cache_dir
 from theinference.student import holdings, identity, launch, sandbox
 
@@ -24,10 +24,12 @@ class Placement:
         course_dir: Path,
         weights: Path,
         token: tuple[str, str],
+        language: Language,
         extra_env: dict[str, str] | None = None,
     ):
         self.kind = kind  # bwrap | unprivileged-user | none
         self.course_dir = course_dir
+        self.language = language  # which worker
         self.weights = weights
         self.token = token  # (variable, value): inherited by every descendant
         self.extra_env = dict(extra_env or {})  # the grader's own settings, e.g. BLAS threads
@@ -39,7 +41,7 @@ class Placement:
     ) -> tuple[list[str], dict, dict, Path]:
         """argv, environment, the user to run as and the folder to work in; `mode` as
         launch.worker_argv's."""
-        language = languages.course_language(self.course_dir)  # python | ts: which worker
+        language = self.language
         if self.kind == "bwrap":
             command = launch.in_bwrap(self.course_dir, self.weights, fds, memory, language, mode)
             return command, self.env(sandbox.bwrap_env(*self.token)), {}, self.course_dir

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from theinference.course.languages import PYTHON, LanguageError, course_language
+from theinference.course import directory, languages
 from theinference.student import account as accounts
 from theinference.student import channel, reaper, startup
 from theinference.student.cpu import WORKER_ROOTS
@@ -57,6 +57,7 @@ class StudentProcess:
         sandbox: Sandbox | None = None,
         env: dict[str, str] | None = None,
         mode: str = "adapters",
+        language: languages.Language | None = None,  # an opened course's
     ):
         self.course_dir = course_dir.resolve()
         self.mode = mode  # adapters | calibrate (the grader's own code only: calibration.py)
@@ -72,17 +73,16 @@ class StudentProcess:
         chosen = sandbox or Sandbox("none")
         self._sandbox = chosen
         self.sandbox = chosen.kind  # what this run had: bwrap | unprivileged-user | none
-        try:
-            self.language = course_language(self.course_dir)
-        except LanguageError:
-            self.language = PYTHON  # the worker's start reports the course's problem
+        self.language = language or directory.language_of(self.course_dir)
         self.account = accounts.choose(self.sandbox, self.language)
         self.cpu_account = self.account.kind  # what this run had: account.py
         self.notes = [*chosen.notes, *filter(None, [self.account.note])]
         self._guarded = False  # the next start is a guarded worker's
         self._import_output = ("", "")  # what the student's code printed while it loaded
         token = (RUN_TOKEN_VAR, self.token)
-        self._place = Placement(self.sandbox, self.course_dir, weights_path, token, self.env)
+        self._place = Placement(
+            self.sandbox, self.course_dir, weights_path, token, self.language, self.env
+        )
 
     @property
     def uid(self) -> int | None:
@@ -98,7 +98,7 @@ class StudentProcess:
     def sibling(self, mode: str) -> "StudentProcess":
         """Another process started the same way (course, weights, limits, sandbox) in `mode`."""
         same = (self.course_dir, self.weights_path, self.limits, self.cancel, self._sandbox)
-        return StudentProcess(*same, self.env, mode)
+        return StudentProcess(*same, self.env, mode, self.language)
 
     def use_limits(self, limits: Limits) -> None:
         """Limits for the calls that follow (a stage's own); a different memory limit needs a

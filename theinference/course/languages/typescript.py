@@ -1,0 +1,113 @@
+"""TypeScript: the course in the seeds' camelCase, run by the Node worker (worker_node.mjs)
+under the course's own tsx, which `npm install` puts in its node_modules."""
+
+import shutil
+from pathlib import Path
+
+from theinference.course.languages.language import TEMPLATES, Language, LanguageError
+
+TSX_ENTRY = Path("node_modules/tsx/package.json")
+
+# The course's Python names and their TypeScript spelling (the seeds' camelCase). Longest
+# first where one contains another; applied to whole words only.
+NAMES = {
+    "tests/adapters.py": "tests/adapters.ts",
+    "src/kvcache.py": "src/kvcache.ts",
+    "src/gpt2.py": "src/gpt2.ts",
+    "len(prompt_ids)": "promptIds.length",
+    "len(continuation_ids)": "continuationIds.length",
+    "len(seq_ids)": "seqIds.length",
+    "len(prompt)": "prompt.length",
+    "os._exit": "process.exit",
+    "sys.exit": "process.exit",
+    "ValueError": "RangeError",
+    "raise": "throw",
+    "raises": "throws",
+    "run_step_attention": "runStepAttention",
+    "run_prefill_cache": "runPrefillCache",
+    "run_prefill": "runPrefill",
+    "run_decode_step": "runDecodeStep",
+    "run_decode_sequence": "runDecodeSequence",
+    "run_generate": "runGenerate",
+    "run_prefix_caching": "runPrefixCaching",
+    "attn_step": "attnStep",
+    "layer_attn_incremental": "layerAttnIncremental",
+    "embed_token": "embedToken",
+    "block_step": "blockStep",
+    "decode_step": "decodeStep",
+    "decode_sequence": "decodeSequence",
+    "attn_sublayer": "attnSublayer",
+    "ln_rows": "lnRows",
+    "recompute_logits": "recomputeLogits",
+    "load_weights": "loadWeights",
+    "prompt_ids": "promptIds",
+    "continuation_ids": "continuationIds",
+    "seq_ids": "seqIds",
+    "next_id": "nextId",
+    "max_new_tokens": "maxNewTokens",
+    "token_id": "tokenId",
+    "ln_hidden": "lnHidden",
+}
+
+
+def check_runtime(root: Path) -> None:
+    """Refuse up front, with the fix, a course whose runtime is missing."""
+    if shutil.which("node") is None:
+        raise LanguageError(
+            "this is a TypeScript course and Node.js is not on PATH: install Node 20 or later "
+            "(https://nodejs.org), then run `npm install` in the course directory"
+        )
+    if not (root / TSX_ENTRY).is_file():
+        raise LanguageError(
+            f"this TypeScript course has no node_modules/tsx yet: run `npm install` in {root} "
+            "(once; it installs the TypeScript runner from package.json)"
+        )
+
+
+# the Gradescope image's setup.sh lines for a TypeScript course
+SETUP_NODE = """# the TypeScript course: Node 20 or later (NodeSource's where the image's is older);
+# `gradescope warm` below installs the course's pinned runner (tsx) from its lock file, once
+node_major() { node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0; }
+candidate=$(apt-cache policy nodejs | sed -n 's/ *Candidate: \\([0-9]*:\\)\\?\\([0-9]*\\).*/\\2/p')
+if [ "$(node_major)" -lt 20 ] && [ "${candidate:-0}" -ge 20 ]; then
+  apt-get install -y nodejs npm
+fi
+if [ "$(node_major)" -lt 20 ]; then
+  apt-get install -y ca-certificates curl
+  curl -fsSL https://deb.nodesource.com/setup_20.x | bash -
+  apt-get install -y nodejs
+fi
+node --version && npm --version
+"""
+
+# what calibration multiplies with, as gpt2.ts does
+KERNEL = ("src/kernel.ts", "src/kernel.wasm", "src/kernel-fma.wasm")
+# SHA-256 of (kernel.ts, kernel.wasm) as earlier releases shipped them: named, not trusted
+EARLIER_KERNELS = frozenset({
+    ("18ab318646bb66b61f4db96d08469e19f3b203fb80558319899e642c11c69af0",
+     "cb8df723f6500b0112ecde60bae10557092d7c459c5997e6200d919d300e60dd"),
+    ("a703d9484cfabd7912e0ceec75cb32ba855c6a2f9ed6e6e9681d4266b63cc0e7",
+     "be9b1b9371e58066d5976c21630bdf1ad26bdcedbf03f1417ff9a2f5c06a865b"),
+    ("d40b5662fe1eac09015ea2dd021b92697e4e2d0f81fa6505d91ab0cc598c50ac",
+     "be9b1b9371e58066d5976c21630bdf1ad26bdcedbf03f1417ff9a2f5c06a865b"),
+})
+
+TYPESCRIPT = Language(
+    name="ts",
+    title="TypeScript",
+    template=TEMPLATES / "ts",
+    adapters=Path("tests/adapters.ts"),
+    kvcache=Path("src/kvcache.ts"),
+    source_suffixes=(".ts", ".mts"),
+    worker="worker_node.mjs",
+    runtime="node",
+    guardable=False,  # Node, through tsx, starts a helper process of its own
+    calibration=(512, 768, 3072, 2),  # the kernel is a few times slower than BLAS: fewer
+    check_runtime=check_runtime,
+    names=NAMES,
+    first_steps="  npm install   # once: the TypeScript runner (tsx) and compiler, pinned\n",
+    runner_entry=TSX_ENTRY,
+    setup_lines=SETUP_NODE,
+    provided_kernel=KERNEL,
+    earlier_kernels=EARLIER_KERNELS,
+)
