@@ -19,7 +19,7 @@ from theinference.grading import judging
 from theinference.grading.grader import grade
 from theinference.oracle.weights import load_weights
 from theinference.results.events import ignore
-from theinference.student.process import Limits
+from theinference.student.setup import Limits
 
 SOLUTIONS = Path(__file__).parents[1] / "tests" / "solutions"
 PROOFS = ("reads the cache", "comes from the cache", "reuse is real")

@@ -18,8 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from theinference.student import reaper, sandbox  # noqa: E402
 from theinference.student.cpu import process_table, tree_look  # noqa: E402
-from theinference.student.process import Limits, StudentProcess  # noqa: E402
+from theinference.student.process import StudentProcess  # noqa: E402
 from theinference.student.sandbox import Sandbox  # noqa: E402
+from theinference.student.setup import Limits, ProcessSetup  # noqa: E402
 
 ADAPTERS = textwrap.dedent(
     """
@@ -82,7 +83,8 @@ def milliseconds(fn, repeats: int) -> float:
 
 def one_mode(kind: str, root: Path, repeats: int) -> None:
     limits = Limits(timeout=60, memory_bytes=int(0.2 * 2**30))
-    with StudentProcess(root, Path("/nonexistent"), limits, sandbox=Sandbox(kind)) as student:
+    with StudentProcess(ProcessSetup(
+            root, Path("/nonexistent"), limits, sandbox=Sandbox(kind))) as student:
         student.call("nothing", [[1]])  # started
         proc = student._proc
         look = milliseconds(lambda: tree_look(proc.root, proc.since), repeats)

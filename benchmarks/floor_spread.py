@@ -21,7 +21,8 @@ import tempfile
 from pathlib import Path
 
 from theinference.student import calibration, sandbox
-from theinference.student.process import Limits, StudentProcess
+from theinference.student.process import StudentProcess
+from theinference.student.setup import Limits, ProcessSetup
 
 STAND_IN = (960, 768, 2304, 4)  # [m, k] @ [k, n] repeated: a forward's QKV products, say
 SPIN = "while True: pass"
@@ -75,7 +76,7 @@ def main() -> None:
     course = make_course(Path(tempfile.mkdtemp()) / "course", reference_text())
     chosen = sandbox.choose(options.sandbox)
     weights = Path("/nonexistent.safetensors")  # the calibration reads no weights
-    with StudentProcess(course, weights, Limits(), sandbox=chosen) as process:
+    with StudentProcess(ProcessSetup(course, weights, Limits(), sandbox=chosen)) as process:
         print(f"sandbox {process.sandbox}, CPU account {process.cpu_account}")
         quiet = sample(process, options.runs)
         spinners = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(options.busy)]

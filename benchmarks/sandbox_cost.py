@@ -22,8 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.helpers import make_course, reference_text  # noqa: E402
 from theinference.oracle import weights as weights_module
 from theinference.oracle.weights import load_weights  # noqa: E402
-from theinference.student.process import Limits, StudentProcess  # noqa: E402
+from theinference.student.process import StudentProcess  # noqa: E402
 from theinference.student.sandbox import Sandbox, bwrap_problem, choose  # noqa: E402
+from theinference.student.setup import Limits, ProcessSetup  # noqa: E402
 
 MODES = ("bwrap", "none")
 
@@ -32,7 +33,8 @@ def startups(course: Path, weights: Path, kind: str, repeats: int) -> list[float
     """Seconds from launch to the worker's hello (interpreter and NumPy loaded), per process."""
     seconds = []
     for _ in range(repeats):
-        with StudentProcess(course, weights, Limits(), sandbox=Sandbox(kind)) as process:
+        with StudentProcess(ProcessSetup(
+                course, weights, Limits(), sandbox=Sandbox(kind))) as process:
             assert process.call("run_step_attention", [[1, 2]]).kind == "returned"
             seconds.append(process.startup_seconds)
     return seconds

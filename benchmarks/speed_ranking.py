@@ -25,8 +25,8 @@ from tests.helpers import make_course, reference_text  # noqa: E402
 from tests.solutions.slow_cache import slow_cache_text  # noqa: E402
 from theinference.grading.speed import speed_of  # noqa: E402
 from theinference.oracle.weights import load_weights  # noqa: E402
-from theinference.student.process import Limits  # noqa: E402
 from theinference.student.sandbox import choose  # noqa: E402
+from theinference.student.setup import Limits, ProcessSetup  # noqa: E402
 
 
 def load_job(root: Path) -> subprocess.Popen:
@@ -43,8 +43,8 @@ def load_job(root: Path) -> subprocess.Popen:
 
 def one_run(courses: dict[str, Path], weights, sandbox: str, repeats: int) -> dict[str, dict]:
     return {
-        name: speed_of(course, weights, Limits(timeout=300), choose(sandbox, course),
-                       repeats=repeats)
+        name: speed_of(ProcessSetup(course, weights.path, Limits(timeout=300),
+                                    sandbox=choose(sandbox, course)), weights, repeats=repeats)
         for name, course in courses.items()
     }
 

@@ -29,15 +29,14 @@ def grade_course(
 ):
     """Grade through the same path as the CLI, returning the RunResult."""
     from theinference.curriculum.stages import load_stages, select
-    from theinference.grading.grader import grade
-    from theinference.student.process import Limits
+    from theinference.grading.grader import RunPlan, grade
+    from theinference.student.setup import Limits, ProcessSetup
 
     stages = [replace(s, timeout=timeout) for s in select(load_stages(), slugs or [])]
     from theinference.results.events import ignore
 
-    return grade(
-        course, stages, weights, Limits(timeout=timeout), oracle, listener=listener or ignore
-    )
+    return grade(ProcessSetup(course, weights.path, Limits(timeout=timeout)),
+                 RunPlan(stages, weights, oracle), listener or ignore)
 
 
 def statuses(run) -> dict[str, str]:

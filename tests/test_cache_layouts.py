@@ -15,7 +15,7 @@ from tests.test_cache_use import FLOORED, SWAPPED, grade_proof, grade_proofs
 from theinference.curriculum.stages import load_stages
 from theinference.results import Status
 from theinference.student import sandbox
-from theinference.student.process import Limits
+from theinference.student.setup import Limits, ProcessSetup
 
 LAYOUTS = [
     "reference_kvcache.py",
@@ -70,12 +70,13 @@ def test_a_correct_cache_in_any_layout_passes_every_stage(layout, tmp_path, weig
     """Catches a verdict that depends on the layout anywhere in the curriculum: every stage's
     short graded cases (every decode among them swapped) and its swap proofs, as a quick run
     grades them."""
-    from theinference.grading.grader import grade
+    from theinference.grading.grader import RunPlan, grade
     from theinference.grading.policy import RunPolicy
 
     course = layout_course(tmp_path / "c", layout)
     stages = [replace(s, timeout=300) for s in load_stages()]
-    run = grade(course, stages, weights, Limits(timeout=300), policy=RunPolicy(quick=True))
+    run = grade(ProcessSetup(course, weights.path, Limits(timeout=300)),
+                RunPlan(stages, weights, policy=RunPolicy(quick=True)))
     for stage in run.stages:
         bad = [(c.name, c.message) for c in stage.cases if c.status != Status.PASSED]
         assert stage.status == Status.PASSED and not bad, (stage.slug, bad)

@@ -22,7 +22,8 @@ from theinference.grading.answer_cache import ORACLE_VERSION, read_or_make_secre
 from theinference.oracle.config import ModelConfig
 from theinference.results import Status
 from theinference.student import calibration, sandbox
-from theinference.student.process import Limits, StudentProcess
+from theinference.student.process import StudentProcess
+from theinference.student.setup import Limits, ProcessSetup
 from theinference.student.worker import swap as worker_swap
 
 CHEATS = tomllib.loads((SOLUTIONS / "recompute_cheats.toml").read_text())["cheats"]
@@ -62,12 +63,12 @@ def grade_proofs(
     course: Path, weights, slugs: list, small: bool = False, seed=None, sandbox=None
 ) -> list:
     """Each stage's proof case, graded in one run (one student process for them all)."""
-    from theinference.grading.grader import grade
-    from theinference.results.events import ignore
+    from theinference.grading.grader import RunPlan, grade
 
     stages = [proof_stage(slug, small) for slug in slugs]
     limits = Limits(timeout=900)
-    run = grade(course, stages, weights, limits, listener=ignore, seed=seed, sandbox=sandbox)
+    setup = ProcessSetup(course, weights.path, limits, sandbox=sandbox)
+    run = grade(setup, RunPlan(stages, weights, seed=seed))
     return [case for stage in run.stages for case in stage.cases]
 
 
@@ -296,7 +297,7 @@ def test_the_hooked_function_is_swapped_after_it_returns_under_any_alias(tmp_pat
         plan = {"layers": 1, "heads": 12, "head_dim": 64, "n": 2}
         return {"swap": plan}, swap_blobs([(k, -k)], [(np.ones_like(k), np.ones_like(k))])
 
-    with StudentProcess(course, Path("/nonexistent.safetensors"), Limits()) as w:
+    with StudentProcess(ProcessSetup(course, Path("/nonexistent.safetensors"), Limits())) as w:
         plain = w.call("run", [[1, 2]], 60, hook="prefill")
         swapped = w.call("run", [[1, 2]], 60, hook="prefill", on_hook=swap)
     assert plain.kind == swapped.kind == "returned", (plain.message, swapped.message)
@@ -316,7 +317,7 @@ def test_a_process_that_stops_reading_cannot_block_the_grader(tmp_path):
     """Catches a grader that writes a large request (or a hook's answer) to a pipe nobody reads
     and blocks forever: the call times out instead."""
     course = course_with(tmp_path, SILENT)
-    with StudentProcess(course, Path("/nonexistent.safetensors"), Limits()) as w:
+    with StudentProcess(ProcessSetup(course, Path("/nonexistent.safetensors"), Limits())) as w:
         first = w.call("run", [[1]], 2)
         second = w.call("run", [list(range(200_000))], 2)  # far more than a pipe holds
     assert first.kind == second.kind == "timeout"
@@ -364,7 +365,8 @@ def test_the_rate_is_measured_without_loading_the_students_code(tmp_path):
     floor), or one that measures nothing."""
     marker = tmp_path / "imported"
     course = course_with(tmp_path, f"open({str(marker)!r}, 'w').close()\n" + SPIN_AND_NAP)
-    with StudentProcess(course, Path("/nonexistent.safetensors"), Limits()) as process:
+    with StudentProcess(ProcessSetup(
+            course, Path("/nonexistent.safetensors"), Limits())) as process:
         rate, why = calibration.measure(process)
     assert rate is not None and rate > 1e8, why
     assert not marker.exists()
@@ -377,9 +379,9 @@ def test_a_module_laid_beside_the_course_never_runs_in_the_calibration(tmp_path,
     slow the rate ten times, raising the floor until a recompute passes under it."""
     course = course_with(tmp_path, SPIN_AND_NAP)
     (course / "numpy.py").write_text("raise SystemExit('the course shadowed numpy')\n")
-    with StudentProcess(
+    with StudentProcess(ProcessSetup(
         course, Path("/nonexistent.safetensors"), Limits(), sandbox=sandbox.choose(mode)
-    ) as process:
+    )) as process:
         rate, why = calibration.measure(process)
     assert rate is not None and rate > 1e8, why
 
@@ -441,7 +443,7 @@ def test_a_forger_fails_its_stage_saying_it_recomputes(cheat, tmp_path, weights)
 def grade_stage(course: Path, weights, slug: str, seed: int, quick: bool, timeout) -> list:
     """A stage's graded cases (not its proofs), as a quick run grades them (the long ones
     left out) or every one, at the stage's own timeout (None) or another."""
-    from theinference.grading.grader import grade
+    from theinference.grading.grader import RunPlan, grade
     from theinference.grading.policy import RunPolicy
 
     (stage,) = [s for s in load_stages() if s.slug == slug]
@@ -449,7 +451,8 @@ def grade_stage(course: Path, weights, slug: str, seed: int, quick: bool, timeou
     stage = replace(stage, cases=tuple(c for c in stage.cases if "draw" not in c.inputs))
     policy = RunPolicy(quick=quick)
     limits = Limits(timeout=stage.timeout)
-    run = grade(course, [stage], weights, limits, policy=policy, seed=seed)
+    run = grade(ProcessSetup(course, weights.path, limits),
+                RunPlan([stage], weights, policy=policy, seed=seed))
     return [case for s in run.stages for case in s.cases if case.status != Status.SKIPPED]
 
 

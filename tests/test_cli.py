@@ -218,11 +218,11 @@ def test_a_run_prints_nothing_itself(template_course, weights, capsys):
     """Would catch: session.run printing (the terminal must be a listener, so watch mode and
     machine formats decide what is drawn)."""
     from theinference.grading.policy import RunPolicy
-    from theinference.grading.seed import NO_SEED
-    from theinference.grading.session import prepare, run
+    from theinference.grading.session import LimitRequest, RunRequest, prepare, run
 
-    session = prepare(template_course, ["single-step-attention"], None, 30, NO_SEED, [],
-                      RunPolicy())
+    request = RunRequest(stages=("single-step-attention",), policy=RunPolicy(),
+                         limits=LimitRequest(timeout=30))
+    session = prepare(template_course, request)
     result = run(session)
     assert capsys.readouterr().out == "" and result.stages[0].status.value == "todo"
     assert result.environment["numpy"] and result.notes == []  # complete when returned

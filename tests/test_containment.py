@@ -16,8 +16,9 @@ import pytest
 
 from tests.test_hostile import ESCAPEE, NAME_ME, escapees
 from theinference.student import sandbox
-from theinference.student.process import Limits, StudentProcess
+from theinference.student.process import StudentProcess
 from theinference.student.sandbox import Sandbox
+from theinference.student.setup import Limits, ProcessSetup
 
 NO_UNPRIVILEGED = "THEINFERENCE_TEST_NO_UNPRIVILEGED"  # set by hand only: .ci/run never does
 
@@ -57,7 +58,8 @@ def course_with(root: Path, adapters: str) -> Path:
 
 def process(course: Path, kind: str, **limits) -> StudentProcess:
     limits = {"timeout": 60, **limits}
-    return StudentProcess(course, Path("/nonexistent"), Limits(**limits), sandbox=sandbox_for(kind))
+    return StudentProcess(ProcessSetup(
+            course, Path("/nonexistent"), Limits(**limits), sandbox=sandbox_for(kind)))
 
 
 HELPER = """
@@ -275,10 +277,12 @@ def test_the_environment_is_clean_in_every_mode(kind, tmp_path, monkeypatch):
 GRADER = """
 import sys, time
 from pathlib import Path
-from theinference.student.process import Limits, StudentProcess
+from theinference.student.process import StudentProcess
+from theinference.student.setup import Limits, ProcessSetup
 from theinference.student.sandbox import Sandbox
 course, kind = Path(sys.argv[1]), sys.argv[2]
-student = StudentProcess(course, Path("/nonexistent"), Limits(), sandbox=Sandbox(kind))
+student = StudentProcess(ProcessSetup(
+        course, Path("/nonexistent"), Limits(), sandbox=Sandbox(kind)))
 student.call("busy", [[1]], timeout=600)  # killed during this call
 """
 

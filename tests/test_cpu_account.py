@@ -16,8 +16,9 @@ from theinference.course.languages import PYTHON, TYPESCRIPT
 from theinference.curriculum.stages import load_stages
 from theinference.results import Status
 from theinference.student import account, cgroups, sandbox, startup
-from theinference.student.process import Limits, StudentProcess
+from theinference.student.process import StudentProcess
 from theinference.student.sandbox import Sandbox
+from theinference.student.setup import Limits, ProcessSetup
 
 TRICKS = """
 import os, signal, sys, threading, time
@@ -108,7 +109,7 @@ def student(tmp_path: Path, kind: str) -> StudentProcess:
     weights = tmp_path / "w.safetensors"
     weights.write_bytes(b"")
     course = course_with_tricks(tmp_path / "c")
-    return StudentProcess(course, weights, Limits(timeout=60), sandbox=Sandbox(kind))
+    return StudentProcess(ProcessSetup(course, weights, Limits(timeout=60), sandbox=Sandbox(kind)))
 
 
 @needs_cgroup
@@ -267,8 +268,7 @@ def test_a_recompute_in_children_nobody_waits_for_fails_by_the_proof(
     """Catches a recompute whose every forward runs in a short-lived forked child with SIGCHLD
     ignored (its CPU in no process's counters) passing the floor, or failing only by a
     timeout: the cgroup counts it and stops it at the budget; a guarded worker may not fork."""
-    from theinference.grading.grader import grade
-    from theinference.results.events import ignore
+    from theinference.grading.grader import RunPlan, grade
 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # what the student's code may write
     (tmp_path / "home").mkdir()
@@ -278,8 +278,8 @@ def test_a_recompute_in_children_nobody_waits_for_fails_by_the_proof(
     seconds = stage.timeout if timeout == "the stage's own" else float(timeout)
     stage = replace(stage, cases=(case,), timeout=seconds)
     chosen = sandbox.choose(mode)
-    run = grade(course, [stage], weights, Limits(timeout=seconds), listener=ignore,
-                sandbox=chosen)
+    setup = ProcessSetup(course, weights.path, Limits(timeout=seconds), sandbox=chosen)
+    run = grade(setup, RunPlan([stage], weights))
     (result,) = run.stages[0].cases
     assert result.status == Status.FAILED, (result.status, result.message)
     said = "the call started a process" if chosen.kind == "none" else "recompute"

@@ -60,10 +60,10 @@ def shared_oracle(weights):
 def test_planted_bug_fails_its_stage_and_is_named(bug, weights, shared_oracle):
     # exactly what `theinference verify --quick` runs for each bug
     from theinference.curriculum.stages import load_stages
-    from theinference.grading.verify import quick, verify_bug
+    from theinference.grading.verify import Grounds, quick, verify_bug
 
     (stage,) = [s for s in load_stages() if s.slug == bug.stage]
-    row = verify_bug(bug, REFERENCE.read_text(), quick(stage), weights, shared_oracle)
+    row = verify_bug(bug, REFERENCE.read_text(), quick(stage), Grounds(weights, shared_oracle))
     assert row.status.value in ("failed", "error"), row
     assert row.named == bug.fingerprint, row  # named exactly, or (no fingerprint) not guessed
     assert row.ok

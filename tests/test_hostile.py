@@ -321,8 +321,8 @@ def test_a_stage_spec_sets_its_own_limits(tmp_path, weights):
     from dataclasses import replace
 
     from theinference.curriculum.stages import load_stages
-    from theinference.grading.grader import grade
-    from theinference.student.process import Limits
+    from theinference.grading.grader import RunPlan, grade
+    from theinference.student.setup import ProcessSetup
 
     course = submission(
         tmp_path,
@@ -331,7 +331,8 @@ def test_a_stage_spec_sets_its_own_limits(tmp_path, weights):
     first = load_stages()[0]
     stage = replace(first, cases=tuple(c for c in first.cases if c.name == "two tokens"))
     tight = replace(stage, slug="tight", memory_bytes=2 * 2**30, output_bytes=2048)
-    run = grade(course, [tight, stage], weights, Limits())  # the spec's, then the run's own
+    # the spec's limits, then the run's own
+    run = grade(ProcessSetup(course, weights.path), RunPlan([tight, stage], weights))
     first, second = (s.cases[0] for s in run.stages)
     assert "the grader's limit: 2 GiB" in first.message and "output cut at 2 KiB" in first.stdout
     assert second.status.value == "failed"  # 8 GiB: the allocation succeeds, the answer is wrong

@@ -28,12 +28,13 @@ runner = CliRunner()
 def graded(tmp_path, weights, kvcache: str):
     """The stage's small cases graded, as the CLI grades them."""
     from theinference.curriculum.stages import load_stages, select
-    from theinference.grading.grader import grade
-    from theinference.student.process import Limits
+    from theinference.grading.grader import RunPlan, grade
+    from theinference.student.setup import Limits, ProcessSetup
 
     (stage,) = select(load_stages(), [STAGE])
     stage = replace(stage, cases=stage.cases[:3], timeout=600)
-    return grade(make_course(tmp_path / "c", kvcache), [stage], weights, Limits(timeout=600))
+    course = make_course(tmp_path / "c", kvcache)
+    return grade(ProcessSetup(course, weights.path, Limits(timeout=600)), RunPlan([stage], weights))
 
 
 def every_output(run) -> dict[str, str]:

@@ -8,8 +8,9 @@ import pytest
 
 from theinference.student import sandbox
 from theinference.student.cpu import cpu_seconds_between
-from theinference.student.process import Limits, StudentProcess
+from theinference.student.process import StudentProcess
 from theinference.student.sandbox import Sandbox
+from theinference.student.setup import Limits, ProcessSetup
 
 BUSY = """
 import subprocess, sys, threading, time
@@ -68,7 +69,8 @@ def test_the_outside_measure_of_a_busy_loop_is_within_a_factor_of_its_truth(kind
     course = course_with_busy_loops(tmp_path / "c")
     weights = tmp_path / "w.safetensors"
     weights.write_bytes(b"")
-    with StudentProcess(course, weights, Limits(timeout=60), sandbox=Sandbox(kind)) as process:
+    with StudentProcess(ProcessSetup(
+            course, weights, Limits(timeout=60), sandbox=Sandbox(kind))) as process:
         for adapter, truth in TRUTH:
             outcome = process.call(adapter, [0.4])
             assert outcome.kind == "returned", outcome.message
@@ -96,7 +98,8 @@ def test_a_call_over_its_cpu_limit_is_killed_and_says_so(kind, tmp_path):
     course = course_with_busy_loops(tmp_path / "c")
     weights = tmp_path / "w.safetensors"
     weights.write_bytes(b"")
-    with StudentProcess(course, weights, Limits(timeout=60), sandbox=Sandbox(kind)) as process:
+    with StudentProcess(ProcessSetup(
+            course, weights, Limits(timeout=60), sandbox=Sandbox(kind))) as process:
         for adapter in ("spin", "threads", "child"):
             outcome = process.call(adapter, [30.0], cpu_limit=0.5)
             assert outcome.kind == "cpu_limit", (adapter, outcome.kind, outcome.message)

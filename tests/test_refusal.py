@@ -14,9 +14,9 @@ from tests.test_typescript import REFERENCE_TS, ts_course
 from theinference.course.directory import course_language
 from theinference.course.languages import TYPESCRIPT
 from theinference.curriculum.stages import load_stages, select
-from theinference.grading.grader import grade
+from theinference.grading.grader import RunPlan, grade
 from theinference.student import sandbox
-from theinference.student.process import Limits
+from theinference.student.setup import Limits, ProcessSetup
 
 CASE = "asking past the context must raise"
 LATE_PY = [
@@ -69,7 +69,8 @@ def refusal(course, weights):
     # TypeScript's CPU account is a cgroup its process cannot leave (a uid of its own, given
     # by a root grader); Python's runs as the grader's own user, forbidden to start a process
     chosen = sandbox.without_bwrap([]) if course_language(course) is TYPESCRIPT else None
-    run = grade(course, [stage], weights, Limits(timeout=300), sandbox=chosen)
+    setup = ProcessSetup(course, weights.path, Limits(timeout=300), sandbox=chosen)
+    run = grade(setup, RunPlan([stage], weights))
     (result,) = run.stages[0].cases
     return result
 

@@ -124,15 +124,14 @@ def test_watch_policy_stops_a_stage_at_its_first_failure(tmp_path, weights):
     """Would catch: the 1024-token case still running after the one-token case failed, a stage
     stopped early recorded as complete, or the diagnosis lost when the run stops early. A first
     numeric failure is followed by small cases up to a second one, which confirms the bug."""
-    from theinference.grading.grader import grade
+    from theinference.grading.grader import RunPlan, grade
     from theinference.grading.policy import RunPolicy
-    from theinference.student.process import Limits
+    from theinference.student.setup import Limits, ProcessSetup
 
     course = make_course(tmp_path / "c", planted("missing-ln-f"))
     stage = replace(stage_named("build-prefill"), timeout=60)
-    run = grade(
-        course, [stage], weights, Limits(timeout=60), policy=RunPolicy(stop_at_first_failure=True)
-    )
+    run = grade(ProcessSetup(course, weights.path, Limits(timeout=60)),
+                RunPlan([stage], weights, policy=RunPolicy(stop_at_first_failure=True)))
     (result,) = run.stages
     failing = [c for c in result.cases if c.status == Status.FAILED]
     assert result.status == Status.FAILED and len(failing) == 2  # the failure, and its confirmation

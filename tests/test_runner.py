@@ -13,9 +13,10 @@ import pytest
 from tests.helpers import alive
 from tests.test_hostile import ESCAPEE, escapees
 from theinference.student import sandbox
-from theinference.student.process import Limits, StudentProcess
+from theinference.student.process import StudentProcess
 from theinference.student.replies import Foreign
 from theinference.student.sandbox import Sandbox
+from theinference.student.setup import Limits, ProcessSetup
 
 
 def course_with(tmp_path: Path, adapters: str, kvcache: str = "") -> Path:
@@ -29,7 +30,8 @@ def course_with(tmp_path: Path, adapters: str, kvcache: str = "") -> Path:
 
 
 def call(course: Path, adapter: str, args: list, **limits):
-    with StudentProcess(course, Path("/nonexistent.safetensors"), Limits(**limits)) as worker:
+    with StudentProcess(ProcessSetup(
+            course, Path("/nonexistent.safetensors"), Limits(**limits))) as worker:
         return worker.call(adapter, args)
 
 
@@ -47,7 +49,7 @@ def test_values_come_back_as_arrays_lists_and_foreign_types(tmp_path):
         def obj(ids): return np.array([object()])
     """,
     )
-    with StudentProcess(course, Path("/x"), Limits()) as w:
+    with StudentProcess(ProcessSetup(course, Path("/x"), Limits())) as w:
         a = w.call("arr", [[1, 2, 3]])
         assert a.kind == "returned" and a.value.dtype == np.float32
         np.testing.assert_array_equal(a.value, [0, 1, 2])
@@ -160,7 +162,7 @@ def test_os_exit_and_signals_are_crashes(tmp_path):
         def fine(ids): return [1.0]
     """,
     )
-    with StudentProcess(course, Path("/x"), Limits()) as w:
+    with StudentProcess(ProcessSetup(course, Path("/x"), Limits())) as w:
         first = w.call("exit0", [[1]])
         assert first.kind == "crashed" and "exited with code 0" in first.message
         second = w.call("segv", [[1]])
@@ -290,7 +292,8 @@ needs_bwrap = pytest.mark.skipif(
 
 
 def bwrapped(course: Path, weights: Path) -> StudentProcess:
-    return StudentProcess(course, weights, Limits(timeout=20), sandbox=Sandbox("bwrap"))
+    return StudentProcess(ProcessSetup(
+            course, weights, Limits(timeout=20), sandbox=Sandbox("bwrap")))
 
 
 @needs_bwrap
@@ -386,7 +389,7 @@ def test_a_process_that_cannot_start_is_a_crash_not_a_traceback(tmp_path, monkey
     """Would catch an OSError from Popen (e.g. an interpreter the dropped user cannot run)
     escaping into the grader as a traceback."""
     course = course_with(tmp_path, "def run(ids): return [1.0]\n")
-    process = StudentProcess(course, Path("/x"), Limits())
+    process = StudentProcess(ProcessSetup(course, Path("/x"), Limits()))
     real = process._command
     monkeypatch.setattr(
         process, "_command", lambda r, w: (["/nonexistent/python"], *real(r, w)[1:])
@@ -446,7 +449,8 @@ def test_unprivileged_user_when_a_root_grader_has_no_bubblewrap(tmp_path):
     )
     (tmp_path / "secret").write_text("root only")
     (tmp_path / "secret").chmod(0o600)
-    with StudentProcess(course, Path("/nonexistent"), Limits(), sandbox=chosen) as process:
+    with StudentProcess(ProcessSetup(
+            course, Path("/nonexistent"), Limits(), sandbox=chosen)) as process:
         out = process.call("who", [[1]])
         uid = process.uid
     assert out.kind == "returned", out.message

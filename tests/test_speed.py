@@ -21,8 +21,9 @@ from theinference.oracle import gpt2 as oracle
 from theinference.output.formats import SCHEMA_FILE
 from theinference.output.gradescope import gradescope_results
 from theinference.results import RunResult, StageResult, Status
-from theinference.student.process import Limits, StudentProcess
+from theinference.student.process import StudentProcess
 from theinference.student.sandbox import choose
+from theinference.student.setup import Limits, ProcessSetup
 
 runner = CliRunner()
 GRADESCOPE_SCHEMA = json.loads(
@@ -39,8 +40,8 @@ def test_the_yardstick_is_the_oracles_cached_generation_in_the_sandbox(weights):
     hides the grader, or that generates anything but the oracle's greedy tokens."""
     course = yardstick_course()
     try:
-        with StudentProcess(course, weights.path, Limits(timeout=120),
-                            sandbox=choose("auto")) as process:
+        with StudentProcess(ProcessSetup(course, weights.path, Limits(timeout=120),
+                            sandbox=choose("auto"))) as process:
             outcome = process.call("run_generate", [[464, 2068, 7586], 6])
     finally:
         import shutil
@@ -63,14 +64,14 @@ def run_with(status: Status, partial: bool = False) -> RunResult:
 def test_no_pass_no_speed(status, partial, shown):
     """Would catch a speed figure for a submission whose generate loop failed, timed out,
     was skipped or ran only some cases (a failure must show its own status)."""
-    speed = speed_after(run_with(status, partial), [], Path("."), None, Limits(), None, None)
+    speed = speed_after(run_with(status, partial), [], ProcessSetup(Path("."), Path(".")), None)
     assert speed["status"] == shown and "ratio" not in speed and "generate-loop" in speed["reason"]
 
 
 def test_a_run_without_the_generate_loop_has_no_speed():
     """Would catch a figure made up for a run that never graded the generate loop."""
     result = RunResult([StageResult("build-prefill", "Prefill", Status.PASSED)], "s", "0" * 64)
-    speed = speed_after(result, [], Path("."), None, Limits(), None, None)
+    speed = speed_after(result, [], ProcessSetup(Path("."), Path(".")), None)
     assert speed["status"] == "not graded"
 
 
@@ -142,7 +143,8 @@ def test_made_up_tokens_earn_no_figure(tmp_path, weights):
     adapters = course / "tests" / "adapters.py"
     adapters.write_text(adapters.read_text() + "\n\ndef run_generate(prompt_ids, max_new_tokens):"
                         "\n    return [0] * max_new_tokens\n")
-    speed = speed_of(course, weights, Limits(timeout=300), choose("auto"), repeats=1)
+    setup = ProcessSetup(course, weights.path, Limits(timeout=300), sandbox=choose("auto"))
+    speed = speed_of(setup, weights, repeats=1)
     assert speed["status"] == "unverified" and "ratio" not in speed, speed
 
 
@@ -153,7 +155,8 @@ def test_the_reference_ranks_above_a_slower_correct_cache(tmp_path, weights):
     figures = {}
     for name, text in (("reference", reference_text()), ("slow", slow_cache_text())):
         course = make_course(tmp_path / name, text)
-        figures[name] = speed_of(course, weights, Limits(timeout=300), choose("auto"))
+        setup = ProcessSetup(course, weights.path, Limits(timeout=300), sandbox=choose("auto"))
+        figures[name] = speed_of(setup, weights)
         assert figures[name]["status"] == "measured", figures[name]
     assert figures["reference"]["ratio"] > figures["slow"]["ratio"]
     assert 0.5 < figures["reference"]["ratio"] < 2  # the reference is about the oracle's speed

@@ -19,10 +19,11 @@ import pytest
 from theinference.course import languages
 from theinference.course.directory import CourseError, course_language, init_course, open_course
 from theinference.curriculum.stages import load_stages, select
-from theinference.grading.verify import load_bugs, quick, verify_bug, verify_reference
+from theinference.grading.verify import Grounds, load_bugs, quick, verify_bug, verify_reference
 from theinference.output.watch import is_watched
 from theinference.student import launch
-from theinference.student.process import Limits, StudentProcess
+from theinference.student.process import StudentProcess
+from theinference.student.setup import Limits, ProcessSetup
 
 SOLUTIONS_TS = Path(__file__).parent / "solutions_ts"
 REFERENCE_TS = (SOLUTIONS_TS / "reference_kvcache.ts").read_text()
@@ -158,9 +159,9 @@ def test_stubs_are_todo_naming_their_stage(tmp_path, weights):
     """Catches the not-implemented error reported as a crash, or todo without the stage."""
     course = ts_course(tmp_path / "c")
     stages = [quick(s) for s in load_stages()]
-    from theinference.grading.grader import grade
+    from theinference.grading.grader import RunPlan, grade
 
-    run = grade(course, stages, weights, Limits())
+    run = grade(ProcessSetup(course, weights.path), RunPlan(stages, weights))
     for stage in run.stages:
         assert stage.status.value == "todo", (stage.slug, stage.cases[0].message)
     decode = next(s for s in run.stages if s.slug == "full-decode-step")
@@ -206,7 +207,7 @@ def test_worker_outcomes_values_and_student_stack(tmp_path, weights):
     awaited, pairs not described item by item, a missing adapter or a wrong arity accepted, and
     a RangeError not counted as the refusal the grader asks for."""
     course = ts_course(tmp_path / "c", KVCACHE_PROBE, ADAPTERS_PROBE)
-    with StudentProcess(course, weights.path, Limits(timeout=60)) as worker:
+    with StudentProcess(ProcessSetup(course, weights.path, Limits(timeout=60))) as worker:
         raised = worker.call("run_step_attention", [[1, 2, 3]])
         pair = worker.call("run_prefill", [[7, 8]])
         arity = worker.call("run_prefill_cache", [[1]])
@@ -245,7 +246,7 @@ def test_the_grader_measures_a_typescript_call_and_its_own_product(tmp_path, wei
     from theinference.student.calibration import measure
 
     course = ts_course(tmp_path / "c", adapters=BUSY_ADAPTERS)
-    with StudentProcess(course, weights.path, Limits(timeout=120)) as process:
+    with StudentProcess(ProcessSetup(course, weights.path, Limits(timeout=120))) as process:
         kept = process.call("run_prefill", [[1, 2]])
         rate, why = measure(process)
     assert kept.kind == "returned" and kept.value is not None, kept.message
@@ -253,7 +254,7 @@ def test_the_grader_measures_a_typescript_call_and_its_own_product(tmp_path, wei
     assert rate is not None and rate > 6e9, why
     kernel = course / "src" / "kernel.ts"
     kernel.write_text(kernel.read_text() + "\n// a product slowed when it is calibrated\n")
-    with StudentProcess(course, weights.path, Limits(timeout=120)) as process:
+    with StudentProcess(ProcessSetup(course, weights.path, Limits(timeout=120))) as process:
         rate, why = measure(process)
     assert rate is None and "src/kernel.ts is not the provided one" in why
 
@@ -267,7 +268,7 @@ def test_a_kernel_that_does_not_load_fails_the_calibration(tmp_path, weights):
 
     course = ts_course(tmp_path / "c")
     (course / "src" / "package.json").write_text("{ not json")
-    with StudentProcess(course, weights.path, Limits(timeout=120)) as process:
+    with StudentProcess(ProcessSetup(course, weights.path, Limits(timeout=120))) as process:
         rate, why = measure(process)
     assert rate is None and "src/kernel.ts did not load" in why, (rate, why)
 
@@ -330,7 +331,8 @@ def test_a_course_with_its_own_runner_runs_as_a_dropped_uid(tmp_path, weights):
     tmp_path.chmod(0o700)  # others cannot read the course: the uid gets a copy
     course = ts_course(tmp_path / "c", REFERENCE_TS, copy=True)
     dropped = require_unprivileged()
-    with StudentProcess(course, weights.path, Limits(timeout=60), sandbox=dropped) as process:
+    with StudentProcess(ProcessSetup(
+            course, weights.path, Limits(timeout=60), sandbox=dropped)) as process:
         out = process.call("run_step_attention", [[464, 2068]])
     assert out.kind == "returned", out.message
     assert np.asarray(out.value).shape == (768,)
@@ -348,7 +350,7 @@ def test_typescript_reference_passes_every_stage_on_small_cases(weights):
     from theinference.grading.answers import Answers
 
     stages = [quick(s) for s in load_stages()]
-    rows = verify_reference(REFERENCE_TS, stages, weights, Answers(weights), SOLUTIONS_TS)
+    rows = verify_reference(REFERENCE_TS, stages, Grounds(weights, Answers(weights), SOLUTIONS_TS))
     assert [r.stage for r in rows] == [s.slug for s in stages]
     assert all(r.ok for r in rows), [(r.stage, r.status.value, r.named) for r in rows]
 
@@ -361,7 +363,8 @@ def test_classic_typescript_bug_fails_and_is_named(bug_id, weights):
 
     bug = BUGS_TS[bug_id]
     (stage,) = select(load_stages(), [bug.stage])
-    row = verify_bug(bug, REFERENCE_TS, quick(stage), weights, Answers(weights), SOLUTIONS_TS)
+    grounds = Grounds(weights, Answers(weights), SOLUTIONS_TS)
+    row = verify_bug(bug, REFERENCE_TS, quick(stage), grounds)
     assert row.ok, (row.status.value, row.named, bug.fingerprint)
 
 
@@ -370,7 +373,8 @@ def test_typescript_reference_passes_every_full_stage(weights):
     """Catches the full cases (1024 tokens, position 1023) timing out or failing in TS."""
     from theinference.grading.answers import Answers
 
-    rows = verify_reference(REFERENCE_TS, load_stages(), weights, Answers(weights), SOLUTIONS_TS)
+    grounds = Grounds(weights, Answers(weights), SOLUTIONS_TS)
+    rows = verify_reference(REFERENCE_TS, load_stages(), grounds)
     assert all(r.ok for r in rows), [(r.stage, r.status.value) for r in rows]
 
 

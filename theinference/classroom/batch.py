@@ -152,7 +152,7 @@ def grade_or_reuse(sub, plan, key, results_dir, jobs, allocation) -> tuple[dict,
     try:
         files = read_files(sub)
     except IntakeError as exc:
-        record = new_record(sub, plan, key, "", "rejected", str(exc), None, started)
+        record = new_record(sub, plan, key, Ran("rejected", str(exc)), started)
         write_record(results_dir, record)
         return record, False
     digest = content_hash(files)
@@ -160,15 +160,28 @@ def grade_or_reuse(sub, plan, key, results_dir, jobs, allocation) -> tuple[dict,
     if old and (old["content_sha256"], old["plan_key"]) == (digest, key) and old["status"] in FINAL:
         return old, True
     status, message, results = run_test(files, plan, jobs, allocation)
-    record = new_record(sub, plan, key, digest, status, message, results, started, files,
-                        submission_language(files, plan.settings_toml).name,
-                        job_share(allocation, jobs))
+    ran = Ran(status, message, results, files, job_share(allocation, jobs))
+    record = new_record(sub, plan, key, ran, started)
     write_record(results_dir, record)
     return record, False
 
 
-def new_record(sub, plan, key, digest, status, message, results, started, files=None,
-               language=None, share=None) -> dict:
+@dataclass(frozen=True)
+class Ran:
+    """What grading one submission came to, and what it ran with: its files, once read, and
+    its job's share of the allocation (job_share), once a job ran."""
+
+    status: str  # graded | rejected | grader-error
+    message: str
+    results: dict | None = None
+    files: dict[str, bytes] | None = None
+    share: dict | None = None
+
+
+def new_record(sub, plan, key: str, ran: Ran, started: float) -> dict:
+    results, files = ran.results, ran.files
+    digest = "" if files is None else content_hash(files)
+    language = None if files is None else submission_language(files, plan.settings_toml).name
     rows = stage_rows(results, plan.points, plan.grading)
     sandbox = (results or {}).get("sandbox", "not run")
     return {
@@ -178,8 +191,8 @@ def new_record(sub, plan, key, digest, status, message, results, started, files=
         "language": language,  # python | ts; None when the submission could not be read
         "content_sha256": digest,
         "plan_key": key,
-        "status": status,  # graded | rejected | grader-error
-        "message": message,
+        "status": ran.status,
+        "message": ran.message,
         "seconds": round(time.monotonic() - started, 3),
         "score": round(sum(r["score"] for r in rows), 4),
         "max_score": round(sum(r["max_score"] for r in rows), 4),
@@ -189,7 +202,7 @@ def new_record(sub, plan, key, digest, status, message, results, started, files=
         "sandbox": (results or {}).get("sandbox"),  # bwrap | unprivileged-user | none
         "cpu_account": (results or {}).get("cpu_account"),  # cgroup-v2 | ... (account.py)
         "sandbox_notes": (results or {}).get("notes", []),
-        "allocation": share,  # job_share: what its job had; None when nothing ran
+        "allocation": ran.share,  # job_share: what its job had; None when nothing ran
         "results": results,
     }
 

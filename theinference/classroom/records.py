@@ -24,15 +24,13 @@ def stage_rows(results: dict | None, points: dict[str, float], grading: Grading)
     for slug, max_score in points.items():
         stage = by_slug.get(slug)
         if stage is None:
-            rows.append(_row(slug, "not graded", 0.0, max_score, None, None, 0, 0))
+            rows.append(_row(slug, "not graded", (0.0, max_score)))
             continue
         cases = stage.get("cases", [])
         score = stage_score(stage, max_score, grading)
         passed = sum(c["status"] == "passed" for c in cases)
-        rows.append(
-            _row(slug, stage["status"], score, max_score, suspected_bug_of(stage),
-                 worst_error(stage), passed, len(cases))
-        )
+        rows.append(_row(slug, stage["status"], (score, max_score), (passed, len(cases)),
+                         suspected_bug_of(stage), worst_error(stage)))
     return rows
 
 
@@ -47,16 +45,17 @@ def worst_error(stage: dict) -> float | None:
     return max(figures) if figures else None
 
 
-def _row(slug, status, score, max_score, bug, worst, passed, total) -> dict:
+def _row(slug, status, points: tuple, cases: tuple = (0, 0), bug=None, worst=None) -> dict:
+    """points: (score, max_score); cases: (passed, total)."""
     return {
         "slug": slug,
         "status": status,
-        "score": score,
-        "max_score": max_score,
+        "score": points[0],
+        "max_score": points[1],
         "suspected_bug": bug,
         "worst_tolerance_multiple": worst,
-        "cases_passed": passed,
-        "cases_total": total,
+        "cases_passed": cases[0],
+        "cases_total": cases[1],
     }
 
 

@@ -32,12 +32,13 @@ def bench(
 
     from theinference.atomic import atomic_write
     from theinference.course.directory import open_course
+    from theinference.grading.bench import BenchPlan, to_json
     from theinference.grading.bench import bench as run_bench
-    from theinference.grading.bench import to_json
     from theinference.oracle.weights import load_weights
     from theinference.output.report import console
     from theinference.output.tables import print_bench
     from theinference.output.terminal import LiveStatus
+    from theinference.student.setup import Limits, ProcessSetup
 
     sizes = prompt_lengths(lengths, new_tokens, repeats)
     status = LiveStatus(console(), "bench: loading the weights").start()
@@ -49,8 +50,8 @@ def bench(
                 f"a {max(sizes)}-token prompt plus {new_tokens} new tokens exceeds the "
                 f"{w.config.n_ctx}-token context"
             )
-        result = run_bench(course.root, w, sizes, new_tokens, repeats, 300, status.show,
-                           course.language)
+        setup = ProcessSetup(course.root, w.path, Limits(timeout=300), language=course.language)
+        result = run_bench(setup, w, BenchPlan(sizes, new_tokens, repeats), status.show)
     finally:
         status.stop()
     print_bench(console(), result)

@@ -91,21 +91,23 @@ def test(
     files: dict[str, Path] | None = None,  # --json FILE etc., from formats.FORMATS
 ) -> None:
     """Grade the course directory's stages against the recompute oracle."""
-    from theinference.grading.session import override_limits, prepare
+    from theinference.grading.session import LimitRequest, Presentation, RunRequest, prepare
     from theinference.output import formats, terminal
 
     outputs = outputs_for(fmt.value, output, files or {})
     policy = policy_for(watch, quick, all_cases, case or [], machine=bool(outputs))
     if speed and watch:
         raise Abort("--speed times a finished run: it cannot be used with --watch")
-    session = prepare(course_dir, stage or [], weights, timeout, seed_of(seed), outputs, policy,
-                      sandbox, speed)
-    override_limits(session, memory_gb, output_kb)
-    session.writer = formats.writer(session.outputs, session.course.grading)
-    if fmt.value == TERMINAL:
-        order = [s.slug for s in session.all_stages]
-        root, label = str(session.course.root), session.weights.label
-        session.renderer = terminal.renderer(root, label, order)
+    request = RunRequest(
+        stages=tuple(stage or ()), weights=weights, seed=seed_of(seed), policy=policy,
+        sandbox=sandbox, limits=LimitRequest(timeout, memory_gb, output_kb),
+        outputs=tuple(outputs), speed=speed,
+    )
+    present = Presentation(
+        writer=lambda course: formats.writer(outputs, course.grading),
+        renderer=terminal.session_renderer if fmt.value == TERMINAL else None,
+    )
+    session = prepare(course_dir, request, present)
     if speed:
         raise typer.Exit(graded_with_speed(session, terminal_shown=fmt.value == TERMINAL))
     raise typer.Exit(grade_session(session, watch, poll, clear=not no_clear))

@@ -29,7 +29,7 @@ def verify(
     """For course authors: the reference must pass, every planted bug must fail and be named."""
     from theinference.curriculum.stages import load_stages, select
     from theinference.grading.answers import Answers
-    from theinference.grading.verify import default_solutions_dir
+    from theinference.grading.verify import Grounds, default_solutions_dir
     from theinference.grading.verify import verify as run_verify
     from theinference.oracle.weights import load_weights
     from theinference.output.report import console
@@ -42,7 +42,7 @@ def verify(
         stages = select(load_stages(), stage or [])
         folder = solutions or default_solutions_dir()
         answers = Answers.cached(w)
-        rows = run_verify(folder, stages, w, answers, quick, bug or [], listener_for)
+        rows = run_verify(Grounds(w, answers, folder), stages, quick, bug or [], listener_for)
     finally:
         status.stop()
     print_verify(console(), rows, w.label)

@@ -12,13 +12,12 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from theinference.course.languages import Language
 from theinference.curriculum.stages import token_ids
 from theinference.oracle import gpt2 as oracle
 from theinference.oracle.weights import Weights
-from theinference.student.process import Limits, StudentProcess
+from theinference.student.process import StudentProcess
+from theinference.student.setup import ProcessSetup
 
 
 class BenchError(Exception):
@@ -63,19 +62,22 @@ class BenchResult:
     weights_label: str = ""
 
 
+@dataclass(frozen=True)
+class BenchPlan:
+    lengths: list[int]  # prompt lengths
+    new_tokens: int
+    repeats: int
+
+
 def bench(
-    course_dir: Path,
+    setup: ProcessSetup,
     weights: Weights,
-    lengths: list[int],
-    new_tokens: int,
-    repeats: int,
-    timeout: float,
+    plan: BenchPlan,
     progress: Callable[[str, str, int, int], None] = lambda *shown: None,
-    language: Language | None = None,  # the opened course's (else the process finds it)
 ) -> BenchResult:
+    lengths, new_tokens, repeats = plan.lengths, plan.new_tokens, plan.repeats
     result = BenchResult(new_tokens=new_tokens, repeats=repeats, weights_label=weights.label)
-    with StudentProcess(course_dir, weights.path, Limits(timeout=timeout),
-                        language=language) as worker:
+    with StudentProcess(setup) as worker:
         for done, length in enumerate(lengths):
             progress("bench", f"{length}-token prompt", done, len(lengths))
             prompt = token_ids({"random": length, "seed": 99}, weights.config)

@@ -7,18 +7,16 @@ output reads the same diagnosis.
 """
 
 import secrets
-import threading
 import time
-from dataclasses import asdict, replace
-from pathlib import Path
+from dataclasses import asdict, dataclass, replace
 
-from theinference.course.languages import Language
 from theinference.curriculum.stages import Stage, with_run_draws
 from theinference.diagnosis.stage import Failure, diagnose_stage
 from theinference.grading.answers import Answers
 from theinference.grading.environment import describe
 from theinference.grading.judging import grade_case
-from theinference.grading.policy import EVERY_CASE, RunPolicy, is_long, plan, quick_draws
+from theinference.grading.policy import EVERY_CASE, RunPolicy, is_long, quick_draws
+from theinference.grading.policy import plan as plan_cases
 from theinference.oracle.weights import Weights
 from theinference.results import CaseResult, RunResult, StageResult, Status, stage_status
 from theinference.results.events import (
@@ -31,42 +29,39 @@ from theinference.results.events import (
     StageStarted,
     ignore,
 )
-from theinference.student.process import Limits, StudentProcess
-from theinference.student.sandbox import Sandbox
+from theinference.student.process import StudentProcess
+from theinference.student.setup import Limits, ProcessSetup
 
 BLOCKING = {Status.FAILED, Status.ERROR, Status.TIMEOUT, Status.SKIPPED}
 FAILING = {Status.FAILED, Status.ERROR, Status.TIMEOUT}
 
 
-def grade(
-    course_dir: Path,
-    stages: list[Stage],
-    weights: Weights,
-    limits: Limits,
-    answers: Answers | None = None,
-    cancel: threading.Event | None = None,
-    listener: Listener = ignore,
-    policy: RunPolicy = EVERY_CASE,
-    sandbox: Sandbox | None = None,
-    seed: int | None = None,
-    language: Language | None = None,
-) -> RunResult:
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run grades: the stages, the weights the oracle answers from (the file the
+    student's process reads: its ProcessSetup's), its answers kept across runs, which cases
+    (the policy) and the seed of the drawn cases (None: afresh for this run)."""
+
+    stages: list[Stage]
+    weights: Weights
+    answers: Answers | None = None
+    policy: RunPolicy = EVERY_CASE
+    seed: int | None = None
+
+
+def grade(setup: ProcessSetup, plan: RunPlan, listener: Listener = ignore) -> RunResult:
     """Grade the stages in order, telling `listener` as stages and cases start and finish.
-    `cancel`, set from another thread, stops the run early; its result is then marked
-    cancelled. The result returned (and told in RunFinished) is complete. The cache-use
-    proofs' arguments are drawn from `seed`, else afresh for this run. `language`: the opened
-    course's (else the process finds it)."""
+    `setup.cancel`, set from another thread, stops the run early; its result is then marked
+    cancelled. The result returned (and told in RunFinished) is complete."""
     started = time.monotonic()
-    run_seed = seed if seed is not None else secrets.randbits(63)
-    stages = [quick_draws(s) for s in stages] if policy.quick else stages
+    weights, policy, cancel = plan.weights, plan.policy, setup.cancel
+    run_seed = plan.seed if plan.seed is not None else secrets.randbits(63)
+    stages = [quick_draws(s) for s in plan.stages] if policy.quick else plan.stages
     stages = [with_run_draws(stage, run_seed) for stage in stages]
-    answers = answers or Answers(weights)
-    cancel = cancel or threading.Event()
+    answers = plan.answers or Answers(weights)
     results: dict[str, StageResult] = {}
     listener(RunStarted(tuple(s.slug for s in stages)))
-    with StudentProcess(
-        course_dir, weights.path, limits, cancel, sandbox, language=language
-    ) as process:
+    with StudentProcess(setup) as process:
         for stage in stages:
             if cancel.is_set():
                 break
@@ -74,9 +69,8 @@ def grade(
             if blocker:
                 results[stage.slug] = skipped(stage, blocker)
             else:
-                run = StageRun(stage, process, answers, cancel, policy, listener,
-                               process.language.name)  # the diagnosis speaks it
-                results[stage.slug] = run.grade(stage_limits(stage, limits))
+                run = StageRun(stage, process, answers, policy, listener)
+                results[stage.slug] = run.grade(stage_limits(stage, setup.limits))
             listener(StageFinished(results[stage.slug]))
         startups, startup_seconds = process.startups, process.startup_seconds
         kind, notes, cpu_account = process.sandbox, process.notes, process.cpu_account
@@ -127,15 +121,16 @@ def stage_limits(stage: Stage, run: Limits) -> Limits:
 class StageRun:
     """One stage's cases, smallest first, until the policy says stop."""
 
-    def __init__(self, stage, process, answers, cancel, policy, listener, language):
+    def __init__(self, stage, process, answers, policy, listener):
         self.stage, self.process, self.answers = stage, process, answers
-        self.cancel, self.policy, self.listener = cancel, policy, listener
-        self.language = language
+        self.policy, self.listener = policy, listener
+        self.cancel = process.cancel  # the run's: set from another thread
+        self.language = process.language.name  # the diagnosis speaks it
 
     def grade(self, limits: Limits) -> StageResult:
         started = time.monotonic()
         self.process.use_limits(limits)
-        cases = plan(self.stage, self.policy)
+        cases = plan_cases(self.stage, self.policy)
         if not cases.cases:  # a run of nothing must never pass
             result = skipped(self.stage, "the run's case filter selects none of its cases")
             return replace(result, partial=True, not_run=list(cases.left_out))

@@ -14,16 +14,16 @@ from theinference import exits
 from theinference.course.directory import SETTINGS_FILE, Course, open_course
 from theinference.curriculum.stages import Stage, StageError, load_stages, select, with_hidden_cases
 from theinference.grading.answers import Answers
-from theinference.grading.grader import grade
+from theinference.grading.grader import RunPlan, grade
 from theinference.grading.policy import EVERY_CASE, RunPolicy, selected
 from theinference.grading.provenance import provenance, with_run
-from theinference.grading.seed import Seed
+from theinference.grading.seed import NO_SEED, Seed
 from theinference.grading.speed import speed_after
 from theinference.oracle.weights import Weights, load_weights
 from theinference.results import RunResult
 from theinference.results.events import Event, Listener, ignore
-from theinference.student.process import Limits
-from theinference.student.sandbox import Sandbox, choose
+from theinference.student.sandbox import choose
+from theinference.student.setup import ProcessSetup
 
 Renderer = Callable[[str, threading.Event | None], Listener]  # (trigger, cancel) -> drawing
 Writer = Callable[[RunResult], None]  # writes a finished run's machine outputs
@@ -35,72 +35,97 @@ class Output:
     path: Path | None  # None: stdout
 
 
+@dataclass(frozen=True)
+class LimitRequest:
+    """Limits asked for on the command line; None: each stage spec's own (`[grading]` limits
+    reach a run the same way, as options of the `theinference test` that `grade` starts)."""
+
+    timeout: float | None = None
+    memory_gb: float | None = None
+    output_kb: int | None = None
+
+    def applied(self, stage: Stage) -> Stage:
+        asked = {"timeout": self.timeout,
+                 "memory_bytes": None if self.memory_gb is None else int(self.memory_gb * 2**30),
+                 "output_bytes": None if self.output_kb is None else int(self.output_kb * 1024)}
+        return replace(stage, **{k: v for k, v in asked.items() if v is not None})
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What a command asks of a run, as given."""
+
+    stages: tuple[str, ...] = ()  # slugs; none: every stage
+    weights: str | None = None  # None: theinference.toml's
+    seed: Seed = NO_SEED
+    policy: RunPolicy = EVERY_CASE
+    sandbox: str = "auto"
+    limits: LimitRequest = LimitRequest()
+    outputs: tuple[Output, ...] = ()
+    speed: bool = False  # also time the cached generation against the oracle's (speed.py)
+
+
 @dataclass
 class Session:
     course: Course
     stages: list[Stage]  # the selected ones, hidden cases included
     all_stages: list[Stage]  # for "run all" in watch mode
     weights: Weights
-    limits: Limits = field(default_factory=Limits)
-    outputs: list[Output] = field(default_factory=list)
+    setup: ProcessSetup  # how every student process of the session starts
     answers: Answers | None = None  # kept across watch reruns: answers stay in memory
     policy: RunPolicy = EVERY_CASE
     renderer: Renderer | None = None  # draws each run (the terminal); None: nothing drawn
-    writer: Writer | None = None  # writes `outputs` (output/formats.py); None: nothing written
-    sandbox: Sandbox | None = None  # how the student's process runs (sandbox.choose)
+    writer: Writer | None = None  # writes the requested outputs; None: nothing written
     seed: int | None = None  # --seed: hidden cases and the cache-use proofs' arguments
     provenance: dict = field(default_factory=dict)  # what produces the grade (provenance.py)
-    speed: bool = False  # also time the cached generation against the oracle's (speed.py)
+    speed: bool = False
 
 
-def prepare(
-    course_dir: Path,
-    slugs: list[str],
-    weights_spec: str | None,
-    timeout: float | None,
-    seed: Seed,
-    outputs: list[Output],
-    policy: RunPolicy = EVERY_CASE,
-    sandbox_mode: str = "auto",
-    speed: bool = False,
-) -> Session:
-    """Everything a run needs, checked up front: course, stages, case filter, sandbox,
-    weights."""
+@dataclass(frozen=True)
+class Presentation:
+    """How a session's runs are shown and written: built by the output layer, called here."""
+
+    writer: Callable[[Course], Writer] | None = None
+    renderer: Callable[[Session], Renderer] | None = None
+
+
+def prepare(course_dir: Path, request: RunRequest,
+            present: Presentation = Presentation()) -> Session:
+    """Everything a run needs, checked up front and complete: course, stages, case filter,
+    sandbox, weights, limits, and how its runs are shown and written."""
     course = open_course(course_dir)
-    every = load_stages()
-    if timeout is not None:
-        every = [replace(s, timeout=timeout) for s in every]
-    if seed.value is not None:
-        every = [with_hidden_cases(s, seed.value) for s in every]
-    chosen = select(every, slugs)
-    if policy.cases:
-        chosen = filtered(chosen, policy.cases, named=bool(slugs))
-    sandbox = choose(sandbox_mode)
-    weights = load_weights(weights_spec or course.weights, course.root)
+    every = course_stages(request.limits, request.seed.value)
+    chosen = select(every, list(request.stages))
+    if request.policy.cases:
+        chosen = filtered(chosen, request.policy.cases, named=bool(request.stages))
+    sandbox = choose(request.sandbox)
+    weights = load_weights(request.weights or course.weights, course.root)
     sandbox.notes.extend(weights.notes)
     # as the grader's own user, the student's process could read the cache's secret: answers
     # then stay in memory, and the secret is replaced after each run (see `run`)
     answers = Answers.in_memory(weights) if sandbox.kind == "none" else Answers.cached(weights)
     settings = course.root / SETTINGS_FILE
-    produced = provenance(
-        [s.slug for s in chosen],
-        settings.read_bytes() if settings.is_file() else None,
-        weights.sha256,
-        seed,
-    )
-    return Session(
-        course,
-        chosen,
-        every,
-        weights,
-        outputs=outputs,
-        answers=answers,
-        policy=policy,
-        sandbox=sandbox,
-        seed=seed.value,
-        provenance=produced,
-        speed=speed,
-    )
+    produced = provenance([s.slug for s in chosen],
+                          settings.read_bytes() if settings.is_file() else None,
+                          weights.sha256, request.seed)
+    setup = ProcessSetup(course.root, weights.path, sandbox=sandbox, language=course.language)
+    session = Session(course, chosen, every, weights, setup, answers=answers,
+                      policy=request.policy, seed=request.seed.value, provenance=produced,
+                      speed=request.speed)
+    if present.writer is not None:
+        session.writer = present.writer(course)
+    if present.renderer is not None:
+        session.renderer = present.renderer(session)
+    return session
+
+
+def course_stages(limits: LimitRequest = LimitRequest(), seed: int | None = None) -> list[Stage]:
+    """Every stage in course order, with the limits asked for and the hidden cases `seed`
+    draws (the cases a run and the pytest plugin's collection both name)."""
+    every = [limits.applied(s) for s in load_stages()]
+    if seed is not None:
+        every = [with_hidden_cases(s, seed) for s in every]
+    return every
 
 
 def filtered(stages: list[Stage], wanted: tuple[str, ...], named: bool) -> list[Stage]:
@@ -120,18 +145,6 @@ def filtered(stages: list[Stage], wanted: tuple[str, ...], named: bool) -> list[
     return kept
 
 
-def override_limits(session: Session, memory_gb: float | None, output_kb: int | None) -> None:
-    """Limits given on the command line win over every stage spec's."""
-    changes = {}
-    if memory_gb is not None:
-        changes["memory_bytes"] = int(memory_gb * 2**30)
-    if output_kb is not None:
-        changes["output_bytes"] = int(output_kb * 1024)
-    if changes:
-        session.stages = [replace(s, **changes) for s in session.stages]
-        session.all_stages = [replace(s, **changes) for s in session.all_stages]
-
-
 def run(
     session: Session,
     stages: list[Stage] | None = None,
@@ -144,36 +157,27 @@ def run(
     from theinference.grading.progress import record_progress
 
     draw = session.renderer(trigger, cancel) if session.renderer else ignore
+    setup = replace(session.setup, cancel=cancel or threading.Event())
 
     def tell(event: Event) -> None:
         draw(event)
         listener(event)
 
     try:
-        result = grade(
-            session.course.root,
-            stages or session.stages,
-            session.weights,
-            session.limits,
-            session.answers,
-            cancel,
-            session.course.language.localizing(tell),  # decodeStep in TypeScript
-            session.policy,
-            session.sandbox,
-            session.seed,
-            session.course.language,
-        )
+        plan = RunPlan(stages or session.stages, session.weights, session.answers,
+                       session.policy, session.seed)
+        localized = session.course.language.localizing(tell)  # decodeStep in TypeScript
+        result = grade(setup, plan, localized)
     finally:
         getattr(draw, "close", lambda: None)()  # a live status line must not outlive its run
-        if session.sandbox is not None and session.sandbox.kind == "none":
+        if setup.sandbox is not None and setup.sandbox.kind == "none":
             rotate_answer_secret()
     result = session.course.language.localize_result(result)
     if result.cancelled:
         return result
     result.provenance = with_run(session.provenance, result.sandbox)
     if session.speed:
-        result.speed = speed_after(result, session.stages, session.course.root, session.weights,
-                                   session.limits, session.sandbox, cancel, session.course.language)
+        result.speed = speed_after(result, session.stages, setup, session.weights)
     if session.writer is not None:
         session.writer(result)
     record_progress(session.course.root, result)

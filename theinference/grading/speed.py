@@ -18,18 +18,17 @@ from an earlier call) or made up fast earns no figure.
 import secrets
 import shutil
 import tempfile
-import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from theinference.course import languages
 from theinference.course.directory import init_course
-from theinference.course.languages import Language
 from theinference.curriculum.stages import token_ids
 from theinference.oracle import gpt2 as oracle_gpt2
 from theinference.oracle.weights import Weights
-from theinference.student.process import Limits, StudentProcess
-from theinference.student.sandbox import ONE_BLAS_THREAD, Sandbox
+from theinference.student.process import StudentProcess
+from theinference.student.sandbox import ONE_BLAS_THREAD
+from theinference.student.setup import ProcessSetup
 
 SCHEMA = "theinference.speed/1"
 STAGE = "generate-loop"  # the stage whose pass makes a speed figure meaningful
@@ -84,25 +83,18 @@ def not_measured(status: str, reason: str) -> dict:
     return {"schema": SCHEMA, "status": status, "reason": reason}
 
 
-def speed_of(
-    course_dir: Path,
-    weights: Weights,
-    limits: Limits,
-    sandbox: Sandbox | None,
-    cancel: threading.Event | None = None,
-    repeats: int = REPEATS,
-    language: Language | None = None,
-) -> dict:
-    """Time the student's cached generation against the oracle's; the JSON's `speed`.
-    `language`: the opened course's (else the process finds it)."""
-    limits = replace(limits, timeout=max(limits.timeout, 120.0))
-    yard = yardstick_course()
+def speed_of(setup: ProcessSetup, weights: Weights, repeats: int = REPEATS) -> dict:
+    """Time the student's cached generation against the oracle's; the JSON's `speed`. The
+    oracle's side runs in a process started exactly as the student's (`setup`), on the
+    yardstick course."""
+    limits = replace(setup.limits, timeout=max(setup.limits.timeout, 120.0))
+    student = replace(setup, limits=limits, env=ONE_THREAD)
+    yardstick = replace(student, course_dir=yardstick_course(), language=languages.DEFAULT)
+    yard = yardstick.course_dir
     try:
         with (
-            StudentProcess(course_dir, weights.path, limits, cancel, sandbox, ONE_THREAD,
-                           language=language) as you,
-            StudentProcess(yard, weights.path, limits, cancel, sandbox, ONE_THREAD,
-                           language=languages.DEFAULT) as oracle,  # init_course's
+            StudentProcess(student) as you,
+            StudentProcess(yardstick) as oracle,  # init_course's
         ):
             yours, theirs = timed_pair(you, oracle, weights.config, repeats)
             kind = you.sandbox
@@ -189,8 +181,7 @@ def yardstick_course() -> Path:
     return course
 
 
-def speed_after(result, stages, course_dir, weights, limits, sandbox, cancel,
-                language=None) -> dict:
+def speed_after(result, stages, setup: ProcessSetup, weights: Weights) -> dict:
     """The run's speed entry: a figure when the generate loop passed in full in this run,
     else that stage's status and why there is no figure."""
     from theinference.grading.grader import stage_limits
@@ -204,5 +195,4 @@ def speed_after(result, stages, course_dir, weights, limits, sandbox, cancel,
         why = "ran only some of its cases" if done.partial else f"is {status}"
         return not_measured(status, f"{STAGE} {why}: no speed without a pass")
     stage = next(s for s in stages if s.slug == STAGE)
-    return speed_of(course_dir, weights, stage_limits(stage, limits), sandbox, cancel,
-                    language=language)
+    return speed_of(replace(setup, limits=stage_limits(stage, setup.limits)), weights)

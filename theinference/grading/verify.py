@@ -18,13 +18,13 @@ from theinference.course.directory import init_course
 from theinference.course.languages import Language
 from theinference.curriculum.stages import Stage
 from theinference.grading.answers import Answers
-from theinference.grading.grader import grade
+from theinference.grading.grader import RunPlan, grade
 from theinference.grading.policy import RunPolicy, plan, quick_draws
 from theinference.oracle.weights import Weights
 from theinference.results import RunResult, StageResult, Status
 from theinference.results.events import ignore
 from theinference.student import sandbox
-from theinference.student.process import Limits
+from theinference.student.setup import ProcessSetup
 
 
 class VerifyError(Exception):
@@ -101,15 +101,19 @@ def named_bugs(stage: StageResult) -> set[str]:
     return {stage.suspected_bug, *(c.suspected_bug for c in stage.cases)} - {None}
 
 
-def grade_text(
-    kvcache: str,
-    stages: list[Stage],
-    weights: Weights,
-    answers: Answers,
-    solutions: Path = Path(),
-    listener=ignore,
-) -> RunResult:
+@dataclass(frozen=True)
+class Grounds:
+    """What every verify run grades against: the weights and their answers, and the solutions
+    folder (its language, and a TypeScript course's runner beside it)."""
+
+    weights: Weights
+    answers: Answers
+    solutions: Path = Path()
+
+
+def grade_text(kvcache: str, stages: list[Stage], grounds: Grounds, listener=ignore) -> RunResult:
     """Grade a kvcache text in a fresh course directory made from its language's template."""
+    weights, solutions = grounds.weights, grounds.solutions
     language = solutions_language(solutions)
     with tempfile.TemporaryDirectory(prefix="theinference-verify-") as tmp:
         course = Path(tmp) / "course"
@@ -121,8 +125,8 @@ def grade_text(
         if not language.guardable:
             # a uid of its own (a root grader), whose cgroup holds every process it starts
             chosen = sandbox.without_bwrap([])
-        return grade(course, stages, weights, Limits(), answers, listener=listener, sandbox=chosen,
-                     language=language)
+        setup = ProcessSetup(course, weights.path, sandbox=chosen, language=language)
+        return grade(setup, RunPlan(stages, weights, grounds.answers), listener)
 
 
 def solutions_language(solutions: Path) -> Language:
@@ -151,14 +155,9 @@ def ts_node_modules(solutions: Path) -> Path:
 
 
 def verify_reference(
-    reference: str,
-    stages: list[Stage],
-    weights: Weights,
-    answers: Answers,
-    solutions: Path = Path(),
-    listener=ignore,
+    reference: str, stages: list[Stage], grounds: Grounds, listener=ignore
 ) -> list[Row]:
-    run = grade_text(reference, stages, weights, answers, solutions, listener)
+    run = grade_text(reference, stages, grounds, listener)
     rows = []
     for s in run.stages:
         worst = max((c.worst for case in s.cases for c in case.comparisons), default=None)
@@ -172,15 +171,9 @@ def verify_reference(
 
 
 def verify_bug(
-    bug: PlantedBug,
-    reference: str,
-    stage: Stage,
-    weights: Weights,
-    answers: Answers,
-    solutions: Path = Path(),
-    listener=ignore,
+    bug: PlantedBug, reference: str, stage: Stage, grounds: Grounds, listener=ignore
 ) -> Row:
-    run = grade_text(bug.planted(reference), [stage], weights, answers, solutions, listener)
+    run = grade_text(bug.planted(reference), [stage], grounds, listener)
     (result,) = run.stages
     failing = [c for c in result.cases if c.status != Status.PASSED]
     errors = [c.worst for case in failing for c in case.comparisons if not c.passed]
@@ -199,14 +192,13 @@ def verify_bug(
 
 
 def verify(
-    solutions: Path,
+    grounds: Grounds,
     stages: list[Stage],
-    weights: Weights,
-    answers: Answers,
     quick_run: bool,
     only: list[str],
     listener_for=lambda subject: ignore,  # a run's listener, given what it grades
 ) -> list[Row]:
+    solutions = grounds.solutions
     language = solutions_language(solutions)
     reference_path = solutions / reference_name(language)
     if not reference_path.is_file():
@@ -225,11 +217,9 @@ def verify(
     if quick_run:
         stages = [quick(s) for s in stages]
     by_slug = {s.slug: s for s in stages}
-    rows = verify_reference(
-        reference, stages, weights, answers, solutions, listener_for("reference")
-    )
+    rows = verify_reference(reference, stages, grounds, listener_for("reference"))
     for bug in bugs:
         if (not only or bug.id in only) and bug.stage in by_slug:
             stage, listener = by_slug[bug.stage], listener_for(bug.id)
-            rows.append(verify_bug(bug, reference, stage, weights, answers, solutions, listener))
+            rows.append(verify_bug(bug, reference, stage, grounds, listener))
     return rows

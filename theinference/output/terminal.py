@@ -169,6 +169,12 @@ def renderer(course: str, weights_label: str, order: list[str]):
     return for_run
 
 
+def session_renderer(session) -> "Callable":
+    """The terminal's Renderer for a prepared session: its course, weights and stage order."""
+    order = [s.slug for s in session.all_stages]
+    return renderer(str(session.course.root), session.weights.label, order)
+
+
 def console_for_log() -> Console:
     from theinference.output.report import console
 

@@ -18,18 +18,17 @@ import os
 import secrets
 import signal
 import struct
-import threading
 import time
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import replace
 
-from theinference.course import directory, languages
+from theinference.course import directory
 from theinference.student import account as accounts
 from theinference.student import channel, reaper, startup
 from theinference.student.cpu import WORKER_ROOTS
 from theinference.student.placement import Placement
 from theinference.student.replies import Outcome
 from theinference.student.sandbox import RUN_TOKEN_VAR, Sandbox
+from theinference.student.setup import Limits, ProcessSetup
 from theinference.student.startup import Look, Worker
 from theinference.student.watchdog import Watchdog
 
@@ -38,42 +37,26 @@ STOPPING = ("timeout", "cpu_limit", "memory_limit", "crashed", "bad_reply", "can
 STOPPING += ("started_process",)  # a guarded worker killed for starting one (worker/guard.py)
 
 
-@dataclass(frozen=True)
-class Limits:
-    timeout: float = 60.0  # seconds per adapter call
-    memory_bytes: int = 8 << 30  # heap and anonymous memory of the student's process
-    output_bytes: int = 64 << 10  # captured stdout and stderr kept per call, each
-
-
 class StudentProcess:
     """A lazily (re)started student process. Use as a context manager."""
 
-    def __init__(
-        self,
-        course_dir: Path,
-        weights_path: Path,
-        limits: Limits,
-        cancel: threading.Event | None = None,
-        sandbox: Sandbox | None = None,
-        env: dict[str, str] | None = None,
-        mode: str = "adapters",
-        language: languages.Language | None = None,  # an opened course's
-    ):
-        self.course_dir = course_dir.resolve()
-        self.mode = mode  # adapters | calibrate (the grader's own code only: calibration.py)
-        self.env = dict(env or {})  # set in the process's environment (e.g. BLAS threads)
-        self.weights_path = weights_path
-        self.limits = limits
-        self.cancel = cancel or threading.Event()  # set from another thread: abandon the call
+    def __init__(self, setup: ProcessSetup):
+        self.setup = setup
+        self.course_dir = setup.course_dir.resolve()
+        self.mode = setup.mode
+        self.env = dict(setup.env)
+        self.weights_path = setup.weights_path
+        self.limits = setup.limits
+        self.cancel = setup.cancel  # set from another thread: abandon the call
         self._proc: Worker | None = None
         self._early_death: Outcome | None = None
         self.startups = 0
         self.startup_seconds = 0.0
         self.token = secrets.token_hex(8)
-        chosen = sandbox or Sandbox("none")
+        chosen = setup.sandbox or Sandbox("none")
         self._sandbox = chosen
         self.sandbox = chosen.kind  # what this run had: bwrap | unprivileged-user | none
-        self.language = language or directory.language_of(self.course_dir)
+        self.language = setup.language or directory.language_of(self.course_dir)
         self.account = accounts.choose(self.sandbox, self.language)
         self.cpu_account = self.account.kind  # what this run had: account.py
         self.notes = [*chosen.notes, *filter(None, [self.account.note])]
@@ -81,7 +64,7 @@ class StudentProcess:
         self._import_output = ("", "")  # what the student's code printed while it loaded
         token = (RUN_TOKEN_VAR, self.token)
         self._place = Placement(
-            self.sandbox, self.course_dir, weights_path, token, self.language, self.env
+            self.sandbox, self.course_dir, self.weights_path, token, self.language, self.env
         )
 
     @property
@@ -97,8 +80,7 @@ class StudentProcess:
 
     def sibling(self, mode: str) -> "StudentProcess":
         """Another process started the same way (course, weights, limits, sandbox) in `mode`."""
-        same = (self.course_dir, self.weights_path, self.limits, self.cancel, self._sandbox)
-        return StudentProcess(*same, self.env, mode, self.language)
+        return StudentProcess(replace(self.setup, limits=self.limits, mode=mode))
 
     def use_limits(self, limits: Limits) -> None:
         """Limits for the calls that follow (a stage's own); a different memory limit needs a

@@ -82,9 +82,9 @@ def stage_of(module: str) -> str:
     return module.rsplit(".", 1)[-1].replace("_", "-")
 
 
-def check(name: str, *, sized_by, adapter: str, arguments, expect, simulate=None, **proofs):
-    """Register the decorated judge as check `name` of its module's stage (`proofs`: hook,
-    watch, swap, flop, cached_flop, asks_own_arguments, as Check says)."""
+def check(name: str, *, sized_by, adapter: str, arguments, expect, **optional):
+    """Register the decorated judge as check `name` of its module's stage (`optional`:
+    simulate, hook, watch, swap, flop, cached_flop, asks_own_arguments, as Check says)."""
 
     def register(judge: Judge) -> Judge:
         if name in CHECKS:
@@ -98,8 +98,7 @@ def check(name: str, *, sized_by, adapter: str, arguments, expect, simulate=None
             arguments=arguments,
             expect=expect,
             judge=judge,
-            simulate=simulate,
-            **proofs,
+            **optional,
         )
         return judge
 
