@@ -153,8 +153,9 @@ def partial_run(status: Status = Status.PASSED) -> RunResult:
     )
     from theinference.grading.environment import describe
     from theinference.grading.provenance import provenance, with_run
+    from theinference.grading.seed import NO_SEED
 
-    fields = with_run(provenance([stage.slug], None, "ab" * 32, "none", None), "bwrap")
+    fields = with_run(provenance([stage.slug], None, "ab" * 32, NO_SEED), "bwrap")
     return RunResult([stage], "synthetic (x)", "ab" * 32, environment=describe(), sandbox="bwrap",
                      provenance=fields)
 
