@@ -67,11 +67,7 @@ def prepare(
     """Everything a run needs, checked up front: course, stages, case filter, sandbox,
     weights."""
     course = open_course(course_dir)
-    every = load_stages()
-    if timeout is not None:
-        every = [replace(s, timeout=timeout) for s in every]
-    if seed is not None:
-        every = [with_hidden_cases(s, seed) for s in every]
+    every = course_stages(timeout, seed)
     chosen = select(every, slugs)
     if policy.cases:
         chosen = filtered(chosen, policy.cases, named=bool(slugs))
@@ -102,6 +98,17 @@ def prepare(
         provenance=produced,
         speed=speed,
     )
+
+
+def course_stages(timeout: float | None = None, seed: int | None = None) -> list[Stage]:
+    """Every stage in course order, with `timeout` for each call and the hidden cases `seed`
+    draws (the cases a run and the pytest plugin's collection both name)."""
+    every = load_stages()
+    if timeout is not None:
+        every = [replace(s, timeout=timeout) for s in every]
+    if seed is not None:
+        every = [with_hidden_cases(s, seed) for s in every]
+    return every
 
 
 def filtered(stages: list[Stage], wanted: tuple[str, ...], named: bool) -> list[Stage]:

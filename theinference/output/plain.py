@@ -1,0 +1,34 @@
+"""One case as the terminal's log form shows it, in plain text: what the pytest plugin reports
+for a case that did not pass (pytest prints it as the failure, and into --junitxml)."""
+
+from io import StringIO
+
+from rich.console import Console, Group
+from rich.text import Text
+
+from theinference.output.report import UNLIMITED, case_block, diagnosis_lines
+from theinference.results import StageResult, Status
+from theinference.results.text import inert_copy, terminal_text
+
+
+def not_started(stage: StageResult) -> str:
+    """What a todo stage says in the log form: its first case's message."""
+    first = stage.cases[0].message if stage.cases else ""
+    return f"not started: {terminal_text(first)}"
+
+
+def case_text(stage: StageResult, name: str) -> str:
+    """The case's block (its error or allclose tables, its hint, its output) and the stage's
+    diagnosis (worst case, suspected bug or the error's lesson, hint), as the log form says
+    them, without colour and never hard-wrapped."""
+    stage = inert_copy(stage, terminal_text)  # the student's text shown, never acted on
+    case = stage.case(name)
+    if case is None or case.status == Status.TODO:
+        return not_started(stage)
+    out = Console(
+        file=StringIO(), width=UNLIMITED, no_color=True, highlight=False, soft_wrap=True,
+        force_terminal=False, emoji=False,
+    )
+    out.print(Group(case_block(case), *diagnosis_lines(stage), Text("")))
+    lines = out.file.getvalue().splitlines()
+    return "\n".join(line.rstrip() for line in lines).strip("\n")
