@@ -55,6 +55,14 @@ def pytest_collection_finish(session) -> None:
             item.runs.selected.setdefault(item.stage.slug, set()).add(item.case.name)
 
 
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The runs' notes (how the student's process was isolated, the weights), as the
+    terminal report ends with them."""
+    for runs in terminalreporter.config.stash.get(COURSES, {}).values():
+        for note in dict.fromkeys(runs.notes):
+            terminalreporter.write_line(f"theinference note: {note}")
+
+
 class CourseFile(pytest.File):
     """A course's adapters file: its stages, in course order."""
 
@@ -77,8 +85,10 @@ class CourseFile(pytest.File):
         return given
 
 
-class StageNode(pytest.Collector):
-    """A stage: its cases in the order a run takes them (smallest first)."""
+class StageNode(pytest.Class):
+    """A stage: its cases in the order a run takes them (smallest first). A Class to pytest,
+    though no Python class stands behind it, so that editors' test trees (VS Code's nests
+    items under classes only) group a stage's cases under it."""
 
     def __init__(self, *, stage, runs, **kwargs):
         super().__init__(**kwargs)
@@ -139,6 +149,7 @@ class CourseRuns:
         self.results: dict[str, object] = {}  # stage slug -> StageResult, or why none
         self.session = None
         self.unusable = ""  # why the course cannot be graded, once found
+        self.notes: list[str] = []  # the runs' notes, said once at the end
 
     @classmethod
     def of(cls, config, root: Path, seed: int | None) -> "CourseRuns":
@@ -187,7 +198,9 @@ class CourseRuns:
         wanted = self.selected.get(stage.slug, set())
         every = {c.name for c in stage.cases}
         session.policy = RunPolicy(cases=() if wanted >= every else tuple(sorted(wanted)))
-        return run(session, [stage]).stages[0]
+        result = run(session, [stage])
+        self.notes += result.notes
+        return result.stages[0]
 
 
 COURSES = pytest.StashKey[dict]()  # course root -> its CourseRuns, for this pytest session
