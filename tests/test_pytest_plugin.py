@@ -254,7 +254,7 @@ def statuses(path: Path) -> dict[str, str]:
 @pytest.mark.slow
 def test_the_reference_passes_every_case_of_every_stage(tmp_path):
     """Catches a case the plugin reports differently from the grader's pass, or a stage it
-    leaves out (the whole course through pytest: about N s on 2 cores)."""
+    leaves out (the whole course through pytest: 340 s on 2 busy cores)."""
     course = make_course(tmp_path / "course", reference_text())
     junit = tmp_path / "junit.xml"
     done = pytest_in(course, f"--junitxml={junit}")
@@ -268,7 +268,7 @@ def test_the_reference_passes_every_case_of_every_stage(tmp_path):
 @pytest.mark.slow
 def test_npm_test_passes_the_typescript_reference_as_theinference_test_does(tmp_path):
     """Catches `npm test` and the grader disagreeing on a passing stage, in the sandbox a
-    student's machine gives (about 60 s on 2 cores)."""
+    student's machine gives (50 s on 2 busy cores)."""
     reference = (ROOT / "tests" / "solutions_ts" / "reference_kvcache.ts").read_text()
     course = ts_course(tmp_path / "course", reference, copy=True)
     code, verdict = same_verdict_by_npm_and_cli(course, "--stage", "single-step-attention")
