@@ -7,7 +7,8 @@ runs as before everywhere else. The first item of a stage to run grades the whol
 through the same run as `theinference test` (its own sandboxed student process, the same
 checks and diagnosis), and each item reports its case from that result: a failure's text is
 the terminal's log form of the case and the stage's diagnosis. The student's code is never
-imported here. Everything but pytest is imported when a course is found.
+imported here; the grader's own modules are, for a file named adapters.* (NumPy only in a
+course).
 """
 
 import os
