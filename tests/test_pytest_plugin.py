@@ -273,3 +273,20 @@ def test_npm_test_passes_the_typescript_reference_as_theinference_test_does(tmp_
     course = ts_course(tmp_path / "course", reference, copy=True)
     code, verdict = same_verdict_by_npm_and_cli(course, "--stage", "single-step-attention")
     assert (code, verdict) == (0, {"single-step-attention": "passed"})
+
+
+def test_a_failure_text_shows_the_students_output_inert():
+    """Catches an escape sequence in the student's output reaching pytest's terminal (it
+    could erase the failure and draw a pass), or a todo case given a report instead of
+    "not started"."""
+    from theinference.output.plain import case_text
+    from theinference.results import CaseResult, StageResult, Status
+
+    hostile = "\x1b[2K\x1b[1A PASSED"
+    case = CaseResult(name="c", status=Status.ERROR, message="boom", stdout=hostile)
+    stage = StageResult("s", "S", Status.ERROR, [case], bug_name="a known bug", hint="do x")
+    text = case_text(stage, "c")
+    assert "\x1b" not in text and "\\x1b[2K" in text
+    assert text.splitlines()[0] == "boom" and "suspected bug: a known bug" in text
+    todo = CaseResult(name="t", status=Status.TODO, message="s: implement f in src/kvcache.py")
+    assert case_text(StageResult("s", "S", Status.TODO, [todo]), "t").startswith("not started")

@@ -27,10 +27,16 @@ def case_text(stage: StageResult, name: str) -> str:
     case = stage.case(name)
     if case is None or case.status == Status.TODO:
         return not_started(stage)
+    parts = [plain(case_details(case)), plain(diagnosis_lines(stage))]
+    return "\n".join(part for part in parts if part)
+
+
+def plain(renderables: list) -> str:
+    """Rich renderables as plain text at the left margin: no colour, never hard-wrapped."""
     out = Console(
         file=StringIO(), width=UNLIMITED, no_color=True, highlight=False, soft_wrap=True,
         force_terminal=False, emoji=False,
     )
-    out.print(Group(*case_details(case), *diagnosis_lines(stage), Text("")))
+    out.print(Group(*renderables, Text("")))
     lines = [line.rstrip() for line in out.file.getvalue().splitlines()]
     return textwrap.dedent("\n".join(lines)).strip("\n")
