@@ -115,6 +115,20 @@ def test_collect_only_lists_each_stage_and_its_cases_beside_the_students_tests(t
     assert bad.returncode != 0 and ">= 0" in bad.stdout + bad.stderr
 
 
+def test_a_course_inside_another_project_is_not_graded_by_its_pytest(tmp_path):
+    """Catches a project's own pytest (this repository's, with course fixtures in its tests/)
+    grading every course folder it walks past: only pytest run in the course grades it."""
+    project = tmp_path / "project"
+    course = make_course(project / "tests" / "fixtures" / "course")
+    (project / "pytest.ini").write_text("[pytest]\ntestpaths = tests\n")
+    (project / "tests" / "test_own.py").write_text("def test_own():\n    assert True\n")
+    done = pytest_in(project, "--collect-only", "-q")
+    listed = [line for line in done.stdout.splitlines() if "::" in line]
+    assert done.returncode == 0 and listed == ["tests/test_own.py::test_own"], done.stdout
+    inside = pytest_in(course, "--collect-only", "-q")
+    assert any("::single-step-attention::" in line for line in inside.stdout.splitlines())
+
+
 def test_the_plugin_is_inert_outside_a_course(tmp_path):
     """Catches the plugin grading (or collecting anything from) a project that merely has a
     tests/adapters.py, i.e. no theinference.toml beside it."""

@@ -28,24 +28,31 @@ def pytest_addoption(parser) -> None:
 
 
 def pytest_collect_file(file_path: Path, parent):
-    if file_path.name.startswith("adapters.") and course_root(file_path) is not None:
-        return CourseFile.from_parent(parent, path=file_path)
-    return None
+    """A course's adapters file, where pytest runs in that course: its rootdir (the course's
+    pytest.ini makes it so) is the course directory or inside it. A course lying deeper in a
+    project (a test fixture) is not graded by that project's pytest."""
+    if not file_path.name.startswith("adapters."):
+        return None
+    root = course_root(file_path)
+    rootdir = Path(parent.config.rootpath).resolve()
+    if root is None or not rootdir.is_relative_to(root.resolve()):
+        return None
+    return CourseFile.from_parent(parent, path=file_path)
 
 
 def course_root(adapters: Path) -> Path | None:
     """The course directory whose adapters file this is: tests/ of a directory that holds
     theinference.toml, when the course's language reads this file."""
-    from theinference.course.directory import SETTINGS_FILE
-    from theinference.course.languages import ADAPTERS, LanguageError, course_language
+    from theinference.course import languages
+    from theinference.course.directory import SETTINGS_FILE, CourseError, course_language
 
     root = adapters.parent.parent
     if adapters.parent.name != "tests" or not (root / SETTINGS_FILE).is_file():
         return None
     try:
-        wanted = [ADAPTERS[course_language(root)]]
-    except LanguageError:  # its run says what is wrong with the settings
-        wanted = list(ADAPTERS.values())
+        wanted = [course_language(root).adapters]
+    except CourseError:  # its run says what is wrong with the settings
+        wanted = [language.adapters for language in languages.ALL]
     return root if any(adapters == root / rel for rel in wanted) else None
 
 
