@@ -227,15 +227,46 @@ gradebook_app = command_group("Gradebooks of graded classes.")
 def gradebook_merge(
     results: Annotated[list[Path], typer.Argument(help="Results folders (e.g. one per shard).")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the joined results.")],
+    submissions: Annotated[
+        Path | None,
+        typer.Option(help="The class's submissions folder: keep exactly its students, drop "
+                          "the records of the others, list those no shard graded."),
+    ] = None,
 ) -> None:
-    """Join shards' results into one folder with one gradebook.csv."""
+    """Join shards' results into one folder with one gradebook.csv.
+
+    Exit 0: merged; 1: some student of --submissions has no record (a "missing" row)."""
+    from collections import Counter
+
     from theinference.classroom.gradebook import MergeError, merge
 
+    students = None if submissions is None else class_ids(submissions)
     try:
-        records = merge(results, out)
+        merged = merge(results, out, students)
     except MergeError as exc:
         raise fail(str(exc), exits.USAGE) from None
-    typer.echo(f"{len(records)} submissions -> {out / 'gradebook.csv'}")
+    typer.echo(f"{len(merged.records)} submissions -> {out / 'gradebook.csv'}")
+    sandboxes = Counter(r.get("sandbox") or "not run" for r in merged.records)
+    if sandboxes:
+        typer.echo("sandbox: " + ", ".join(f"{k} {n}" for k, n in sorted(sandboxes.items())))
+    if merged.dropped:
+        typer.echo(f"dropped {len(merged.dropped)} (their submission is gone from "
+                   f"{submissions}): {', '.join(merged.dropped)}")
+    if merged.missing:
+        typer.echo(f"missing {len(merged.missing)} (no shard graded them; their row says "
+                   f"missing): {', '.join(merged.missing)}", err=True)
+        raise typer.Exit(exits.UNFINISHED)
+
+
+def class_ids(submissions: Path) -> list[str]:
+    """The students of a submissions folder, as `grade` would find them."""
+    from theinference.classroom.intake import IntakeError, discover
+
+    try:
+        found, _skipped = discover(submissions)
+    except (IntakeError, OSError) as exc:
+        raise fail(f"cannot read {submissions}: {exc}", exits.USAGE) from None
+    return [s.id for s in found]
 
 
 @gradebook_app.command("diff")
