@@ -124,11 +124,11 @@ def test_a_resubmission_cancels_the_last_ones_jobs_and_says_every_id(tmp_path):
     assert "--dependency=afterany:103 " in calls[3] and calls[3].endswith(" merge")
 
 
-def write_record(results: Path, sid: str, sha: str = "s1") -> None:
+def write_record(results: Path, sid: str, status: str = "graded") -> None:
     row = {"slug": "single-step-attention", "status": "passed", "score": 1.0, "max_score": 1.0,
            "suspected_bug": None}
-    record = {"schema": SCHEMA, "id": sid, "status": "graded", "stages": [row], "score": 1.0,
-              "max_score": 1.0, "message": "", "content_sha256": sha, "plan_key": "p",
+    record = {"schema": SCHEMA, "id": sid, "status": status, "stages": [row], "score": 1.0,
+              "max_score": 1.0, "message": "", "content_sha256": "s1", "plan_key": "p",
               "sandbox": "bwrap"}
     (results / "submissions").mkdir(parents=True, exist_ok=True)
     (results / "submissions" / f"{sid}.json").write_text(json.dumps(record))
@@ -160,6 +160,16 @@ def test_a_merge_keeps_exactly_the_students_of_the_submissions_folder(tmp_path):
     everyone = runner.invoke(app, ["gradebook", "merge", str(tmp_path / "results-1"),
                                    "--out", str(tmp_path / "all")])
     assert everyone.exit_code == 0 and "2 submissions" in everyone.output  # no class: all kept
+
+
+def test_a_merge_with_a_grader_error_is_unfinished(tmp_path):
+    """Would catch a merge that reports success over a submission the grader could not
+    finish (a shard that failed that way would pass unnoticed)."""
+    write_record(tmp_path / "results-1", "ann")
+    write_record(tmp_path / "results-1", "bob", status="grader-error")
+    done = runner.invoke(app, ["gradebook", "merge", str(tmp_path / "results-1"),
+                               "--out", str(tmp_path / "merged")])
+    assert done.exit_code == 1 and "unfinished 1" in done.output and ": bob" in done.output
 
 
 def test_the_kubernetes_jobs_carry_the_options_and_merge_the_class(tmp_path):

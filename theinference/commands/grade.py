@@ -1,4 +1,4 @@
-"""The instructor's commands, registered in cli.py: grade, gradebook merge (gradescope.py and
+"""The instructor's commands, registered in cli.py: grade (gradebooks.py, gradescope.py and
 report.py hold the rest). Each gathers plain data, hands it to the classroom modules, and
 prints through output/class_screens.py; errors the instructor can fix are one line and an exit
 code (exits.py)."""
@@ -11,7 +11,6 @@ import typer
 
 from theinference import exits
 from theinference.commands import limits
-from theinference.commands.options import command_group
 
 CourseOpt = Annotated[
     Path | None,
@@ -218,78 +217,3 @@ def warm_weights(spec: str, course_dir: Path | None):
         return load_weights(spec, (course_dir or Path.cwd()).expanduser().resolve())
     except WeightsError as exc:
         raise fail(str(exc), exits.WEIGHTS) from None
-
-
-gradebook_app = command_group("Gradebooks of graded classes.")
-
-
-@gradebook_app.command("merge")
-def gradebook_merge(
-    results: Annotated[list[Path], typer.Argument(help="Results folders (e.g. one per shard).")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the joined results.")],
-    submissions: Annotated[
-        Path | None,
-        typer.Option(help="The class's submissions folder: keep exactly its students, drop "
-                          "the records of the others, list those no shard graded."),
-    ] = None,
-) -> None:
-    """Join shards' results into one folder with one gradebook.csv.
-
-    Exit 0: merged; 1: some student of --submissions has no record (a "missing" row)."""
-    from collections import Counter
-
-    from theinference.classroom.gradebook import MergeError, merge
-
-    students = None if submissions is None else class_ids(submissions)
-    try:
-        merged = merge(results, out, students)
-    except MergeError as exc:
-        raise fail(str(exc), exits.USAGE) from None
-    typer.echo(f"{len(merged.records)} submissions -> {out / 'gradebook.csv'}")
-    sandboxes = Counter(r.get("sandbox") or "not run" for r in merged.records)
-    if sandboxes:
-        typer.echo("sandbox: " + ", ".join(f"{k} {n}" for k, n in sorted(sandboxes.items())))
-    if merged.dropped:
-        typer.echo(f"dropped {len(merged.dropped)} (their submission is gone from "
-                   f"{submissions}): {', '.join(merged.dropped)}")
-    if merged.missing:
-        typer.echo(f"missing {len(merged.missing)} (no shard graded them; their row says "
-                   f"missing): {', '.join(merged.missing)}", err=True)
-        raise typer.Exit(exits.UNFINISHED)
-
-
-def class_ids(submissions: Path) -> list[str]:
-    """The students of a submissions folder, as `grade` would find them."""
-    from theinference.classroom.intake import IntakeError, discover
-
-    try:
-        found, _skipped = discover(submissions)
-    except (IntakeError, OSError) as exc:
-        raise fail(f"cannot read {submissions}: {exc}", exits.USAGE) from None
-    return [s.id for s in found]
-
-
-@gradebook_app.command("diff")
-def gradebook_diff(
-    old: Annotated[Path, typer.Argument(help="The earlier results folder.")],
-    new: Annotated[Path, typer.Argument(help="The later results folder (the regrade).")],
-    csv_file: Annotated[Path | None, typer.Option("--csv", help="Also write the changes here.")]
-    = None,
-) -> None:
-    """Whose grade changed between two results folders, and why.
-
-    Per student and stage: old and new status and score, suspected bug, worst error, cases
-    added or removed, and the recorded inputs that differ (grader, specs, settings, weights,
-    seed; content for a resubmission). Exit 0: no grade changed; 1: some did."""
-    from theinference.atomic import atomic_write
-    from theinference.classroom.records import SUBMISSIONS_DIR, read_records
-    from theinference.classroom.regrade import csv_text, diff_records, text
-
-    for folder in (old, new):
-        if not (folder / SUBMISSIONS_DIR).is_dir():
-            raise fail(f"{folder} holds no graded submissions ({SUBMISSIONS_DIR}/)", exits.USAGE)
-    regrade = diff_records(read_records(old), read_records(new))
-    typer.echo(text(regrade), nl=False)
-    if csv_file is not None:
-        atomic_write(csv_file, csv_text(regrade))
-    raise typer.Exit(exits.NOT_PASSED if regrade.changes else exits.OK)
