@@ -80,6 +80,7 @@ submit() {{
   local array merge
   array=$(sbatch --parsable --array=1-$SHARDS "$0" shard)
   array=${{array%%;*}}
+  echo "$array" > "$LOGS/jobs"  # kept at once: a merge sbatch refuses leaves it to cancel
   merge=$(sbatch --parsable --dependency=afterany:$array --job-name=theinference-merge \\
     --output="$LOGS/%x_%j.out" "$0" merge)
   merge=${{merge%%;*}}
