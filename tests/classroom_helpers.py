@@ -1,6 +1,7 @@
 """A class of generated submissions, in every layout a class arrives in."""
 
 import io
+import shutil
 import tarfile
 import zipfile
 from pathlib import Path
@@ -66,3 +67,18 @@ def reference() -> str:
 
 def independent() -> str:
     return (SOLUTIONS / "independent_kvcache.py").read_text()
+
+
+def small_class(folder: Path) -> Path:
+    """submissions/ (three students whose verdicts come fast: two shards of three draw them,
+    one draws none; graded ann todo, bob error, cyd failed) and course/ grading one stage."""
+    subs = folder / "submissions"
+    subs.mkdir(parents=True)
+    add(subs, "ann", None, scratch=folder / "scratch")
+    add(subs, "bob", None, "zip", "raise RuntimeError('not yet')", folder / "scratch")
+    add(subs, "cyd", reference(), "loose", "return [0.0, 1.0]", folder / "scratch")
+    course = make_course(folder / "course")
+    (course / "theinference.toml").write_text(
+        '[grading]\nstages = ["single-step-attention"]\ntimeout = 60\n')
+    shutil.rmtree(folder / "scratch")
+    return folder

@@ -5,7 +5,6 @@ import csv
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -89,20 +88,10 @@ fi
 
 @pytest.fixture
 def class_folder(tmp_path, weights) -> Path:
-    """submissions/ (three students whose verdicts come fast: two shards of three draw them,
-    one draws none), course/ grading one stage, and bin/ with `theinference` and a stand-in
-    `sbatch`."""
-    from tests import classroom_helpers as ch
+    """classroom_helpers.small_class, and bin/ with `theinference` and a stand-in `sbatch`."""
+    from tests.classroom_helpers import small_class
 
-    subs = tmp_path / "submissions"
-    subs.mkdir()
-    ch.add(subs, "ann", None, scratch=tmp_path / "scratch")
-    ch.add(subs, "bob", None, "zip", "raise RuntimeError('not yet')", tmp_path / "scratch")
-    ch.add(subs, "cyd", ch.reference(), "loose", "return [0.0, 1.0]", tmp_path / "scratch")
-    course = ch.make_course(tmp_path / "course")
-    (course / "theinference.toml").write_text(
-        '[grading]\nstages = ["single-step-attention"]\ntimeout = 60\n')
-    shutil.rmtree(tmp_path / "scratch")
+    small_class(tmp_path)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name, text in (("theinference", f'#!/bin/sh\nexec {sys.executable} -m theinference "$@"\n'),
@@ -151,7 +140,7 @@ def test_the_slurm_script_submits_an_array_then_a_merge(class_folder):
     assert done.returncode == 0, done.stderr + log.with_suffix(".log.out").read_text()[-3000:]
     calls = log.read_text().splitlines()
     assert calls[0].startswith("--parsable --array=1-3 ") and calls[0].endswith(" shard")
-    assert "--dependency=afterok:4242" in calls[1] and calls[1].endswith(" merge")
+    assert "--dependency=afterany:4242" in calls[1] and calls[1].endswith(" merge")
     assert [p.name for p in sorted(class_folder.glob("results-*"))] == [
         "results-1", "results-2", "results-3"]
     assert_class_merged(class_folder)
@@ -162,23 +151,41 @@ def test_the_slurm_task_passes_its_cpus_and_memory(tmp_path):
     """Would catch a task that leaves the grader to size itself to the node: its
     SLURM_CPUS_PER_TASK, and its SLURM_MEM_PER_NODE (or SLURM_MEM_PER_CPU times its CPUs),
     reach `grade` as --cpus and --memory."""
-    made = runner.invoke(app, ["workflow", "slurm", "--shards", "2"])
-    script = tmp_path / "grade-class.slurm"
-    script.write_text(made.output)
-    (tmp_path / "bin").mkdir()
-    (tmp_path / "bin" / "theinference").write_text('#!/bin/sh\necho "$@"\n')
-    (tmp_path / "bin" / "theinference").chmod(0o755)
+    script = slurm_folder(tmp_path, "--shards", "2")
     cases = [
         ({"SLURM_CPUS_PER_TASK": "4", "SLURM_MEM_PER_NODE": "40960"}, "--cpus 4 --memory 40960M"),
         ({"SLURM_CPUS_PER_TASK": "2", "SLURM_MEM_PER_CPU": "5000"}, "--cpus 2 --memory 10000M"),
         ({}, "--cpus 1"),
     ]
     for slurm, expected in cases:
-        env = {k: v for k, v in local_env(tmp_path).items() if not k.startswith("SLURM_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
         done = subprocess.run(["bash", str(script), "shard"], capture_output=True, text=True,
-                              env={**env, **slurm, "SLURM_ARRAY_TASK_ID": "2"}, timeout=60)
+                              cwd=tmp_path, env={**env, **slurm, "SLURM_ARRAY_TASK_ID": "2"},
+                              timeout=60)
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip().endswith(f"--shard 2/2 {expected}"), done.stdout
+
+
+ECHO_PYTHON = """#!/bin/sh
+# a Python with theinference, here: `-c` succeeds, `-m theinference ...` prints its arguments
+case $1 in -c) exit 0;; -m) shift; echo "$@";; esac
+"""
+
+
+def slurm_folder(folder: Path, *options: str) -> Path:
+    """A class folder (course/, submissions/) with the Slurm script of `options`, generated
+    with a Python that prints what it is asked to run."""
+    (folder / "course").mkdir()
+    (folder / "course" / "theinference.toml").write_text("")
+    (folder / "submissions").mkdir()
+    python = folder / "python"
+    python.write_text(ECHO_PYTHON)
+    python.chmod(0o755)
+    script = folder / "grade-class.slurm"
+    made = runner.invoke(app, ["workflow", "slurm", *options, "--python", str(python),
+                               "--out", str(script)])
+    assert made.exit_code == 0, made.output
+    return script
 
 
 def test_the_kubernetes_jobs_grade_by_completion_index_then_merge(class_folder):

@@ -9,7 +9,7 @@ or an `exits.Abort` a command raises are the only places that decide which code.
 import typer
 
 from theinference import __version__
-from theinference.commands import bench, gradescope, init, stages, test, verify
+from theinference.commands import bench, gradebooks, gradescope, init, stages, test, verify
 from theinference.commands import grade as classroom
 from theinference.commands import report as class_report
 from theinference.commands.options import command_group
@@ -39,7 +39,7 @@ def version() -> None:
 
 
 register(classroom.grade)
-app.add_typer(classroom.gradebook_app, name="gradebook")
+app.add_typer(gradebooks.gradebook_app, name="gradebook")
 app.add_typer(gradescope.gradescope_app, name="gradescope")
 register(class_report.report)
 register(class_report.summary)

@@ -1,8 +1,9 @@
 """Grading a class past one machine, on the engines instructors have beside GitHub Actions
-(workflow.py): a Slurm array job and a Kubernetes Indexed Job. Each shard runs
-`grade --shard I/N` from its array or completion index into results-I/, then one step runs
-`gradebook merge` and the class report. Paths are relative to the folder holding the
-submissions and the course, so the same files run anywhere that folder is shared.
+(workflow.py): a Slurm array job (slurm.py) and a Kubernetes Indexed Job (here). Each shard
+runs `grade --shard I/N` from its array or completion index into results-I/, then one step runs
+`gradebook merge` of the students in the submissions folder and the class report, once every
+shard has ended however it ended. Paths are relative to the folder holding the submissions and
+the course, so the same files run anywhere that folder is shared.
 
 Each shard passes its allocation to the grader, which sizes its jobs and BLAS threads to it
 (grading/allocation.py reads the affinity and cgroup besides): a Slurm task its
@@ -10,69 +11,81 @@ SLURM_CPUS_PER_TASK and SLURM_MEM_PER_NODE (or SLURM_MEM_PER_CPU times its CPUs)
 and --memory, a pod its requests through the downward API as THEINFERENCE_CPUS and
 THEINFERENCE_MEMORY (a pod without a CPU limit sees the whole node otherwise)."""
 
+import re
 import shlex
+import sys
+from dataclasses import dataclass, field
 
 from theinference import __version__
 
-SLURM = """#!/usr/bin/env bash
-# Grade a class on Slurm in {shards} array tasks, then merge (`theinference workflow slurm`).
-# Run from the folder holding {submissions}/ (one folder or archive per student) and {course}/
-# (with the course's theinference.toml), on a login node where theinference is installed:
-#
-#     bash {name}
-#
-# It submits the array (task I grades shard I/{shards} into results-I/) and a merge job that
-# starts when every task has succeeded; the results land in class-results/ (gradebook.csv, one
-# JSON per student, class.html). A task fails when a submission could not be graded; submit
-# again and only what is missing is graded. Each task grades as many submissions at once as
-# its CPUs and memory allow (passed to the grader as --cpus and --memory), each needing the
-# student's 8 GiB cap and 1.5 GiB for the grader: as written, one at a time. For N at once ask
-# for --cpus-per-task=N and --mem=(N * 10)G.
-#SBATCH --job-name=theinference-grade
-#SBATCH --cpus-per-task=1
-#SBATCH --mem=10G
-#SBATCH --time=12:00:00
-#SBATCH --output=theinference-%x-%A_%a.out
-set -euo pipefail
-SHARDS={shards}
-case "${{1:-submit}}" in
-  submit)
-    command -v theinference >/dev/null || {{
-      echo "theinference is not on PATH: pip install theinference=={version}" >&2; exit 3; }}
-    array=$(sbatch --parsable --array=1-$SHARDS "$0" shard)
-    sbatch --parsable --dependency=afterok:${{array%%;*}} --job-name=theinference-merge \\
-      "$0" merge
-    ;;
-  shard)
-    I=${{SLURM_ARRAY_TASK_ID:?this step runs as a task of the array job}}
-    # the task's allocation: its CPUs, and its memory in MB (per node, or per CPU)
-    CPUS=${{SLURM_CPUS_PER_TASK:-1}}
-    MEM_MB=${{SLURM_MEM_PER_NODE:-$(( ${{SLURM_MEM_PER_CPU:-0}} * CPUS ))}}
-    ALLOCATION=(--cpus "$CPUS")
-    if [ "$MEM_MB" -gt 0 ]; then ALLOCATION+=(--memory "${{MEM_MB}}M"); fi
-    theinference grade {submissions} --out results-$I --course-dir {course} --shard $I/$SHARDS \\
-      "${{ALLOCATION[@]}}"
-    ;;
-  merge)
-    theinference gradebook merge $(seq -f 'results-%g' 1 $SHARDS) --out class-results
-    theinference report class-results --html class-results/class.html
-    ;;
-  *)
-    echo "usage: bash $0 [submit|shard|merge]" >&2; exit 2
-    ;;
-esac
+# what may stand unquoted in a #SBATCH line or a bash assignment
+PLAIN = re.compile(r"[A-Za-z0-9_./+,:@-]+")
+SLURM_TIME = re.compile(r"(\d+-)?\d+(:\d+){0,2}")  # MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM:SS
+
+
+class JobError(ValueError):
+    """An option the generated files could not carry; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class ClassJob:
+    """What every task of a cluster's grading run is told: the class, and `grade`'s options."""
+
+    shards: int
+    submissions: str = "submissions"
+    course: str = "course"
+    results: str = "class-results"
+    stages: tuple[str, ...] = ()
+    seed: int | None = None
+    time: str = "12:00:00"
+    account: str | None = None
+    partition: str | None = None
+    logs: str = "logs"
+    python: str = field(default_factory=lambda: sys.executable)
+
+    def __post_init__(self):
+        if self.shards < 1:
+            raise JobError("--shards must be at least 1")
+        if not SLURM_TIME.fullmatch(self.time):
+            raise JobError(f"--time takes Slurm's MM, HH:MM:SS or D-HH:MM:SS, not {self.time!r}")
+        for name in ("account", "partition", "logs"):
+            value = getattr(self, name)
+            if value is not None and not PLAIN.fullmatch(value):
+                raise JobError(f"--{name} {value!r}: letters, digits and _./+,:@- only")
+
+    def grade_options(self) -> str:
+        """`grade`'s options beyond the shard and the allocation, quoted for a shell."""
+        words = [w for slug in self.stages for w in ("--stage", slug)]
+        words += [] if self.seed is None else ["--seed", str(self.seed)]
+        return " ".join(shlex.quote(w) for w in words)
+
+
+# each pod first checks the volume holds the course and the submissions (exits 11 and 12, as a
+# Slurm task's), then installs theinference unless the image has it
+REACHABLE = """set -eu
+[ -r {course}/theinference.toml ] || {{
+  echo "theinference: /work/{course}/theinference.toml is not on the volume" >&2; exit 11; }}
+[ -d {submissions} ] || {{
+  echo "theinference: /work/{submissions}/ is not on the volume" >&2; exit 12; }}
+command -v theinference >/dev/null || pip install --quiet theinference=={version}
 """
 
-GRADE_SCRIPT = """set -eu
-command -v theinference >/dev/null || pip install --quiet theinference=={version}
-I=$((JOB_COMPLETION_INDEX + 1))
-theinference grade {submissions} --out results-$I --course-dir {course} --shard $I/{shards}
+GRADE_SCRIPT = REACHABLE + """I=$((JOB_COMPLETION_INDEX + 1))
+theinference grade {submissions} --out results-$I --course-dir {course} --shard $I/{shards} \\
+  {grade_options}
 """
 
-MERGE_SCRIPT = """set -eu
-command -v theinference >/dev/null || pip install --quiet theinference=={version}
-theinference gradebook merge $(seq -f 'results-%g' 1 {shards}) --out class-results
-theinference report class-results --html class-results/class.html
+# the merge runs whether the grading Job completed or failed: a student no pod graded gets a
+# "missing" row and the merge fails, rather than waiting on the grading Job forever
+MERGE_SCRIPT = REACHABLE + """status=0 shards=""
+for I in $(seq 1 {shards}); do
+  if [ -d results-$I/submissions ]; then shards="$shards results-$I"; else
+    echo "shard $I left no results" >&2; fi
+done
+theinference gradebook merge $shards \\
+  --out {results} --submissions {submissions} || status=$?
+[ $status -gt 1 ] || theinference report {results} --html {results}/class.html || status=$?
+exit $status
 """
 
 KUBERNETES = """# Grade a class on Kubernetes in {shards} shards, then merge
@@ -80,11 +93,16 @@ KUBERNETES = """# Grade a class on Kubernetes in {shards} shards, then merge
 # {submissions}/ (one folder or archive per student) and {course}/ (with the course's
 # theinference.toml) live on the volume claim {claim} (ReadWriteMany), which every pod mounts
 # at /work. The Indexed Job's pod with completion index K grades shard K+1 of {shards} into
-# results-(K+1)/; the merge Job joins them into class-results/ with class.html:
+# results-(K+1)/; the merge Job joins the students of {submissions}/ into {results}/ with
+# class.html once the grading Job has ended, complete or failed:
 #
 #     kubectl apply -f {name} -l step=grade
-#     kubectl wait --for=condition=complete job/theinference-grade --timeout=24h
+#     until kubectl get job theinference-grade -o jsonpath='{{.status.conditions[*].type}}' |
+#       grep -Eq 'Complete|Failed'; do sleep 60; done
 #     kubectl apply -f {name} -l step=merge
+#
+# A student no pod graded gets a "missing" row and the merge fails: delete both Jobs
+# (kubectl delete -f {name}) and apply them again; only what is missing is graded.
 #
 # Pods rarely may create user namespaces, so the grader runs each student's code as an
 # unprivileged user rather than in bubblewrap (the report says which). Each pod's requests
@@ -145,15 +163,10 @@ spec:
 """
 
 
-def slurm_script(shards: int, submissions: str, course: str, name: str) -> str:
-    return SLURM.format(shards=shards, submissions=shlex.quote(submissions),
-                        course=shlex.quote(course), name=name, version=__version__)
-
-
-def kubernetes_jobs(shards: int, submissions: str, course: str, name: str, claim: str,
-                    image: str) -> str:
-    fields = dict(shards=shards, submissions=shlex.quote(submissions),
-                  course=shlex.quote(course), version=__version__)
+def kubernetes_jobs(job: ClassJob, name: str, claim: str, image: str) -> str:
+    fields = dict(shards=job.shards, submissions=shlex.quote(job.submissions),
+                  course=shlex.quote(job.course), results=shlex.quote(job.results),
+                  grade_options=job.grade_options(), version=__version__)
     return KUBERNETES.format(
         **fields, name=name, claim=claim, image=image,
         grade_script=_indent(GRADE_SCRIPT.format(**fields)),
@@ -162,4 +175,4 @@ def kubernetes_jobs(shards: int, submissions: str, course: str, name: str, claim
 
 
 def _indent(script: str, by: int = 14) -> str:
-    return "".join(" " * by + line + "\n" for line in script.splitlines()).rstrip("\n")
+    return "\n".join((" " * by + line).rstrip() for line in script.splitlines())

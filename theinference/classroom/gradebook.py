@@ -2,12 +2,16 @@
 and the suspected bugs; and `gradebook merge`, which joins shards' results into one folder.
 
 The gradebook holds nothing that varies from run to run (no timings), so a class graded in
-shards and merged gives the same file, byte for byte, as the class graded at once.
+shards and merged gives the same file, byte for byte, as the class graded at once. A merge told
+the class (the students of the submissions folder at merge time) keeps exactly them: it drops
+the records of students whose submission is gone and gives each student no shard graded a
+"missing" row, so a shard that failed shows in the gradebook rather than as a shorter list.
 """
 
 import csv
 import io
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 from theinference.atomic import atomic_write
@@ -15,6 +19,14 @@ from theinference.classroom.records import SUBMISSIONS_DIR, read_records, record
 from theinference.results.text import csv_cell
 
 GRADEBOOK = "gradebook.csv"
+MISSING = "missing"  # the gradebook status of a student no shard's results hold
+
+
+@dataclass(frozen=True)
+class Merged:
+    records: list[dict]  # the merged records, by student id
+    dropped: list[str]  # records left out: their submission is no longer in the class
+    missing: list[str]  # students of the class no shard graded
 
 
 class MergeError(Exception):
@@ -71,9 +83,25 @@ def write_gradebook(results_dir: Path, records: list[dict] | None = None) -> Pat
     return path
 
 
-def merge(shards: list[Path], out: Path) -> list[dict]:
+def merge(shards: list[Path], out: Path, students: list[str] | None = None) -> Merged:
     """Every shard's records copied into `out`, then one gradebook of them all. The same
-    student in two shards must have been graded from the same content under the same plan."""
+    student in two shards must have been graded from the same content under the same plan.
+    With `students` (the class now), the merge keeps exactly them: other records are dropped
+    (from `out` too, where an earlier merge left them) and students without one are missing."""
+    chosen = _chosen_records(shards)
+    dropped = sorted(set(chosen) - set(students)) if students is not None else []
+    missing = sorted(set(students) - set(chosen)) if students is not None else []
+    for sid in dropped:
+        del chosen[sid]
+    _copy_records(chosen, out, students)
+    records = sorted((record for record, _ in chosen.values()), key=lambda r: r["id"])
+    atomic_write(out / GRADEBOOK, gradebook_text(
+        sorted(records + [missing_row(sid) for sid in missing], key=lambda r: r["id"])))
+    return Merged(records, dropped, missing)
+
+
+def _chosen_records(shards: list[Path]) -> dict[str, tuple[dict, Path]]:
+    """Each student's record and the shard it comes from; conflicting grades refused."""
     chosen: dict[str, tuple[dict, Path]] = {}
     for shard in shards:
         if not (shard / SUBMISSIONS_DIR).is_dir():
@@ -88,11 +116,26 @@ def merge(shards: list[Path], out: Path) -> list[dict]:
                     "(other content or other settings): regrade one of them"
                 )
             chosen[record["id"]] = (record, shard)
+    return chosen
+
+
+def _copy_records(chosen: dict[str, tuple[dict, Path]], out: Path,
+                  students: list[str] | None) -> None:
+    """The chosen records into `out`; with the class known, any other record there removed
+    (an earlier merge's student whose submission is gone, or whose shard failed this time)."""
     for sid, (_record, shard) in chosen.items():
         target = record_path(out, sid)
         if target.resolve() != record_path(shard, sid).resolve():
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(record_path(shard, sid), target)
-    records = [record for record, _ in chosen.values()]
-    write_gradebook(out, records)
-    return sorted(records, key=lambda r: r["id"])
+    if students is not None:
+        for record in read_records(out):
+            if record["id"] not in chosen:
+                record_path(out, record["id"]).unlink()
+
+
+def missing_row(sid: str) -> dict:
+    """The gradebook row of a student of the class whom no shard graded."""
+    return {"id": sid, "status": MISSING, "stages": [], "score": 0.0, "max_score": 0.0,
+            "message": "no shard's results hold this submission: submit the workflow again",
+            "content_sha256": "", "sandbox": None}

@@ -1,4 +1,4 @@
-"""The instructor's commands, registered in cli.py: grade, gradebook merge (gradescope.py and
+"""The instructor's commands, registered in cli.py: grade (gradebooks.py, gradescope.py and
 report.py hold the rest). Each gathers plain data, hands it to the classroom modules, and
 prints through output/class_screens.py; errors the instructor can fix are one line and an exit
 code (exits.py)."""
@@ -10,7 +10,6 @@ import typer
 
 from theinference import exits
 from theinference.commands import limits
-from theinference.commands.options import command_group
 
 CourseOpt = Annotated[
     Path | None,
@@ -204,47 +203,3 @@ def warm_weights(spec: str, course_dir: Path | None):
         return load_weights(spec, (course_dir or Path.cwd()).expanduser().resolve())
     except WeightsError as exc:
         raise fail(str(exc), exits.WEIGHTS) from None
-
-
-gradebook_app = command_group("Gradebooks of graded classes.")
-
-
-@gradebook_app.command("merge")
-def gradebook_merge(
-    results: Annotated[list[Path], typer.Argument(help="Results folders (e.g. one per shard).")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the joined results.")],
-) -> None:
-    """Join shards' results into one folder with one gradebook.csv."""
-    from theinference.classroom.gradebook import MergeError, merge
-
-    try:
-        records = merge(results, out)
-    except MergeError as exc:
-        raise fail(str(exc), exits.USAGE) from None
-    typer.echo(f"{len(records)} submissions -> {out / 'gradebook.csv'}")
-
-
-@gradebook_app.command("diff")
-def gradebook_diff(
-    old: Annotated[Path, typer.Argument(help="The earlier results folder.")],
-    new: Annotated[Path, typer.Argument(help="The later results folder (the regrade).")],
-    csv_file: Annotated[Path | None, typer.Option("--csv", help="Also write the changes here.")]
-    = None,
-) -> None:
-    """Whose grade changed between two results folders, and why.
-
-    Per student and stage: old and new status and score, suspected bug, worst error, cases
-    added or removed, and the recorded inputs that differ (grader, specs, settings, weights,
-    seed; content for a resubmission). Exit 0: no grade changed; 1: some did."""
-    from theinference.atomic import atomic_write
-    from theinference.classroom.records import SUBMISSIONS_DIR, read_records
-    from theinference.classroom.regrade import csv_text, diff_records, text
-
-    for folder in (old, new):
-        if not (folder / SUBMISSIONS_DIR).is_dir():
-            raise fail(f"{folder} holds no graded submissions ({SUBMISSIONS_DIR}/)", exits.USAGE)
-    regrade = diff_records(read_records(old), read_records(new))
-    typer.echo(text(regrade), nl=False)
-    if csv_file is not None:
-        atomic_write(csv_file, csv_text(regrade))
-    raise typer.Exit(exits.NOT_PASSED if regrade.changes else exits.OK)

@@ -73,13 +73,19 @@ CourseFolder = Annotated[str, typer.Option(help="The folder with theinference.to
 Out = Annotated[Path | None, typer.Option("--out", "-o", help="Default: stdout.")]
 
 
+# a generated file holds paths and options, no secret: readable by the group and others, as a
+# file made under the usual umask 022 is, so fellow instructors sharing the class folder can
+# read and resubmit it (the scheduler reads it as whoever submits; nothing executes it bare)
+WRITTEN_MODE = 0o644
+
+
 def emit(text: str, out: Path | None) -> None:
     from theinference.atomic import atomic_write
 
     if out is None:
         typer.echo(text, nl=False)
     else:
-        atomic_write(out, text)
+        atomic_write(out, text, mode=WRITTEN_MODE)
         typer.echo(f"wrote {out}", err=True)
 
 
@@ -98,17 +104,50 @@ def matrix(shards: Shards = 4, submissions: Submissions = "submissions",
     emit(matrix_workflow(shards, submissions, course), out)
 
 
+StagesOpt = Annotated[
+    list[str] | None, typer.Option("--stage", "-s", help="A stage slug to grade; repeat "
+                                   "(default: the course's [grading] stages).")]
+SeedOpt = Annotated[int | None, typer.Option(help="Hidden cases' seed (default: the course's).")]
+ResultsOpt = Annotated[str, typer.Option(help="The merged results folder.")]
+
+
+def class_job(**options):
+    """The options every task is told, checked before a file is written."""
+    from theinference.classroom.clusters import ClassJob, JobError
+
+    options["stages"] = tuple(options.get("stages") or ())
+    try:
+        return ClassJob(**{k: v for k, v in options.items() if v is not None})
+    except JobError as exc:
+        raise fail(str(exc), exits.USAGE) from None
+
+
 @workflow_app.command("slurm")
-def slurm(shards: Shards = 4, submissions: Submissions = "submissions",
-          course: CourseFolder = "course", out: Out = None) -> None:
+def slurm(
+    shards: Shards = 4, submissions: Submissions = "submissions",
+    course: CourseFolder = "course", out: Out = None, stage: StagesOpt = None,
+    seed: SeedOpt = None, results: ResultsOpt = "class-results",
+    time: Annotated[str, typer.Option(help="Each task's time limit (#SBATCH --time).")]
+    = "12:00:00",
+    account: Annotated[str | None, typer.Option(help="#SBATCH --account (default: none).")]
+    = None,
+    partition: Annotated[str | None, typer.Option(help="#SBATCH --partition (default: none).")]
+    = None,
+    logs: Annotated[str, typer.Option(help="The jobs' log folder (and their ids: LOGS/jobs).")]
+    = "logs",
+    python: Annotated[str | None, typer.Option(
+        help="The Python with theinference on the compute nodes (default: this one).")] = None,
+) -> None:
     """A Slurm script: an array job of `grade --shard I/N` tasks, then a merge job.
 
-    `bash FILE` submits both; task I takes its shard from SLURM_ARRAY_TASK_ID."""
-    from theinference.classroom.clusters import slurm_script
+    `bash FILE` submits both (and cancels the last submission's jobs still queued); task I
+    takes its shard from SLURM_ARRAY_TASK_ID; the merge runs once every task has ended."""
+    from theinference.classroom.slurm import slurm_script
 
-    check_shards(shards)
-    emit(slurm_script(shards, submissions, course, out.name if out else "grade-class.slurm"),
-         out)
+    job = class_job(shards=shards, submissions=submissions, course=course, results=results,
+                    stages=stage, seed=seed, time=time, account=account, partition=partition,
+                    logs=logs, python=python)
+    emit(slurm_script(job, out.name if out else "grade-class.slurm"), out)
 
 
 @workflow_app.command("kubernetes")
@@ -121,16 +160,18 @@ def kubernetes(
     = "theinference-class",
     image: Annotated[str, typer.Option(help="The pods' image (Python 3.11 or later).")]
     = "python:3.11-slim",
+    stage: StagesOpt = None, seed: SeedOpt = None, results: ResultsOpt = "class-results",
 ) -> None:
     """Kubernetes Jobs: an Indexed Job of `grade --shard I/N` pods, then a merge Job.
 
-    The pod with JOB_COMPLETION_INDEX K grades shard K+1; apply -l step=grade, wait, then
-    apply -l step=merge."""
+    The pod with JOB_COMPLETION_INDEX K grades shard K+1; apply -l step=grade, wait until it
+    has ended (complete or failed), then apply -l step=merge."""
     from theinference.classroom.clusters import kubernetes_jobs
 
-    check_shards(shards)
+    job = class_job(shards=shards, submissions=submissions, course=course, results=results,
+                    stages=stage, seed=seed)
     name = out.name if out else "grade-class.yaml"
-    emit(kubernetes_jobs(shards, submissions, course, name, claim, image), out)
+    emit(kubernetes_jobs(job, name, claim, image), out)
 
 
 def summary(
