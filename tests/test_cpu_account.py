@@ -225,7 +225,7 @@ def test_a_guarded_worker_starts_isolated_from_home(tmp_path):
     a system Python does not) would run before the filter, free to fork."""
     from theinference.student import launch
 
-    argv = launch.worker_argv(tmp_path, 3, 4, 2**30, PYTHON, mode="guarded")
+    argv = launch.worker_argv(tmp_path, (3, 4), 2**30, PYTHON, mode="guarded")
     assert argv[1:3] == ["-I", "-B"] and argv[-1] == "guarded", argv
 
 

@@ -110,7 +110,7 @@ def test_language_found_from_settings_or_adapters(tmp_path):
     (tmp_path / "b" / "theinference.toml").write_text('language = "rust"\n')
     with pytest.raises(CourseError, match="must be one of python, ts"):
         open_course(tmp_path / "b")
-    argv = launch.worker_argv(tmp_path / "a", 3, 4, 2**30, course_language(tmp_path / "a"))
+    argv = launch.worker_argv(tmp_path / "a", (3, 4), 2**30, course_language(tmp_path / "a"))
     assert "--max-old-space-size=1024" in argv and argv[-4:] == [
         "3",
         "4",
@@ -123,7 +123,7 @@ def test_the_worker_starts_node_able_to_run_the_fused_kernel(tmp_path):
     """Catches the student's Node started without relaxed SIMD where it needs the flag (Node 20:
     the course's kernel-fma.wasm then goes unused, and TypeScript is slower for it), or with a
     flag this Node refuses (every TypeScript course would fail to start)."""
-    argv = launch.worker_argv(tmp_path, 3, 4, 2**30, language=languages.TYPESCRIPT)
+    argv = launch.worker_argv(tmp_path, (3, 4), 2**30, language=languages.TYPESCRIPT)
     flags = [a for a in argv if a == launch.RELAXED_SIMD_FLAG]
     major = node_major()
     fused = languages.TYPESCRIPT.template / launch.FUSED_KERNEL

@@ -8,7 +8,7 @@ student's own tokens, after the call, from answers held where the student cannot
 """
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from theinference.curriculum.checks import CHECKS, Check, Verdict
 from theinference.curriculum.checks.floor import (
@@ -53,9 +53,10 @@ def grade_case(
         on_hook = fixed.answer if isinstance(fixed, SwapPlan) else None
         call = (check.adapter, args, stage.timeout, check.hook, on_hook)
         outcome = process.call(*call, watch=check.watch)
-    verdict = judge(stage, case, args, outcome, answers, clock, fixed, measured=measured)
+    asked = Question(stage, case, args, answers, clock)
+    verdict = judge(asked, outcome, fixed, measured=measured)
     if isinstance(fixed, SwapPlan) and departs(verdict):
-        outcome, verdict = asked_unswapped(stage, case, args, process, answers, clock, fixed)
+        outcome, verdict = asked_unswapped(asked, process, fixed)
     result = CaseResult(
         **finding_of(verdict),
         name=case.name,
@@ -80,13 +81,14 @@ def is_measured(check: Check, case: Case, args: list, config) -> bool:
     return worth_measuring(check.flop(args, config), cached)
 
 
-def asked_unswapped(stage, case, args, process, answers, clock, plan: SwapPlan):
+def asked_unswapped(asked: "Question", process, plan: SwapPlan):
     """An answer that departs over the swapped cache, asked again over the student's own
     cache: there the stage's diagnosis can name the bug (a wrong position, a shared cache),
     and a right answer there says the decode reads part of its cache and recomputes part."""
-    check = CHECKS[case.check]
-    outcome = process.call(check.adapter, args, stage.timeout, check.hook, watch=check.watch)
-    verdict = judge(stage, case, args, outcome, answers, clock, plan, rerun=True)
+    check, stage = CHECKS[asked.case.check], asked.stage
+    outcome = process.call(check.adapter, asked.args, stage.timeout, check.hook,
+                           watch=check.watch)
+    verdict = judge(asked, outcome, plan, rerun=True)
     if verdict.status == Status.PASSED:
         verdict = Verdict(Status.FAILED, message=DEPARTS.format(hook=stage.words["hook"]))
     elif verdict.status == Status.FAILED:
@@ -160,17 +162,23 @@ class OracleClock:
             self.seconds += time.monotonic() - started
 
 
+@dataclass(frozen=True)
+class Question:
+    """One case as asked: its stage, the case, the adapter's arguments, the oracle's answers
+    and the clock their time is charged to."""
+
+    stage: Stage
+    case: Case
+    args: list
+    answers: Answers
+    clock: OracleClock
+
+
 def judge(
-    stage: Stage,
-    case: Case,
-    args: list,
-    outcome: Outcome,
-    answers: Answers,
-    clock: OracleClock,
-    fixed=None,
-    rerun: bool = False,
-    measured: bool = False,
+    asked: Question, outcome: Outcome, fixed=None, rerun: bool = False, measured: bool = False
 ) -> Verdict:
+    stage, case, args, answers, clock = (asked.stage, asked.case, asked.args, asked.answers,
+                                         asked.clock)
     check = CHECKS[case.check]
     if case.inputs.get("must_raise"):
         return verdict_for_must_raise(outcome, case)

@@ -255,7 +255,6 @@ def extend(
     w: dict,
     n_layer: int,
     past: list[LayerKV],
-    last_only: bool = False,
     start: int | None = None,
     variant: Variant = GPT2,
 ) -> Forward:
@@ -265,9 +264,8 @@ def extend(
     x = embed(ids, w, past[0].k.shape[1] if start is None else start)
     kv = list(past)
     for layer in range(n_layer):
-        prune = last_only and layer == n_layer - 1
         slot = variant.cache_slot(layer)
-        x, kv[slot] = block(x, w, layer, kv[slot], prune, variant)
+        x, kv[slot] = block(x, w, layer, kv[slot], variant=variant)
     return Forward(hidden=x, kv=kv)
 
 

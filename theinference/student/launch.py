@@ -17,17 +17,18 @@ from theinference.student.sandbox import WORKER_DIR
 
 def worker_argv(
     course_dir: Path,
-    request_fd: int | str,
-    reply_fd: int | str,
+    fds: tuple[int | str, int | str],
     memory_bytes: int | str,
     language: Language = languages.DEFAULT,
     worker_dir: Path = WORKER_DIR,
     mode: str = "adapters",
 ) -> list[str]:
-    """The command that starts the student's process for this course's language. worker_dir:
-    where the worker scripts are seen from inside the process (a sandbox mounts them); mode:
-    adapters, guarded (adapters, with starting a process forbidden: worker/guard.py), or
-    calibrate (the grader's own matrix product, no student code loaded)."""
+    """The command that starts the student's process for this course's language. fds: the
+    request and reply pipes' descriptors; worker_dir: where the worker scripts are seen from
+    inside the process (a sandbox mounts them); mode: adapters, guarded (adapters, with
+    starting a process forbidden: worker/guard.py), or calibrate (the grader's own matrix
+    product, no student code loaded)."""
+    request_fd, reply_fd = fds
     tail = [str(request_fd), str(reply_fd), str(course_dir), str(memory_bytes)]
     tail += [] if mode == "adapters" else [mode]
     worker = str(worker_dir / language.worker)
@@ -96,6 +97,6 @@ def in_bwrap(
     """The worker's command inside bubblewrap: the course, the weights and the worker's folder
     mounted, the grader's cache and package hidden."""
     mounts = Path(sandbox.WORKER_MOUNT)
-    inner = worker_argv(Path(sandbox.COURSE_MOUNT), *fds, memory, language, mounts, mode)
+    inner = worker_argv(Path(sandbox.COURSE_MOUNT), fds, memory, language, mounts, mode)
     hidden = [cache_dir().resolve(), Path(__file__).parents[1]]
     return sandbox.bwrap_command(inner, course, weights, hidden)

@@ -50,7 +50,7 @@ class Placement:
             home, tmp = os.environ.get("HOME", "/"), os.environ.get("TMPDIR", "/tmp")
             path = os.environ.get("PATH", sandbox.SYSTEM_PATH)
             env = self.env(sandbox.student_env(self.token, home, tmp, str(self.weights), path))
-            argv = launch.worker_argv(self.course_dir, *fds, memory, language, mode=mode)
+            argv = launch.worker_argv(self.course_dir, fds, memory, language, mode=mode)
             return argv, env, {}, self.course_dir
         run_dir, course = self.private_world()
         home = str(run_dir / "home")
@@ -58,7 +58,7 @@ class Placement:
         env = self.env(sandbox.student_env(self.token, home, home, weights, sandbox.SYSTEM_PATH))
         as_user = {"user": self.uid, "group": self.uid, "extra_groups": []}  # root is given up
         workers = run_dir / "worker"  # a copy it can read, wherever the grader is installed
-        argv = launch.worker_argv(course, *fds, memory, language, workers, mode)
+        argv = launch.worker_argv(course, fds, memory, language, workers, mode)
         return argv, env, as_user, course
 
     def env(self, base: dict[str, str]) -> dict[str, str]:

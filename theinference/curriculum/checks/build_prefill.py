@@ -4,6 +4,7 @@ import numpy as np
 
 from theinference.curriculum.checks.common import Rejected, Verdict, Words, check
 from theinference.curriculum.checks.values import (
+    Wanted,
     as_float_array,
     check_finite,
     mismatch_message,
@@ -32,9 +33,8 @@ def prompt_arguments(case: Case, config: ModelConfig) -> list:
 )
 def prefill_logits(value, args, ask, tol, config) -> Verdict:
     """The logits prefill returns for the prompt's last position equal the recompute's."""
-    return vector_verdict(
-        value, (config.vocab_size,), lambda: ask(args), tol, config, "logits", say("mismatch")
-    )
+    wanted = Wanted("logits", (config.vocab_size,), say("mismatch"))
+    return vector_verdict(value, wanted, lambda: ask(args), tol, config)
 
 
 @check(

@@ -2,7 +2,7 @@
 
 from theinference.curriculum.checks.common import Verdict, Words, check
 from theinference.curriculum.checks.swap import after_prefill, judged, swap_verdict
-from theinference.curriculum.checks.values import checked_array, vector_verdict
+from theinference.curriculum.checks.values import Wanted, checked_array, vector_verdict
 from theinference.curriculum.stages import Case, token_ids
 from theinference.oracle.config import ModelConfig
 
@@ -66,7 +66,7 @@ def judged_decode(value, args, ask, tol, config) -> Verdict:
             returned, seen, lambda v: checked_array(v, shape, config, "logits"), say, tol, "logits"
         ),
         lambda: vector_verdict(
-            returned, shape, lambda: ask(args), tol, config, "logits", say("mismatch")
+            returned, Wanted("logits", shape, say("mismatch")), lambda: ask(args), tol, config
         ),
         say,
     )

@@ -2,7 +2,7 @@
 
 from theinference.curriculum.checks.common import Verdict, Words, check
 from theinference.curriculum.checks.swap import after_attn_step, judged, swap_verdict
-from theinference.curriculum.checks.values import checked_array, vector_verdict
+from theinference.curriculum.checks.values import Wanted, checked_array, vector_verdict
 from theinference.curriculum.stages import Case, token_ids
 from theinference.oracle.config import ModelConfig
 
@@ -25,15 +25,8 @@ def seq_arguments(case: Case, config: ModelConfig) -> list:
 def step_attention(value, args, ask, tol, config) -> Verdict:
     """Layer 0's attention-sublayer output at the last position, walked one token at a time
     through a fresh cache, equals the recompute's masked attention over the whole sequence."""
-    return vector_verdict(
-        value,
-        (config.n_embd,),
-        lambda: ask(args),
-        tol,
-        config,
-        "attention-sublayer output",
-        say("mismatch"),
-    )
+    wanted = Wanted("attention-sublayer output", (config.n_embd,), say("mismatch"))
+    return vector_verdict(value, wanted, lambda: ask(args), tol, config)
 
 
 @check(

@@ -1,6 +1,7 @@
 """Turning a returned value into an array, or a message that says why it cannot be one."""
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -75,16 +76,21 @@ def checked_array(value, want: tuple, config: ModelConfig, label: str) -> np.nda
     return actual
 
 
+@dataclass(frozen=True)
+class Wanted:
+    """What a vector answer must be: its name in the report, its shape, and the hint a
+    mismatch gives."""
+
+    label: str
+    shape: tuple
+    hint: str
+
+
 def vector_verdict(
-    value,
-    want: tuple,
-    expected: Callable[[], np.ndarray],
-    tol: Tolerance,
-    config: ModelConfig,
-    label: str,
-    hint: str,
+    value, wanted: Wanted, expected: Callable[[], np.ndarray], tol: Tolerance, config: ModelConfig
 ) -> Verdict:
     """Validate first (no oracle time for a wrong type or shape), then compare."""
+    label, want, hint = wanted.label, wanted.shape, wanted.hint
     try:
         actual = checked_array(value, want, config, label)
     except Rejected as exc:
