@@ -14,6 +14,7 @@ from theinference.oracle import gpt2 as oracle
 from theinference.oracle.config import ModelConfig
 from theinference.results import Status
 from theinference.results.compare import compare
+from theinference.results.error_map import error_map, in_tolerances, numbered
 
 say = Words(__name__)
 
@@ -101,6 +102,7 @@ def localise(pairs, expected: list[oracle.LayerKV], tol) -> Verdict:
                     message=f"{before}layer {layer} {name} departs at position {pos}, head "
                     f"{head}: {mismatch_message(c)}",
                     where={"layer": layer, "tensor": name, "position": pos, "head": head},
+                    error_map=cache_map(pairs, expected, tol),
                 )
             fine.append(f"layer {layer} {name}")
     everything = compare(
@@ -110,6 +112,16 @@ def localise(pairs, expected: list[oracle.LayerKV], tol) -> Verdict:
         tol,
     )
     return Verdict(Status.PASSED, comparisons=[everything])
+
+
+def cache_map(pairs, expected: list[oracle.LayerKV], tol) -> dict | None:
+    """Layer by layer (K, then V) down, position across: each cell the worst of its heads."""
+    got = np.stack([np.stack(p) for p in pairs])  # [layers, 2, h, n, hd]
+    want = np.stack([np.stack([r.k, r.v]) for r in expected])
+    ratio = in_tolerances(got, want, tol).max(axis=(2, 4))  # [layers, 2, n]
+    layers, _, n = ratio.shape
+    rows = [f"{layer} {name}" for layer in range(layers) for name in "KV"]
+    return error_map(ratio.reshape(2 * layers, n), ("layer", rows), ("position", numbered(n)))
 
 
 def departing_hint(layer: int, name: str) -> str:
