@@ -8,7 +8,7 @@ from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.padding import Padding
 from rich.text import Text
 
-from theinference.results import StageResult, where_text
+from theinference.results import CaseResult, StageResult, where_text
 
 # a cell's level: 0 within the tolerance, then one per decade beyond it, the last open-ended
 BOUNDS = [1, 10, 100, 1_000, 10_000]
@@ -79,11 +79,15 @@ def legend(plain: bool) -> Text:
     return line
 
 
-def map_lines(stage: StageResult) -> list:
-    """The map of the case the stage shows in full, else of its first case that has one."""
+def map_case(stage: StageResult) -> CaseResult | None:
+    """The case whose map a stage shows: the one it shows in full, else its first with one."""
     shown = [stage.case(stage.first_case), *stage.cases]
-    found = next((c for c in shown if c is not None and c.error_map), None)
-    if found is None:
+    return next((c for c in shown if c is not None and c.error_map), None)
+
+
+def map_lines(stage: StageResult) -> list:
+    """The stage's error map under its diagnosis (none when no case has one)."""
+    if (case := map_case(stage)) is None:
         return []
-    return [Padding(Group(Text(f"case: {found.name}", style="dim"), ErrorMapView(found.error_map)),
-                    (0, 0, 0, 4), expand=False)]
+    title = Text(f"case: {case.name}", style="dim")
+    return [Padding(Group(title, ErrorMapView(case.error_map)), (0, 0, 0, 4), expand=False)]
