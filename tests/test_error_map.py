@@ -7,6 +7,7 @@ ones grade planted bugs (tests/solutions/bugs.toml) end to end."""
 
 import io
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -24,6 +25,7 @@ from theinference.curriculum.stages import load_stages
 from theinference.diagnosis.variants import VARIANTS
 from theinference.oracle import gpt2 as oracle
 from theinference.oracle.cached_path import CachedPath
+from theinference.output import html_page
 from theinference.output.formats import SCHEMA_FILE, render
 from theinference.output.report import stage_block
 from theinference.results import CaseResult, RunResult, StageResult, Status, finding_of
@@ -165,7 +167,10 @@ def test_the_html_page_shows_the_map_in_chromium(weights, tmp_path):
     text = page.read_text()
     assert "http" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "")
     dom = dump_dom(chromium, page, tmp_path)
-    assert "<svg" in dom and 'class="first"' in dom
+    marked = re.search(r'<rect x="(\d+)" y="(\d+)" width="(\d+)"[^>]*class="first"', dom)
+    row, column = stage.cases[0].error_map["first"]
+    x, y, width = (int(v) for v in marked.groups())
+    assert (y - html_page.TOP) // html_page.CELL == row and (x - html_page.LABEL) // width == column
     assert '<span class="first-at">layer 0, position 1</span>' in dom
     assert "every prompt position at wpe[0]" in dom and "use positions 0..n-1" in dom
     assert "X first departs at layer 0, position 1" in dom  # the report's text, below

@@ -46,7 +46,8 @@ class ErrorMapView:
                 marked = r == first_row and c <= first_column < c + merge
                 line.append(cell(max(cells[c : c + merge]), marked, plain))
             yield line
-        yield axis_line(columns, width, math.ceil(len(columns["labels"]) / merge))
+        shown = math.ceil(len(columns["labels"]) / merge)
+        yield axis_line(columns, width, shown, options.max_width)
         yield legend(plain)
         yield Text(f"{FIRST} first departs at {where_text(self.map['first_at'])}", style="bold")
 
@@ -59,19 +60,20 @@ def cell(tolerances: float, marked: bool, plain: bool) -> Text:
     return Text(FIRST if marked else " ", style=f"{ink} on {COLOURS[step]}")
 
 
-def axis_line(columns: dict, width: int, shown: int) -> Text:
-    """The column axis under the grid: its name, the first label and the last."""
+def axis_line(columns: dict, width: int, shown: int, room: int) -> Text:
+    """The column axis under the grid: the first label, the last, and its name if it fits."""
     first, last = columns["labels"][0], columns["labels"][-1]
     first, last = first.split("–")[0], last.split("–")[-1]
     gap = max(shown - len(first) - len(last), 1)
     line = Text(" " * (width + 1) + first + " " * gap + last, style="dim")
-    line.append(f"  {columns['name']}", style="dim")
+    if len(line) + 2 + len(columns["name"]) <= room:
+        line.append(f"  {columns['name']}", style="dim")
     return line
 
 
 def legend(plain: bool) -> Text:
     """Each level's character or colour, and the error it stands for."""
-    line = Text.assemble(("each cell's worst error in tolerances:", "dim"))
+    line = Text.assemble(("worst error in tolerances:", "dim"))
     for step, words in enumerate(LEGEND):
         line.append(" ")
         line.append_text(cell(BOUNDS[step - 1] * 2 if step else 0.0, False, plain))
