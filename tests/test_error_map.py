@@ -20,14 +20,17 @@ from rich.console import Console
 from tests.bugs import BUGS, REFERENCE
 from tests.helpers import oracle_answer
 from theinference.curriculum.checks import CHECKS
+from theinference.curriculum.checks.generate_loop import greedy_tokens
 from theinference.curriculum.checks.per_step_identity import plain_sequence_verdict
 from theinference.curriculum.stages import load_stages
 from theinference.diagnosis.variants import VARIANTS
 from theinference.oracle import gpt2 as oracle
 from theinference.oracle.cached_path import CachedPath
+from theinference.oracle.config import GPT2_124M
 from theinference.output import html_page
 from theinference.output.formats import SCHEMA_FILE, render
 from theinference.output.report import stage_block
+from theinference.output.screen import focus_block
 from theinference.results import CaseResult, RunResult, StageResult, Status, finding_of
 from theinference.results.error_map import MAX_COLUMNS, MAX_ROWS, error_map, numbered
 
@@ -138,6 +141,28 @@ def test_the_terminal_draws_the_map_within_its_width(planted):
         in plain
     coloured = terminal(stage, colour=True)
     assert "\x1b[" in coloured and "48;2;" in coloured  # cells drawn as background colours
+    out = Console(file=io.StringIO(), width=WIDTH, color_system=None)
+    out.print(focus_block(stage))  # watch mode's screen
+    assert "X first departs at" in out.file.getvalue()
+
+
+def test_a_generation_maps_each_token_gap_in_one_row():
+    """Would catch a generation's map that marks a token accepted as a near-tie, or one that
+    does not fit a one-row grid in the terminal."""
+    logits = np.zeros((40, 50))  # [tokens, vocab]
+    logits[:, 7] = 1.0  # the argmax at every step
+    logits[3, 9] = 1.0 - 1e-3  # a near-tie at token 3, within the tolerance
+    logits[5, 2] = -4.0  # token 5: far below the argmax
+    yours = [7] * 40
+    yours[3], yours[5] = 9, 2
+    tol = tolerance_of("generate-loop")
+    verdict = greedy_tokens(np.array(yours), [[1, 2], 40], lambda q: logits, tol, GPT2_124M)
+    assert verdict.where == {"token": 5, "position": 7}
+    assert verdict.error_map["first_at"] == {"gap": "argmax − yours", "token": "5"}
+    case = CaseResult(**finding_of(verdict), name="forty tokens")
+    plain = terminal(stage_of(case, "generate-loop"), colour=False)
+    grid = plain[plain.index("error map:"):].splitlines()
+    assert grid[1].rstrip().endswith(" " + "." * 5 + "X" + "." * 34)  # the near-tie a dot
 
 
 def test_json_carries_the_map_and_matches_the_schema(planted):
