@@ -243,3 +243,26 @@ def test_every_localised_planted_bug_gets_a_map(bug, weights, answers):
         for axis, label in case.error_map["first_at"].items():
             if axis in case.where:  # a cache's row label may add its tensor: "0 K"
                 assert str(case.where[axis]) == label.split()[0], (bug.id, case.name)
+
+
+@pytest.mark.slow
+def test_theinference_test_writes_the_map_to_the_log_json_and_page(tmp_path, weights):
+    """Would catch `theinference test` with a planted off-by-one position (prefill-position-
+    zero) whose log, --json file or --html page lacks the map or marks another first cell."""
+    from typer.testing import CliRunner
+
+    from tests.bugs import planted as planted_text
+    from tests.helpers import make_course
+    from theinference.cli import app
+
+    course = make_course(tmp_path / "course", planted_text("prefill-position-zero"))
+    results, page = tmp_path / "run.json", tmp_path / "run.html"
+    done = CliRunner().invoke(
+        app, ["test", "-C", str(course), "-s", "build-prefill", "--timeout", "600",
+              "--json", str(results), "--html", str(page)], env={"COLUMNS": "80"})
+    assert done.exit_code == 1, done.output
+    assert "X first departs at layer 0, position 1" in done.output
+    cases = json.loads(results.read_text())["stages"][-1]["cases"]
+    maps = [c["error_map"] for c in cases if c["error_map"]]
+    assert maps and all(m["first_at"] == {"layer": "0", "position": "1"} for m in maps)
+    assert '<span class="first-at">layer 0, position 1</span>' in page.read_text()
