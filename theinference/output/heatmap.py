@@ -23,6 +23,8 @@ def level(tolerances: float) -> int:
     """0 at or below 1 tolerance, then 1 per decade beyond (1 <  x <= 10: 1), capped."""
     if tolerances <= 1:
         return 0
+    if not math.isfinite(tolerances):  # drawn as far past it as can be, never as within
+        return len(BOUNDS)
     return min(math.ceil(math.log10(tolerances)), len(BOUNDS))
 
 
