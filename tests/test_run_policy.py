@@ -171,7 +171,7 @@ def test_a_partial_pass_is_never_recorded_as_passed(tmp_path):
 
 
 def test_machine_formats_mark_a_partial_run_and_never_give_it_marks():
-    """Would catch: a Gradescope file from a filtered run scoring full marks, or JSON/JUnit
+    """Would catch: a Gradescope file from a filtered run scoring full marks, or JSON/JUnit/HTML
     that do not say the run was partial or which sandbox it had."""
     import xml.etree.ElementTree as ET
 
@@ -191,10 +191,11 @@ def test_machine_formats_mark_a_partial_run_and_never_give_it_marks():
         p.get("name"): p.get("value") for p in ET.fromstring(render(run, "junit")).iter("property")
     }
     assert props["partial"] == "true" and props["not_run"] == "1"
-    assert set(FORMATS) == {"json", "junit", "gradescope"}
+    assert "partial run" in render(run, "html")
+    assert set(FORMATS) == {"json", "junit", "gradescope", "html"}
 
 
-@pytest.mark.parametrize("fmt", ["json", "junit", "gradescope"])
+@pytest.mark.parametrize("fmt", ["json", "junit", "gradescope", "html"])
 def test_every_registered_format_has_its_file_option(fmt):
     """Would catch: a format added to the registry that the command line does not offer."""
     result = runner.invoke(app, ["test", "--help"], terminal_width=200)

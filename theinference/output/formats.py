@@ -92,6 +92,7 @@ def case_json(case: CaseResult) -> dict:
         "suspected_bug": case.suspected_bug,
         "lesson": case.lesson,
         "where": case.where,
+        "error_map": case.error_map,
         "comparisons": [comparison_json(c) for c in case.comparisons],
         "steps": case.steps,
         "tokens": case.tokens,
@@ -212,6 +213,13 @@ def to_gradescope(run: RunResult, grading: Grading) -> dict:
     return gradescope_results(to_json(run), stage_points(run.stages, grading), grading)
 
 
+def to_html(run: RunResult) -> str:
+    """The run as a standalone page (html_page.py), its error maps drawn."""
+    from theinference.output.html_page import page  # rich, only when a page is asked for
+
+    return page(run)
+
+
 @dataclass(frozen=True)
 class Format:
     name: str  # --format NAME; also --NAME FILE (junit: --junit FILE)
@@ -225,6 +233,7 @@ FORMATS: dict[str, Format] = {
     for f in (
         Format("json", lambda run, _: json.dumps(to_json(run), indent=2), ".json", "JSON results"),
         Format("junit", lambda run, _: to_junit(run), ".xml", "JUnit XML"),
+        Format("html", lambda run, _: to_html(run), ".html", "a standalone HTML page"),
         Format(
             "gradescope",
             lambda run, grading: json.dumps(to_gradescope(run, grading), indent=2),

@@ -10,6 +10,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from theinference.output.heatmap import map_lines
 from theinference.results import CaseResult, RunResult, StageResult, Status
 from theinference.results.compare import Comparison
 from theinference.results.text import inert_copy, terminal_text
@@ -110,7 +111,7 @@ def stage_block(stage: StageResult, seen: dict[str, str] | None = None) -> Group
         hints.add(case.hint)
         if case.traceback:
             seen.setdefault(case.traceback, f"'{case.name}'")
-    return Group(Text(""), head, *blocks, *diagnosis_lines(stage))
+    return Group(Text(""), head, *blocks, *diagnosis_lines(stage), *map_lines(stage))
 
 
 def shared_error_block(stage: StageResult, seen: dict[str, str]) -> list:

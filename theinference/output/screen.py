@@ -8,6 +8,7 @@ next thing to do are pinned at the bottom, the last thing the eye lands on.
 from rich.console import Console, Group
 from rich.text import Text
 
+from theinference.output.heatmap import map_lines
 from theinference.output.report import (
     STYLE,
     case_details,
@@ -79,7 +80,7 @@ def focus_block(stage: StageResult) -> Group:
         return Group()
     title = "every case" if stage.shared_error else f"case {case.name}"
     rule = Text(f"── {stage.slug} · {title} " + "─" * 20, style="dim")
-    return Group(rule, *case_details(trim_output(case), show_hint=False))
+    return Group(rule, *case_details(trim_output(case), show_hint=False), *map_lines(stage))
 
 
 def trim_output(case: CaseResult) -> CaseResult:

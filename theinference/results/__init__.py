@@ -36,6 +36,7 @@ class Finding:
     tokens: dict | None = None  # generate-loop: yours, expected, first_divergence
     suspected_bug: str | None = None  # a catalogued bug id the judge recognised by itself
     where: dict | None = None  # where the answer first departs, e.g. {"step": 3, "position": 9}
+    error_map: dict | None = None  # where it departs, as a grid (results/error_map.py)
 
 
 def finding_of(found: Finding) -> dict:

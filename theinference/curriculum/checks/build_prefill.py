@@ -15,6 +15,7 @@ from theinference.oracle import gpt2 as oracle
 from theinference.oracle.config import ModelConfig
 from theinference.results import Status
 from theinference.results.compare import compare
+from theinference.results.error_map import MAX_ROWS, error_map, in_tolerances, numbered
 
 say = Words(__name__)
 
@@ -103,6 +104,7 @@ def localise(pairs, expected: list[oracle.LayerKV], tol) -> Verdict:
                     message=f"{before}layer {layer} {name} departs at position {pos}, head "
                     f"{head}: {mismatch_message(c)}",
                     where={"layer": layer, "tensor": name, "position": pos, "head": head},
+                    error_map=cache_map(pairs, expected, tol),
                 )
             fine.append(f"layer {layer} {name}")
     everything = compare(
@@ -112,6 +114,19 @@ def localise(pairs, expected: list[oracle.LayerKV], tol) -> Verdict:
         tol,
     )
     return Verdict(Status.PASSED, comparisons=[everything])
+
+
+def cache_map(pairs, expected: list[oracle.LayerKV], tol) -> dict | None:
+    """Layer by layer (K, then V, where they fit) down, position across: each cell the worst
+    of its heads."""
+    got = np.stack([np.stack(p) for p in pairs])  # [layers, 2, h, n, hd]
+    want = np.stack([np.stack([r.k, r.v]) for r in expected])
+    ratio = in_tolerances(got, want, tol).max(axis=(2, 4))  # [layers, 2, n]
+    layers, _, n = ratio.shape
+    if 2 * layers > MAX_ROWS:  # a row per layer, the worst of its K and V
+        return error_map(ratio.max(axis=1), ("layer", numbered(layers)), ("position", numbered(n)))
+    rows = [f"{layer} {name}" for layer in range(layers) for name in "KV"]
+    return error_map(ratio.reshape(2 * layers, n), ("layer", rows), ("position", numbered(n)))
 
 
 def departing_hint(layer: int, name: str) -> str:

@@ -15,6 +15,7 @@ from theinference.oracle import gpt2 as oracle
 from theinference.oracle.config import ModelConfig
 from theinference.results import Status
 from theinference.results.compare import Tolerance
+from theinference.results.error_map import error_map, numbered
 
 say = Words(__name__)
 
@@ -61,9 +62,20 @@ def greedy_tokens(value, args, ask, tol: Tolerance, config: ModelConfig) -> Verd
         tokens=strip,
         hint=say("mismatch"),
         where={"token": first, "position": len(prompt) + first},
+        error_map=gap_map(logits, yours, tol),
         message=f"token {first} (position {len(prompt) + first}) departs: yours {yours[first]}, "
         f"the recompute's argmax {expected[first]}, whose logit is higher by {gap:.3g}",
     )
+
+
+def gap_map(logits: np.ndarray, yours: list[int], tol: Tolerance) -> dict | None:
+    """Token by token across: how far the recompute's argmax logit is above that of your
+    token, in tolerances (at most 1: the same token, or a near-tie accepted)."""
+    best = logits.max(axis=1).astype(np.float64)  # [count]
+    mine = logits[np.arange(len(yours)), yours].astype(np.float64)  # [count]
+    ratio = (best - mine) / (tol.atol + tol.rtol * np.abs(best))  # [count]
+    gap = ("gap", ["argmax − yours"])
+    return error_map(ratio[np.newaxis, :], gap, ("token", numbered(len(yours))))
 
 
 def generate_flop(args: list, config: ModelConfig) -> float:

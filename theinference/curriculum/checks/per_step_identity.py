@@ -12,6 +12,7 @@ from theinference.oracle import gpt2 as oracle
 from theinference.oracle.config import ModelConfig
 from theinference.results import Status
 from theinference.results.compare import Tolerance, compare
+from theinference.results.error_map import error_map, in_tolerances, numbered
 
 say = Words(__name__)
 
@@ -90,7 +91,15 @@ def plain_sequence_verdict(value, args, ask, tol: Tolerance, config: ModelConfig
         steps=steps,
         hint=say("drift") if first > 0 else full_decode_step.say("mismatch"),
         where={"step": first, "position": len(prompt) + first},
+        error_map=steps_map(actual, expected, tol),
     )
+
+
+def steps_map(actual, expected, tol: Tolerance) -> dict | None:
+    """Step by step down, the vocabulary across in runs of token ids."""
+    ratio = in_tolerances(actual, expected, tol)  # [steps, vocab]
+    steps, vocab = ratio.shape
+    return error_map(ratio, ("step", numbered(steps)), ("token id", numbered(vocab)))
 
 
 @check(

@@ -15,6 +15,7 @@ from theinference.oracle import gpt2 as oracle
 from theinference.oracle.config import ModelConfig
 from theinference.results import Status
 from theinference.results.compare import Comparison, Tolerance, compare
+from theinference.results.error_map import error_map, in_tolerances, numbered
 
 say = Words(__name__)
 
@@ -102,8 +103,16 @@ def logits_and_reuse(value, args, ask, tol: Tolerance, config: ModelConfig) -> V
                 hint=say("reused_nothing") if reused == 0 else say("logits"),
                 message=f"prompt {i} (reused {reused} of {len(prompts[i])}): {mismatch_message(c)}",
                 where={"prompt": i},
+                error_map=prompts_map([p[0] for p in pairs], expected, tol),
             )
     return Verdict(Status.PASSED, comparisons=[max(comparisons, key=lambda c: c.worst)])
+
+
+def prompts_map(logits: list[np.ndarray], expected: np.ndarray, tol) -> dict | None:
+    """Prompt by prompt down, the vocabulary across in runs of token ids."""
+    ratio = in_tolerances(np.stack(logits), expected, tol)  # [prompts, vocab]
+    prompts, vocab = ratio.shape
+    return error_map(ratio, ("prompt", numbered(prompts)), ("token id", numbered(vocab)))
 
 
 def expect_chain(recompute, args: list) -> np.ndarray:

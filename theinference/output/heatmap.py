@@ -1,0 +1,97 @@
+"""A case's error map (results/error_map.py) drawn in the terminal: one character per cell, its
+background coloured by how far past the tolerance the cell lands (log scale), the cell of the
+first departure marked X. Without colours (a CI log) each cell is a character of a ramp."""
+
+import math
+
+from rich.console import Console, ConsoleOptions, Group, RenderResult
+from rich.padding import Padding
+from rich.text import Text
+
+from theinference.results import CaseResult, StageResult, where_text
+
+# a cell's level: 0 within the tolerance, then one per decade beyond it, the last open-ended
+BOUNDS = [1, 10, 100, 1_000, 10_000]
+RAMP = ".:+*#@"  # plain output, one character per level
+COLOURS = ["#2e7d32", "#fdd835", "#fb8c00", "#e53935", "#b71c1c", "#6a1b9a"]
+LEGEND = ["≤1", "≤10", "≤100", "≤1e3", "≤1e4", ">1e4"]  # each level's bound, as BOUNDS says
+FIRST = "X"
+LABEL_WIDTH = 14  # at most, for row labels
+
+
+def level(tolerances: float) -> int:
+    """0 at or below 1 tolerance, then 1 per decade beyond (1 <  x <= 10: 1), capped."""
+    if tolerances <= 1:
+        return 0
+    if not math.isfinite(tolerances):  # drawn as far past it as can be, never as within
+        return len(BOUNDS)
+    return min(math.ceil(math.log10(tolerances)), len(BOUNDS))
+
+
+class ErrorMapView:
+    """The map within the width it is given: columns beyond it merge (each its worst)."""
+
+    def __init__(self, error_map: dict):
+        self.map = error_map
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        plain = console.no_color or console.color_system is None
+        rows, columns = self.map["rows"], self.map["columns"]
+        width = min(max(len(label) for label in rows["labels"]), LABEL_WIDTH)
+        room = max(options.max_width - width - 1, 8)
+        merge = math.ceil(len(columns["labels"]) / room)
+        first_row, first_column = self.map["first"]
+        yield Text(f"error map: {rows['name']} down, {columns['name']} across", style="bold")
+        for r, (label, cells) in enumerate(zip(rows["labels"], self.map["cells"], strict=True)):
+            line = Text.assemble((label[:width].rjust(width) + " ", "dim"))
+            for c in range(0, len(cells), merge):
+                marked = r == first_row and c <= first_column < c + merge
+                line.append(cell(max(cells[c : c + merge]), marked, plain))
+            yield line
+        shown = math.ceil(len(columns["labels"]) / merge)
+        yield axis_line(columns, width, shown, options.max_width)
+        yield legend(plain)
+        yield Text(f"{FIRST} first departs at {where_text(self.map['first_at'])}", style="bold")
+
+
+def cell(tolerances: float, marked: bool, plain: bool) -> Text:
+    step = level(tolerances)
+    if plain:
+        return Text(FIRST if marked else RAMP[step])
+    ink = "bold white" if step else "bold black"
+    return Text(FIRST if marked else " ", style=f"{ink} on {COLOURS[step]}")
+
+
+def axis_line(columns: dict, width: int, shown: int, room: int) -> Text:
+    """The column axis under the grid: the first label, the last, and its name if it fits."""
+    first, last = columns["labels"][0], columns["labels"][-1]
+    first, last = first.split("–")[0], last.split("–")[-1]
+    gap = max(shown - len(first) - len(last), 1)
+    line = Text(" " * (width + 1) + first + " " * gap + last, style="dim")
+    if len(line) + 2 + len(columns["name"]) <= room:
+        line.append(f"  {columns['name']}", style="dim")
+    return line
+
+
+def legend(plain: bool) -> Text:
+    """Each level's character or colour, and the error it stands for."""
+    line = Text.assemble(("worst error in tolerances:", "dim"))
+    for step, words in enumerate(LEGEND):
+        line.append(" ")
+        line.append_text(cell(BOUNDS[step - 1] * 2 if step else 0.0, False, plain))
+        line.append(words, style="dim")
+    return line
+
+
+def map_case(stage: StageResult) -> CaseResult | None:
+    """The case whose map a stage shows: the one it shows in full, else its first with one."""
+    shown = [stage.case(stage.first_case), *stage.cases]
+    return next((c for c in shown if c is not None and c.error_map), None)
+
+
+def map_lines(stage: StageResult) -> list:
+    """The stage's error map under its diagnosis (none when no case has one)."""
+    if (case := map_case(stage)) is None:
+        return []
+    title = Text(f"case: {case.name}", style="dim")
+    return [Padding(Group(title, ErrorMapView(case.error_map)), (0, 0, 0, 4), expand=False)]
