@@ -107,6 +107,6 @@ def readable_worker(source: Path, target: Path) -> None:
     """The worker scripts, copied where the uid can read them (root's, read-only)."""
     target.mkdir(mode=0o755)
     for script in source.iterdir():
-        if script.suffix in (".py", ".mjs") and script.name != "__init__.py":
+        if script.suffix in (".py", ".mjs", ".json") and script.name != "__init__.py":
             shutil.copyfile(script, target / script.name)
             (target / script.name).chmod(0o644)

@@ -26,6 +26,7 @@ def sibling(name: str):
     return module
 
 
+protocol = sibling("protocol")  # first: the other parts read it
 probes = sibling("probes")
 swap = sibling("swap")
 tracebacks = sibling("tracebacks")
