@@ -15,6 +15,7 @@ LENGTH = struct.Struct(_FRAMING["length"])  # a frame's length, before it
 REPLY_HEAD = struct.Struct(_FRAMING["length"] + _FRAMING["header_length"].lstrip("<>=!@"))
 HEADER_LENGTH = struct.Struct(_FRAMING["header_length"])
 BLOB_SIZES = _FRAMING["blob_sizes"]
+MALFORMED_EXIT = _FRAMING["malformed_exit"]  # the worker's status on a request it cannot read
 
 OUTCOMES = frozenset(SPEC["outcomes"])
 KINDS = frozenset(SPEC["values"]["kinds"])

@@ -144,6 +144,8 @@ def write_rows(source, target, at, values) -> None:
     writeable view of the source, in its own dtype (a bfloat16 tensor's by its bits)."""
     import numpy as np
 
+    if target.ndim == 1:  # one row alone ([hd]): a view [1, hd], so that its row is numbered
+        target = target[None]
     where = np.unravel_index(at, target.shape[:-1])
     if source.bf16:
         bits = values.astype(np.float32).view(np.uint32)

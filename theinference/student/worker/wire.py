@@ -63,11 +63,33 @@ def to_numpy(value):
 
 
 def read_message(stream):
+    """The grader's next message (a JSON object), or None when it has gone (even mid-message).
+    One that is not a JSON object ends the worker (protocol.json: malformed_exit)."""
     prefix = stream.read(protocol.LENGTH.size)
     if len(prefix) < protocol.LENGTH.size:
         return None
     (size,) = protocol.LENGTH.unpack(prefix)
-    return json.loads(stream.read(size))
+    body = stream.read(size)
+    if len(body) < size:
+        return None
+    try:
+        message = json.loads(body)
+    except ValueError:  # not JSON, or not UTF-8
+        message = None
+    if not isinstance(message, dict):
+        sys.exit(protocol.MALFORMED_EXIT)
+    return message
+
+
+def read_request(stream):
+    """The next call asked for (read_message's), which names an adapter and gives its
+    arguments as a list, or the worker ends as on a message that is not JSON."""
+    request = read_message(stream)
+    if request is not None and not (
+        isinstance(request.get("adapter"), str) and isinstance(request.get("args"), list)
+    ):
+        sys.exit(protocol.MALFORMED_EXIT)
+    return request
 
 
 def read_frame(stream) -> tuple[dict, list[bytes]]:

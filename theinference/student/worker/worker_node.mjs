@@ -11,7 +11,7 @@ import { pathToFileURL } from "node:url";
 import v8 from "node:v8";
 import { describeError, setCourseDir, studentStack } from "./worker_node_errors.mjs";
 import { installHook } from "./worker_node_probe.mjs";
-import { PROTOCOL, openPipes, readMessage, tsName, writeMessage } from "./worker_node_protocol.mjs";
+import { PROTOCOL, openPipes, readMessage, readRequest, tsName, writeMessage } from "./worker_node_protocol.mjs";
 import { encodeReply } from "./worker_node_values.mjs";
 
 const EXCEPTIONS = PROTOCOL.exceptions; // the grader's names for refusals, and the stub's error
@@ -37,7 +37,7 @@ async function main() {
   const kvcache = adapters ? await import(kvcacheUrl).catch(() => null) : null;
   writeMessage({ outcome: "loaded" }, []);
   let request;
-  while ((request = readMessage()) !== null) {
+  while ((request = readRequest()) !== null) {
     const reply = importFailure ?? (await callAdapter(adapters, kvcache, request));
     writeMessage(...encodeReply(reply));
   }
@@ -108,7 +108,7 @@ async function calibrate() {
     failure = `src/kernel.ts did not load: ${describeError(err)}`;
   }
   let request;
-  while ((request = readMessage()) !== null) {
+  while ((request = readRequest()) !== null) {
     if (failure) {
       writeMessage({ outcome: "raised", exception: "Error", message: failure }, []);
       continue;

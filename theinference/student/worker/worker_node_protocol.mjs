@@ -49,12 +49,35 @@ function readExactly(n) {
   return buf;
 }
 
-// A request: its length, then its JSON; null when the grader has gone
+const UTF8 = new TextDecoder("utf-8", { fatal: true });
+
+// The grader's next message (its length, then a JSON object), or null when it has gone (even
+// mid-message). One that is not a JSON object ends the worker (protocol.json: malformed_exit).
 export function readMessage() {
   const prefix = readExactly(LENGTH.size);
   if (!prefix) return null;
   const body = readExactly(LENGTH.read(prefix, 0));
-  return body ? JSON.parse(body.toString("utf8")) : null;
+  if (!body) return null;
+  let message = null;
+  try {
+    message = JSON.parse(UTF8.decode(body));
+  } catch {
+    // not JSON, or not UTF-8
+  }
+  if (message === null || typeof message !== "object" || Array.isArray(message)) malformed();
+  return message;
+}
+
+// The next call asked for (readMessage's), which names an adapter and gives its arguments as a
+// list, or the worker ends as on a message that is not JSON
+export function readRequest() {
+  const request = readMessage();
+  if (request !== null && !(typeof request.adapter === "string" && Array.isArray(request.args))) malformed();
+  return request;
+}
+
+function malformed() {
+  process.exit(PROTOCOL.framing.malformed_exit);
 }
 
 // A frame as replies have it (JSON, then raw blobs as float32): a hook's answer from the grader.

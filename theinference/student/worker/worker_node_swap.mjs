@@ -36,7 +36,7 @@ export function swapCache(roots, plan, blobs) {
   for (const { a, at, target, scale } of places) {
     for (let j = 0; j < hd; j++) a[at + j] = scale * writes[target * hd + j];
   }
-  return { applied: true, reason: "", places: places.length };
+  return { applied: true, reason: "", places: new Set(places.map((p) => p.a)).size }; // arrays written
 }
 
 // Every layer's K and V to find, and to write, each one array in the order K, V by layer:
