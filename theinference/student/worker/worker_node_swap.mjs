@@ -19,6 +19,7 @@ const PASSES = [SWAP.first_pass, SWAP.tolerance];
 export function swapCache(roots, plan, blobs) {
   const [layers, h, hd, n] = SWAP.plan.map((key) => Number(plan[key]));
   const [finds, writes] = planned(blobs, layers, h * n * hd); // [2 * layers * h * n * hd] each
+  if (finds.length / hd > 2 ** 29) return { applied: false, reason: "more rows than the index holds" };
   const targets = new RowIndex(finds, hd);
   const arrays = floatArrays(roots);
   const covered = new Uint8Array(targets.count), places = [];
@@ -62,42 +63,63 @@ function missingReason(covered, missing, rows, hd, arrays) {
     `values, one per head and position, found) was not found among ${arrays} arrays reachable from the cache`;
 }
 
-// The rows to find, scaled to unit length and hashed, per pass, on a grid of their first three
-// values (cells twice the pass's tolerance): a row is compared only with the few targets it
-// could be
+// The rows to find, scaled to unit length and sorted by their first value: a row is compared
+// only with the targets whose first value is within the pass's tolerance of its own. A
+// target's number rides in the low 29 bits of its first value as a float64, which a float32
+// value leaves zero: a native numeric sort keeps both, without an array per target.
 class RowIndex {
   constructor(rows, hd) {
     this.hd = hd;
     this.count = rows.length / hd;
-    this.units = new Float64Array(rows.length);
+    this.units = new Float32Array(rows.length); // as the Python worker's: float32
     this.norms = new Float64Array(this.count);
     for (let t = 0; t < this.count; t++) this.norms[t] = unitInto(rows, t * hd, hd, this.units, t * hd);
-    this.grids = PASSES.map((tol) => grid(this.units, this.count, hd, 2 * tol));
-    this.row = new Float64Array(hd);
+    this.firsts = new Float64Array(this.count);
+    const low = new Uint32Array(this.firsts.buffer); // little-endian: word 2t is value t's low half
+    for (let t = 0; t < this.count; t++) {
+      this.firsts[t] = this.units[t * hd];
+      low[2 * t] |= t;
+    }
+    this.firsts.sort();
+    this.low = low;
+    this.row = new Float32Array(hd);
   }
 
   // {target, scale} for the row a[at .. at + hd], or null when it is no target's unambiguously
   match(a, at) {
     const norm = unitInto(a, at, this.hd, this.row, 0);
     if (!(norm > 0) || !Number.isFinite(norm)) return null;
-    for (const [p, tol] of PASSES.entries()) {
-      const target = this.nearest(this.grids[p], 2 * tol, tol);
+    for (let p = 0; p < PASSES.length; p++) {
+      const target = this.nearest(PASSES[p]);
       if (target !== null) return { target, scale: norm / this.norms[target] };
     }
     return null;
   }
 
-  nearest(cells, size, tol) {
+  // the target within tol of the row, when every other one is farther by the ambiguity factor
+  nearest(tol) {
     let best = null, bestErr = Infinity, runnerUp = Infinity;
-    for (const key of around(this.row, size)) {
-      for (const t of cells.get(key) ?? []) {
-        const err = this.distance(t, tol);
-        if (err > tol) continue;
-        if (err < bestErr) [runnerUp, bestErr, best] = [bestErr, err, t];
-        else if (err < runnerUp) runnerUp = err;
-      }
+    const v = this.row[0];
+    for (let k = this.firstAtLeast(v - tol); k < this.count && this.firsts[k] <= v + tol; k++) {
+      const t = this.low[2 * k] & 0x1fffffff, err = this.distance(t, tol);
+      if (err > tol) continue;
+      if (err < bestErr) {
+        runnerUp = bestErr;
+        bestErr = err;
+        best = t;
+      } else if (err < runnerUp) runnerUp = err;
     }
     return best !== null && runnerUp > SWAP.ambiguity * Math.max(bestErr, 1e-7) ? best : null;
+  }
+
+  firstAtLeast(value) {
+    let lo = 0, hi = this.count;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (this.firsts[mid] < value) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
   }
 
   // max |difference| between the row and target t, once past `stop` only known to be past it
@@ -117,37 +139,6 @@ function unitInto(a, at, hd, out, to) {
   const norm = Math.sqrt(sum), scale = 1 / Math.max(norm, 1e-30);
   for (let j = 0; j < hd; j++) out[to + j] = a[at + j] * scale;
   return norm;
-}
-
-// cell indices within +-2**16 (a unit row's values are within +-1), three in one number that a
-// float64 holds exactly
-const OFFSET = 2 ** 16, SPAN = 2 ** 17;
-
-function cellKey(x, y, z) {
-  const c = (v) => Math.min(Math.max(v, -OFFSET), OFFSET - 1) + OFFSET;
-  return (c(x) * SPAN + c(y)) * SPAN + c(z);
-}
-
-function grid(units, count, hd, size) {
-  const cells = new Map();
-  for (let t = 0; t < count; t++) {
-    const at = t * hd;
-    const key = cellKey(...[0, 1, 2].map((j) => Math.floor(units[at + j] / size)));
-    if (!cells.has(key)) cells.set(key, []);
-    cells.get(key).push(t);
-  }
-  return cells;
-}
-
-// The 8 cells around the corner of the row's cell nearest it: any target within half a cell
-// of the row, in each of its first three values, is in one of them
-function* around(row, size) {
-  const scaled = [0, 1, 2].map((j) => row[j] / size);
-  const base = scaled.map(Math.floor);
-  const toward = scaled.map((s, j) => (s - base[j] < 0.5 ? -1 : 1));
-  for (let step = 0; step < 8; step++) {
-    yield cellKey(...base.map((b, j) => b + ((step >> j) & 1) * toward[j]));
-  }
 }
 
 // Every float array reachable from the roots: through arrays, Maps, Sets and objects, at any
