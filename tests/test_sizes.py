@@ -1,8 +1,11 @@
 """The sizes the codebase keeps, held: no module over 300 lines, no function body over 50 (a
 command's option declarations are its signature, not its body), and no function, method or
-class nothing uses (vulture, with the tests and benchmarks counted as users)."""
+class nothing uses (vulture, with the tests and benchmarks counted as users). The package's
+JavaScript and TypeScript (the Node worker) are held to the same sizes, their functions found
+without a parser (see js_function_bodies); the student's templates are theirs, not held."""
 
 import ast
+import re
 from pathlib import Path
 
 import theinference
@@ -18,16 +21,25 @@ REGISTERED = ["@check", "@*.command", "@app.command", "@pytest.fixture", "@conte
 PYTEST_CALLS = ["pytest_*", "runtest", "reportinfo"]
 
 
-def package_modules() -> list[Path]:
+def package_modules(pattern: str = "*.py") -> list[Path]:
     templates = PACKAGE / "course" / "templates"
-    return [p for p in PACKAGE.rglob("*.py") if templates not in p.parents]
+    return [
+        p
+        for p in PACKAGE.rglob(pattern)
+        if templates not in p.parents and "node_modules" not in p.parts
+    ]
+
+
+def script_modules() -> list[Path]:
+    """The package's own JavaScript and TypeScript (the Node worker's modules)."""
+    return [p for pattern in ("*.mjs", "*.js", "*.ts", "*.mts") for p in package_modules(pattern)]
 
 
 def test_no_module_is_over_the_size_the_codebase_keeps():
     """Catches a module grown past ~300 lines (split it where its parts differ)."""
     big = {
         p.relative_to(PACKAGE).as_posix(): n
-        for p in package_modules()
+        for p in package_modules() + script_modules()
         if (n := len(p.read_text().splitlines())) > MODULE_LINES
     }
     assert not big, big
@@ -42,6 +54,50 @@ def test_no_function_body_is_over_the_size_the_codebase_keeps():
                 lines = node.end_lineno - node.body[0].lineno + 1
                 if lines > FUNCTION_LINES:
                     long[f"{path.relative_to(PACKAGE).as_posix()}:{node.name}"] = lines
+    assert not long, long
+
+
+# A JavaScript function's start: a `function` declaration or expression, a block-bodied arrow,
+# or a method (a name, its parameters and a brace that ends the line; not a control statement)
+JS_FUNCTION = re.compile(
+    r"\bfunction\b[\s*\w$]*\(|=>\s*\{"
+    r"|^\s*(?:static\s+|async\s+|get\s+|set\s+)*\*?(?!(?:if|for|while|switch|catch|with)\b)"
+    r"[A-Za-z_$][\w$]*\s*\(.*\)\s*\{\s*$"
+)
+# what cannot hold a brace that counts: strings, template text, line comments
+JS_NOT_CODE = re.compile(r"//.*$|'(?:\\.|[^'\\])*'|\"(?:\\.|[^\"\\])*\"|`(?:\\.|[^`\\])*`")
+
+
+def js_function_bodies(text: str) -> list[tuple[int, int]]:
+    """(line number, body lines) of every function whose body runs past its first line: from
+    the line a function starts on, braces are counted (outside strings and comments) until the
+    block it leaves open closes; its body is the lines between."""
+    lines = [JS_NOT_CODE.sub("", line) for line in text.splitlines()]
+    bodies = []
+    for start, line in enumerate(lines):
+        if not JS_FUNCTION.search(line):
+            continue
+        depth = 0
+        for end in range(start, len(lines)):
+            depth += lines[end].count("{") - lines[end].count("}")
+            if depth <= 0:
+                break
+        if end > start:
+            bodies.append((start + 1, end - start - 1))
+    return bodies
+
+
+def test_no_script_function_body_is_over_the_size_the_codebase_keeps():
+    """Catches a function of the Node worker grown past ~50 lines of body, and a measure that
+    finds no functions there (which would let any size through)."""
+    measured = {p: js_function_bodies(p.read_text()) for p in script_modules()}
+    assert sum(map(len, measured.values())) >= 20, measured  # the worker has dozens
+    long = {
+        f"{p.relative_to(PACKAGE).as_posix()}:{line}": n
+        for p, bodies in measured.items()
+        for line, n in bodies
+        if n > FUNCTION_LINES
+    }
     assert not long, long
 
 

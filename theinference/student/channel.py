@@ -7,14 +7,15 @@ bytes (a process that stops reading cannot block the grader), and a cache-use ho
 import json
 import os
 import selectors
-import struct
 import time
 from collections.abc import Callable
 
 from theinference.student.replies import MAX_REPLY_BYTES, Captured, Outcome, decode_reply
+from theinference.student.worker import protocol
 
 POLL_SECONDS = 0.05
-MAX_HOOK_WORDS = 1 << 17  # hooked calls in one adapter call (a 1024-token walk makes 1024)
+# hooked calls in one adapter call (a 1024-token walk makes 1024)
+MAX_HOOK_WORDS = protocol.LIMITS["max_hook_words"]
 TOO_BIG = "too big"
 
 HookAnswer = Callable[[dict], tuple[dict, list[bytes]]]  # a hook's word -> (header, blobs)
@@ -91,17 +92,18 @@ def read_some(proc, sel, deadline: float, output_cap: int, reply: bytearray) -> 
 
 
 def next_frame(reply: bytearray):
-    """The first whole frame in `reply` (8-byte length, then the payload), removed from it and
+    """The first whole frame in `reply` (its length, then the payload), removed from it and
     decoded; TOO_BIG for a frame over the cap; None while it is incomplete."""
-    if len(reply) < 8:
+    start = protocol.LENGTH.size
+    if len(reply) < start:
         return None
-    size = struct.unpack("<Q", reply[:8])[0]
+    size = protocol.LENGTH.unpack(reply[:start])[0]
     if size > MAX_REPLY_BYTES:
         return TOO_BIG
-    if len(reply) < 8 + size:
+    if len(reply) < start + size:
         return None
-    payload = bytes(reply[8 : 8 + size])
-    del reply[: 8 + size]
+    payload = bytes(reply[start : start + size])
+    del reply[: start + size]
     return decode_reply(payload)
 
 
@@ -125,9 +127,10 @@ def write_some(proc) -> None:
 
 
 def encode_frame(header: dict, blobs: list[bytes]) -> bytes:
-    """The reply framing (8-byte length, 4-byte JSON length, JSON, blobs), for a hook's answer."""
-    text = json.dumps({**header, "blob_sizes": [len(b) for b in blobs]}).encode()
-    head = struct.pack("<QI", 4 + len(text) + sum(map(len, blobs)), len(text))
+    """The reply framing (length, JSON length, JSON, blobs), for a hook's answer."""
+    text = json.dumps({**header, protocol.BLOB_SIZES: [len(b) for b in blobs]}).encode()
+    size = protocol.HEADER_LENGTH.size + len(text) + sum(map(len, blobs))
+    head = protocol.REPLY_HEAD.pack(size, len(text))
     return b"".join([head, text, *blobs])
 
 

@@ -18,8 +18,9 @@ from pathlib import Path
 
 from theinference.course import languages
 
-# the worker scripts of every language, by their suffix (each with the modules it imports)
-WORKER_SUFFIXES = {Path(language.worker).suffix for language in languages.ALL}
+# the worker scripts of every language, by their suffix (each with the modules it imports),
+# and the protocol they read (worker/protocol.json)
+WORKER_SUFFIXES = {Path(language.worker).suffix for language in languages.ALL} | {".json"}
 
 PREFERRED = (1_800_000_000, 1_900_000_000)  # far above any account or container mapping base
 LOW = (200_000, 1_000_000)  # where a user namespace maps less than the preferred range

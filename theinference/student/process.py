@@ -17,7 +17,6 @@ import json
 import os
 import secrets
 import signal
-import struct
 import time
 from dataclasses import replace
 
@@ -31,6 +30,7 @@ from theinference.student.sandbox import RUN_TOKEN_VAR, Sandbox
 from theinference.student.setup import Limits, ProcessSetup
 from theinference.student.startup import Look, Worker
 from theinference.student.watchdog import Watchdog
+from theinference.student.worker.protocol import LENGTH
 
 # outcomes after which the worker cannot be trusted to be idle: it is stopped, restarted later
 STOPPING = ("timeout", "cpu_limit", "memory_limit", "crashed", "bad_reply", "cancelled")
@@ -155,7 +155,7 @@ class StudentProcess:
         if self._proc is None:  # it could not even start: _receive() says why
             return time.monotonic(), None
         payload = json.dumps(request).encode()
-        self._proc.outgoing[:] = struct.pack("<Q", len(payload)) + payload
+        self._proc.outgoing[:] = LENGTH.pack(len(payload)) + payload
         look = startup.meter(self._proc)  # before the worker starts on it
         return time.monotonic(), look
 

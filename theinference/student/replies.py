@@ -6,29 +6,31 @@ describes, sizes that do not add up, offsets past the end, shapes that do not ma
 text that is not UTF-8, NaN where a count belongs...) is the call's `bad_reply` with a message,
 never an exception in the grader. Nothing here recurses deeper than MAX_NESTING.
 
-The frame after its 8-byte length (see the worker's wire.py, write_message): a 4-byte little-endian
-JSON length, the JSON header, then the arrays' raw bytes back to back (never unpickled).
+The frame after its length (worker/protocol.json's framing; the worker's wire.py, write_message):
+the JSON header's length, the header, then the arrays' raw bytes back to back (never unpickled).
 """
 
 import json
 import re
-import struct
 from dataclasses import dataclass, field
 
 import numpy as np
 
-ALLOWED_DTYPES = {"b", "i", "u", "f", "c"}
-MAX_REPLY_BYTES = 1 << 30  # a whole frame, arrays included
+from theinference.student.worker import protocol
+from theinference.student.worker.protocol import LIMITS, OUTCOMES
+
+ALLOWED_DTYPES = protocol.DTYPE_KINDS
+MAX_REPLY_BYTES = LIMITS["max_reply_bytes"]  # a whole frame, arrays included
 # the worker describes lists at most 4 deep inside a header that is itself 2 deep (value, items)
-MAX_NESTING = 16
-MAX_HEADER_BYTES = 16 << 20  # messages and value descriptions; arrays travel as raw bytes
-MAX_CONTAINERS = 1 << 20  # lists and objects in a header; the worker's hold a few thousand
-MAX_DIMS = 32
-MAX_DIM = 1 << 40
-MAX_TYPE_NAME = 200
-REPLY_KINDS = {"ready", "returned", "todo", "raised", "import_error", "missing", "signature"}
-REPLY_KINDS.add("loaded")  # after the grader's go: the student's code imported (or not)
-REPLY_KINDS.add("hooked")  # mid-call: a cache-use hook's word, answered by channel.py
+MAX_NESTING = LIMITS["max_nesting"]
+MAX_HEADER_BYTES = LIMITS["max_header_bytes"]  # messages, value descriptions (not the arrays)
+MAX_CONTAINERS = LIMITS["max_containers"]  # lists and objects in a header; a worker's: thousands
+MAX_DIMS = LIMITS["max_dims"]
+MAX_DIM = LIMITS["max_dim"]
+MAX_TYPE_NAME = LIMITS["max_type_name"]
+# what the worker says: ready, loaded (after the grader's go), an adapter call's outcome, and
+# hooked (mid-call: a cache-use hook's word, answered by channel.py)
+REPLY_KINDS = OUTCOMES
 TEXT_FIELDS = ("message", "traceback", "exception")
 DTYPE_TEXT = re.compile(r"[<>|=]?[biufc][0-9]{1,2}")
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -98,18 +100,19 @@ def decode_reply(payload: bytes) -> Outcome:
 
 def split_frame(payload: bytes) -> tuple[dict, list[memoryview]]:
     """The JSON header (checked for depth, text made safe) and one view per blob."""
-    if len(payload) < 4:
+    start = protocol.HEADER_LENGTH.size
+    if len(payload) < start:
         raise BadReply(f"a frame of {len(payload)} bytes has no header length")
-    (text_len,) = struct.unpack("<I", payload[:4])
-    if text_len > len(payload) - 4:
+    (text_len,) = protocol.HEADER_LENGTH.unpack(payload[:start])
+    if text_len > len(payload) - start:
         raise BadReply(f"its header claims {text_len} bytes, past the end of the frame")
     if text_len > MAX_HEADER_BYTES:
         raise BadReply(f"its header is over {MAX_HEADER_BYTES >> 20} MiB")
-    header = parse_header(payload[4 : 4 + text_len])
-    sizes = header.get("blob_sizes", [])
+    header = parse_header(payload[start : start + text_len])
+    sizes = header.get(protocol.BLOB_SIZES, [])
     if not isinstance(sizes, list) or not all(is_count(n) for n in sizes):
         raise BadReply("blob_sizes is not a list of byte counts")
-    rest = memoryview(payload)[4 + text_len :]
+    rest = memoryview(payload)[start + text_len :]
     if sum(sizes) != len(rest):
         raise BadReply(f"its arrays' sizes add up to {sum(sizes)} bytes, not the {len(rest)} sent")
     blobs, offset = [], 0

@@ -5,7 +5,6 @@ confirmed guarded (worker/guard.py), before the grader lets the student's code l
 
 import os
 import signal
-import struct
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,10 +23,11 @@ from theinference.student.cpu import (
     tree_table,
 )
 from theinference.student.replies import Outcome
+from theinference.student.worker.protocol import LENGTH
 
 STARTUP_TIMEOUT = 60.0  # a cold interpreter and NumPy import on a loaded machine
 PLACING_ROUNDS = 50  # looks at the fresh tree until every process of it is in its cgroup
-GO = struct.pack("<Q", 2) + b"{}"  # the grader's go: the student's code may load now
+GO = LENGTH.pack(2) + b"{}"  # the grader's go: the student's code may load now
 Look = Callable[[], tuple[float, set[int]]]  # CPU seconds since the call began, live pids
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from theinference.oracle import gpt2 as oracle
 from theinference.oracle.gpt2 import LayerKV
+from theinference.student.worker.protocol import BLOB_ORDER, SWAP_PLAN
 
 
 @dataclass
@@ -41,9 +42,12 @@ class SwapPlan:
             return {"swap": None, "next": None if self.offered else self.at_call}, []
         self.offered = True
         h, n, hd = self.finds[0].k.shape
-        plan = {"layers": len(self.finds), "heads": h, "head_dim": hd, "n": n}
-        pairs = zip(self.finds, self.writes, strict=True)
-        blobs = [as_bytes(a) for find, write in pairs for a in (find.k, find.v, write.k, write.v)]
+        plan = dict(zip(SWAP_PLAN, (len(self.finds), h, hd, n), strict=True))
+        blobs = [
+            as_bytes(getattr(find if blob.startswith("find") else write, blob[-1]))
+            for find, write in zip(self.finds, self.writes, strict=True)
+            for blob in BLOB_ORDER  # find_k, find_v, write_k, write_v
+        ]
         return {"swap": plan, "next": None}, blobs
 
 

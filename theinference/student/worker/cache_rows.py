@@ -5,9 +5,17 @@ scale: pre-scaled keys) with the rows the grader sent, on a grid of their first 
 """
 
 import itertools
+import sys
 
-TOL = 2e-3  # max |difference| of two rows scaled to unit length: float16 storage passes
-AMBIGUOUS = 4.0  # a row nearer than this factor to its second-best target names it
+if __package__:
+    from . import protocol
+else:  # loaded by its path, as the worker loads its parts (swap.part): protocol first
+    protocol = sys.modules["_theinference_worker_protocol"]
+
+# max |difference| of two rows scaled to unit length (float16 storage passes): protocol.json's,
+# which the Node worker matches by too
+TOL = protocol.TOLERANCE
+AMBIGUOUS = protocol.AMBIGUITY  # a row nearer than this factor to its second-best target names it
 CHUNK = 1 << 16  # rows matched at a time (bounds the matcher's memory)
 
 
@@ -102,7 +110,7 @@ class RowIndex:
         return rows[clear], targets[clear]
 
 
-PASSES = (1e-4, TOL)  # the tight pass, then the loose one for the rows it left
+PASSES = (protocol.FIRST_PASS, TOL)  # the tight pass, then the loose one for the rows it left
 
 
 class Grid:

@@ -15,6 +15,11 @@ import os
 import sys
 import threading
 
+if __package__:
+    from . import protocol
+else:  # loaded by its path, as the worker loads its parts (worker.sibling): protocol first
+    protocol = sys.modules["_theinference_worker_protocol"]
+
 
 class NoHook:
     """No hook asked for: nothing wrapped, nothing reported."""
@@ -31,7 +36,7 @@ def install_hook(name, course_dir: str, exchange, swap_cache, watch=None):
     (no name needed), else the functions of that name wrapped; `swap_cache` is swap.py's."""
     if not isinstance(name, str) or not name.isidentifier():
         return NoHook()
-    if watch == "returns":
+    if watch == protocol.WATCH_RETURNS:
         return ReturnWatch(name, course_dir, exchange, swap_cache)
     return Hook(name, course_dir, exchange, swap_cache)
 
@@ -58,7 +63,7 @@ class ReturnWatch:
             "entered": 0,
             "found": 0,
             "swap": None,
-            "watch": "returns",
+            "watch": protocol.WATCH_RETURNS,
             "moments": 0,
         }
         self.plan: tuple[dict, list] | None = None

@@ -35,6 +35,7 @@ def part(name: str):
     return sys.modules[key]
 
 
+protocol = part("protocol")  # first: cache_rows reads it
 cache_walk, cache_rows = part("cache_walk"), part("cache_rows")
 Walk, WeightSkip, RowIndex = cache_walk.Walk, cache_walk.WeightSkip, cache_rows.RowIndex
 row_views = cache_rows.row_views
@@ -42,14 +43,17 @@ row_views = cache_rows.row_views
 
 def swap_cache(roots: list, weights, plan: dict, blobs: list) -> dict:
     """Find each layer's K and V (plan: layers, heads, head_dim, n; blobs: per layer the K and
-    V to find, then the K and V to write, float32 [heads, n, head_dim]) and, when every row is
-    found, overwrite them. What was done or found, for the grader's message."""
+    V to find and to write, float32 [heads, n, head_dim], in protocol.json's blob order) and,
+    when every row is found, overwrite them. What was done or found, for the grader's message."""
     import numpy as np
 
-    h, hd, n, layers = (int(plan[k]) for k in ("heads", "head_dim", "n", "layers"))
-    arrays = [np.frombuffer(b, dtype=np.float32).reshape(h, n, hd) for b in blobs]
-    finds = np.stack([arrays[4 * layer + i] for layer in range(layers) for i in (0, 1)])
-    writes = np.stack([arrays[4 * layer + 2 + i] for layer in range(layers) for i in (0, 1)])
+    layers, h, hd, n = (int(plan[k]) for k in protocol.SWAP_PLAN)
+    dtype, order = np.dtype(protocol.SWAP["blob_dtype"]), protocol.BLOB_ORDER
+    arrays = [np.frombuffer(b, dtype=dtype).reshape(h, n, hd) for b in blobs]
+    per = [dict(zip(order, arrays[len(order) * i : len(order) * (i + 1)], strict=True))
+           for i in range(layers)]
+    finds = np.stack([layer[f"find_{kv}"] for layer in per for kv in "kv"])  # [2L, h, n, hd]
+    writes = np.stack([layer[f"write_{kv}"] for layer in per for kv in "kv"])
     walk = Walk(skip=WeightSkip(weights))
     for root in roots:
         walk.visit(root)
@@ -140,6 +144,8 @@ def write_rows(source, target, at, values) -> None:
     writeable view of the source, in its own dtype (a bfloat16 tensor's by its bits)."""
     import numpy as np
 
+    if target.ndim == 1:  # one row alone ([hd]): a view [1, hd], so that its row is numbered
+        target = target[None]
     where = np.unravel_index(at, target.shape[:-1])
     if source.bf16:
         bits = values.astype(np.float32).view(np.uint32)

@@ -1,11 +1,17 @@
 """The reply on the wire: JSON describing the returned value, plus the raw bytes of its arrays
-(never pickle), framed as an 8-byte length, a 4-byte JSON length, the JSON, then the blobs back
-to back. Part of the worker: imports nothing of the grader."""
+(never pickle), framed as protocol.json says (a length, the JSON's length, the JSON, then the
+blobs back to back). Part of the worker: imports nothing of the grader."""
 
 import json
-import struct
+import sys
 
-MAX_ITEMS = 4096  # items described per list when a return value is not one numeric array
+if __package__:
+    from . import protocol
+else:  # loaded by its path, as the worker loads its parts (worker.sibling): protocol first
+    protocol = sys.modules["_theinference_worker_protocol"]
+
+MAX_ITEMS = protocol.LIMITS["max_items"]  # items described per list (not one numeric array)
+MAX_SEQ_DEPTH = protocol.LIMITS["max_seq_depth"]  # lists described item by item to this depth
 
 
 def encode_reply(reply: dict) -> tuple[dict, list[bytes]]:
@@ -36,7 +42,7 @@ def describe(value, blobs: list[bytes], depth: int) -> dict:
             "blob": len(blobs) - 1,
             "from": type(value).__name__,
         }
-    if isinstance(value, (list, tuple)) and depth < 4:
+    if isinstance(value, (list, tuple)) and depth < MAX_SEQ_DEPTH:
         # e.g. per-layer (k, v) pairs whose shapes differ: describe item by item
         items = [describe(v, blobs, depth + 1) for v in value[:MAX_ITEMS]]
         return {"kind": "seq", "items": items, "length": len(value)}
@@ -53,37 +59,61 @@ def to_numpy(value):
     return value
 
 
-# --- framing: 8-byte length, 4-byte JSON length, JSON, then the blobs back to back ----------
+# --- framing (protocol.json): length, JSON length, JSON, then the blobs back to back ---------
 
 
 def read_message(stream):
-    prefix = stream.read(8)
-    if len(prefix) < 8:
+    """The grader's next message (a JSON object), or None when it has gone (even mid-message).
+    One that is not a JSON object ends the worker (protocol.json: malformed_exit)."""
+    prefix = stream.read(protocol.LENGTH.size)
+    if len(prefix) < protocol.LENGTH.size:
         return None
-    (size,) = struct.unpack("<Q", prefix)
-    return json.loads(stream.read(size))
+    (size,) = protocol.LENGTH.unpack(prefix)
+    body = stream.read(size)
+    if len(body) < size:
+        return None
+    try:
+        message = json.loads(body)
+    except ValueError:  # not JSON, or not UTF-8
+        message = None
+    if not isinstance(message, dict):
+        sys.exit(protocol.MALFORMED_EXIT)
+    return message
+
+
+def read_request(stream):
+    """The next call asked for (read_message's), which names an adapter and gives its
+    arguments as a list, or the worker ends as on a message that is not JSON."""
+    request = read_message(stream)
+    if request is not None and not (
+        isinstance(request.get("adapter"), str) and isinstance(request.get("args"), list)
+    ):
+        sys.exit(protocol.MALFORMED_EXIT)
+    return request
 
 
 def read_frame(stream) -> tuple[dict, list[bytes]]:
     """A frame as replies have it (JSON, then raw blobs): a hook's answer from the grader. An
     empty answer when the grader has gone."""
-    prefix = stream.read(12)
-    if len(prefix) < 12:
+    head = protocol.REPLY_HEAD
+    prefix = stream.read(head.size)
+    if len(prefix) < head.size:
         return {}, []
-    size, text_len = struct.unpack("<QI", prefix)
-    body = stream.read(size - 4)
+    size, text_len = head.unpack(prefix)
+    body = stream.read(size - protocol.HEADER_LENGTH.size)
     header = json.loads(body[:text_len])
     blobs, offset = [], text_len
-    for n in header.get("blob_sizes", []):
+    for n in header.get(protocol.BLOB_SIZES, []):
         blobs.append(body[offset : offset + n])
         offset += n
     return header, blobs
 
 
 def write_message(stream, header: dict, blobs: list[bytes]) -> None:
-    header = {**header, "blob_sizes": [len(b) for b in blobs]}
+    header = {**header, protocol.BLOB_SIZES: [len(b) for b in blobs]}
     text = json.dumps(header, default=str).encode()
-    stream.write(struct.pack("<QI", 4 + len(text) + sum(map(len, blobs)), len(text)))
+    size = protocol.HEADER_LENGTH.size + len(text) + sum(map(len, blobs))
+    stream.write(protocol.REPLY_HEAD.pack(size, len(text)))
     stream.write(text)
     for blob in blobs:
         stream.write(blob)

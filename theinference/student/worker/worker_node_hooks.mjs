@@ -1,29 +1,32 @@
 // Module hooks for the Node worker: after the TypeScript runner has compiled the student's
-// src/kvcache.ts, add one function to it that lets the worker wrap `prefill` or `attnStep` for
-// the cache-use swap. Inside its own module a function declaration can be rebound, and every importer sees
-// the new binding (ES module imports are live), which is what worker.py does with setattr.
+// src/kvcache.ts, add one function to it that lets the worker wrap a hook (`prefill` or
+// `attnStep`: protocol.json's hooks) for the cache-use swap. Inside its own module a function
+// declaration can be rebound, and every importer sees the new binding (ES module imports are
+// live), which is what worker.py does with setattr.
 
-let target = "";
+let target = "", probeHook = "";
 
+// hooks: the hook functions' TypeScript names (protocol.json's, sent by the worker)
 export async function initialize(data) {
   target = data.target;
+  probeHook = wrapper(data.hooks);
 }
 
-const PROBE_HOOK = `
-export function __theinferenceWrap(name, wrap) {
-  if (name === "prefill") {
-    const original = prefill;
-    prefill = wrap(original);
-    return () => { prefill = original; };
-  }
-  if (name === "attnStep") {
-    const original = attnStep;
-    attnStep = wrap(original);
-    return () => { attnStep = original; };
-  }
+// A function added to the module: it rebinds the hook `name` to `wrap(original)` (when the
+// module declares it) and returns what undoes that.
+function wrapper(hooks) {
+  const cases = hooks.map((name) => `
+  if (name === "${name}" && typeof ${name} !== "undefined") {
+    const original = ${name};
+    ${name} = wrap(original);
+    return () => { ${name} = original; };
+  }`);
+  return `
+export function __theinferenceWrap(name, wrap) {${cases.join("")}
   throw new Error("no function " + name);
 }
 `;
+}
 
 export async function load(url, context, nextLoad) {
   const result = await nextLoad(url, context);
@@ -31,6 +34,6 @@ export async function load(url, context, nextLoad) {
   let source = String(result.source);
   // before the source map comment, so the student's line numbers stay right
   const mapAt = source.lastIndexOf("\n//# sourceMappingURL=");
-  source = mapAt < 0 ? source + PROBE_HOOK : source.slice(0, mapAt) + PROBE_HOOK + source.slice(mapAt);
+  source = mapAt < 0 ? source + probeHook : source.slice(0, mapAt) + probeHook + source.slice(mapAt);
   return { ...result, source };
 }

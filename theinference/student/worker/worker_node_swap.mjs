@@ -1,127 +1,161 @@
-// The cache-use swap inside the Node worker (the Python worker's swap.py): the K/V the grader
-// sends are found by content in the student's typed arrays and overwritten in place.
+// The cache-use swap inside the Node worker (the Python worker's swap.py and cache_rows.py, by
+// the same rule): the K/V the grader sends are found by content in the student's typed arrays
+// and overwritten in place.
+//
+// Every Float32Array/Float64Array reachable from the cache whose length is a multiple of the
+// head size is read as rows of head_dim consecutive values (one row of one head, one position's
+// heads, one head's rows, a whole layer as [heads, N, headDim] or [N, heads * headDim]: all are
+// rows). A row is a target's when, both scaled to unit length, no value differs by more than
+// protocol.json's tolerance and every other target is farther by its ambiguity factor (a first
+// pass at its first_pass tolerance, then the whole tolerance for the rows left): keys kept
+// pre-scaled are found too, and written at their scale. Only when every row of every layer's
+// K and V is found is anything written.
 
-// The K/V to find and to write, per layer: [heads, n, headDim] each, found by content in any
-// Float32Array/Float64Array reachable from the cache: one row of one head ([headDim]), one
-// position's heads ([d]), one head's rows ([N * headDim]) or a whole layer ([heads * N *
-// headDim] or [N * d]); written only when every layer's K and V is found.
+import { PROTOCOL } from "./worker_node_protocol.mjs";
+
+const SWAP = PROTOCOL.swap;
+const PASSES = [SWAP.first_pass, SWAP.tolerance];
+
 export function swapCache(roots, plan, blobs) {
-  const { heads: h, head_dim: hd, n, layers } = plan;
-  const finds = [], writes = [];
-  for (let l = 0; l < layers; l++) {
-    finds.push(blobs[4 * l], blobs[4 * l + 1]);
-    writes.push(blobs[4 * l + 2], blobs[4 * l + 3]);
-  }
+  const [layers, h, hd, n] = SWAP.plan.map((key) => Number(plan[key]));
+  const [finds, writes] = planned(blobs, layers, h * n * hd); // [2 * layers * h * n * hd] each
+  if (finds.length / hd > 2 ** 29) return { applied: false, reason: "more rows than the index holds" };
+  const targets = new RowIndex(finds, hd);
   const arrays = floatArrays(roots);
-  const covered = finds.map(() => new Uint8Array(h * n));
-  const places = [];
-  const at = (t, i, p, j) => finds[t][(i * n + p) * hd + j];
-  // every cell's first value, sorted: a reading is compared only with cells that start like it.
-  // A cell's number rides in the low 29 bits of its value as a float64, which a float32 value
-  // leaves zero: a native numeric sort keeps both, without an array per cell.
-  const cells = finds.length * h * n;
-  if (cells > 2 ** 29) return { applied: false, reason: `${cells} cells: more than the index holds` };
-  const sorted = new Float64Array(cells);
-  const low = new Uint32Array(sorted.buffer); // little-endian: word 2c is value c's low half
-  for (let c = 0; c < cells; c++) {
-    const t = Math.floor(c / (h * n)), i = Math.floor((c % (h * n)) / n), p = c % n;
-    sorted[c] = at(t, i, p, 0);
-    low[2 * c] |= c;
-  }
-  sorted.sort();
-  const cellOf = (k) => {
-    const c = low[2 * k] & 0x1fffffff;
-    return [Math.floor(c / (h * n)), Math.floor((c % (h * n)) / n), c % n];
-  };
-  const firstAtLeast = (v) => { let lo = 0, hi = cells; while (lo < hi) { const mid = (lo + hi) >> 1; if (sorted[mid] < v) lo = mid + 1; else hi = mid; } return lo; };
-  const close = (got, want) => Math.abs(got - want) <= 2e-3 * (1 + Math.abs(want));
-  const holds = (a, [offset, headStride, posStride, heads, positions], t, i0, p0) => {
-    for (let i = 0; i < heads; i++) {
-      for (let p = 0; p < positions; p++) {
-        for (let j = 0; j < hd; j++) {
-          if (!close(a[offset + i * headStride + p * posStride + j], at(t, i0 + i, p0 + p, j))) return false;
-        }
-      }
-    }
-    return true;
-  };
-  const place = (a, layout, t, i0, p0) => {
-    const [offset, headStride, posStride, heads, positions] = layout;
-    places.push({ a, offset, headStride, posStride, heads, positions, t, i0, p0 });
-    for (let i = 0; i < heads; i++) for (let p = 0; p < positions; p++) covered[t][(i0 + i) * n + p0 + p] = 1;
-  };
-  // The cells after the last one found: a cache's arrays mostly come in order (one row after
-  // another), so the guess saves a search per row of a cache kept as rows.
-  const after = (t, i0, p0, heads, positions) => {
-    if (p0 + positions < n) return [t, i0, p0 + positions];
-    if (i0 + heads < h) return [t, i0 + heads, 0];
-    return t + 1 < finds.length ? [t + 1, 0, 0] : null;
-  };
-  let guess = null;
+  const covered = new Uint8Array(targets.count), places = [];
   for (const a of arrays) {
-    for (const layout of layoutsOf(a.length, h, hd, n)) {
-      const [offset, , , heads, positions] = layout;
-      if (guess && guess.heads === heads && guess.positions === positions) {
-        const [t, i0, p0] = guess.cell;
-        if (i0 + heads <= h && p0 + positions <= n && holds(a, layout, t, i0, p0)) {
-          place(a, layout, t, i0, p0);
-          const next = after(t, i0, p0, heads, positions);
-          guess = next && { cell: next, heads, positions };
-          continue;
-        }
-      }
-      const v = a[offset], tol = 2e-3 * (1 + Math.abs(v));
-      for (let k = firstAtLeast(v - tol); k < cells && sorted[k] <= v + tol; k++) {
-        const [t, i0, p0] = cellOf(k);
-        if ((heads > 1 && i0 !== 0) || (positions > 1 && p0 !== 0)) continue;
-        if (!holds(a, layout, t, i0, p0)) continue;
-        place(a, layout, t, i0, p0);
-        const next = after(t, i0, p0, heads, positions);
-        guess = next && { cell: next, heads, positions };
-      }
+    if (a.length % hd !== 0) continue;
+    for (let at = 0; at < a.length; at += hd) {
+      const hit = targets.match(a, at);
+      if (hit === null) continue;
+      places.push({ a, at, ...hit });
+      covered[hit.target] = 1;
     }
   }
-  const missing = covered.findIndex((c) => c.some((x) => !x));
-  if (missing >= 0) {
-    return { applied: false, reason: `layer ${missing >> 1}'s ${"KV"[missing & 1]} was not found among ${arrays.length} arrays reachable from the cache` };
+  const missing = covered.indexOf(0);
+  if (missing >= 0) return { applied: false, reason: missingReason(covered, missing, h * n, hd, arrays.length) };
+  for (const { a, at, target, scale } of places) {
+    for (let j = 0; j < hd; j++) a[at + j] = scale * writes[target * hd + j];
   }
-  for (const { a, offset, headStride, posStride, heads, positions, t, i0, p0 } of places) {
-    for (let i = 0; i < heads; i++) {
-      for (let p = 0; p < positions; p++) {
-        for (let j = 0; j < hd; j++) a[offset + i * headStride + p * posStride + j] = writes[t][((i0 + i) * n + p0 + p) * hd + j];
-      }
+  return { applied: true, reason: "", places: new Set(places.map((p) => p.a)).size }; // arrays written
+}
+
+// Every layer's K and V to find, and to write, each one array in the order K, V by layer:
+// the plan's blobs are, per layer, in protocol.json's blob order
+function planned(blobs, layers, size) {
+  const order = SWAP.blob_order;
+  const finds = new Float32Array(2 * layers * size), writes = new Float32Array(2 * layers * size);
+  for (let l = 0; l < layers; l++) {
+    for (const [kv, which] of ["k", "v"].entries()) {
+      const at = (2 * l + kv) * size;
+      finds.set(blobs[order.length * l + order.indexOf(`find_${which}`)], at);
+      writes.set(blobs[order.length * l + order.indexOf(`write_${which}`)], at);
     }
   }
-  return { applied: true, reason: "", places: places.length };
+  return [finds, writes];
 }
 
-// (offset, head stride, position stride, heads, positions) readings of a flat array's length:
-// every one that fits (a head's buffer with room for exactly nHead rows is d long too)
-function layoutsOf(length, h, hd, n) {
-  const d = h * hd;
-  const out = [];
-  if (length === hd) out.push([0, 0, 0, 1, 1]); // one row of one head
-  if (length === d) out.push([0, hd, 0, h, 1]); // one position's heads
-  if (length % hd === 0 && length / hd >= n && !(length === hd && n === 1)) {
-    out.push([0, 0, hd, 1, n]); // one head's rows
-  }
-  if (length % d === 0 && length / d >= n && !(length === d && n === 1)) {
-    const N = length / d;
-    out.push([0, N * hd, hd, h, n], [0, hd, d, h, n]); // [h, N, hd] or [N, h, hd]
-  }
-  return out;
+function missingReason(covered, missing, rows, hd, arrays) {
+  const tensor = Math.floor(missing / rows);
+  let found = 0;
+  for (let r = tensor * rows; r < (tensor + 1) * rows; r++) found += covered[r];
+  return `layer ${tensor >> 1}'s ${"KV"[tensor & 1]} (${found} of ${rows} of its rows of ${hd} ` +
+    `values, one per head and position, found) was not found among ${arrays} arrays reachable from the cache`;
 }
 
+// The rows to find, scaled to unit length and sorted by their first value: a row is compared
+// only with the targets whose first value is within the pass's tolerance of its own. A
+// target's number rides in the low 29 bits of its first value as a float64, which a float32
+// value leaves zero: a native numeric sort keeps both, without an array per target.
+class RowIndex {
+  constructor(rows, hd) {
+    this.hd = hd;
+    this.count = rows.length / hd;
+    this.units = new Float32Array(rows.length); // as the Python worker's: float32
+    this.norms = new Float64Array(this.count);
+    for (let t = 0; t < this.count; t++) this.norms[t] = unitInto(rows, t * hd, hd, this.units, t * hd);
+    this.firsts = new Float64Array(this.count);
+    const low = new Uint32Array(this.firsts.buffer); // little-endian: word 2t is value t's low half
+    for (let t = 0; t < this.count; t++) {
+      this.firsts[t] = this.units[t * hd];
+      low[2 * t] |= t;
+    }
+    this.firsts.sort();
+    this.low = low;
+    this.row = new Float32Array(hd);
+  }
+
+  // {target, scale} for the row a[at .. at + hd], or null when it is no target's unambiguously
+  match(a, at) {
+    const norm = unitInto(a, at, this.hd, this.row, 0);
+    if (!(norm > 0) || !Number.isFinite(norm)) return null;
+    for (let p = 0; p < PASSES.length; p++) {
+      const target = this.nearest(PASSES[p]);
+      if (target !== null) return { target, scale: norm / this.norms[target] };
+    }
+    return null;
+  }
+
+  // the target within tol of the row, when every other one is farther by the ambiguity factor
+  nearest(tol) {
+    let best = null, bestErr = Infinity, runnerUp = Infinity;
+    const v = this.row[0];
+    for (let k = this.firstAtLeast(v - tol); k < this.count && this.firsts[k] <= v + tol; k++) {
+      const t = this.low[2 * k] & 0x1fffffff, err = this.distance(t, tol);
+      if (err > tol) continue;
+      if (err < bestErr) {
+        runnerUp = bestErr;
+        bestErr = err;
+        best = t;
+      } else if (err < runnerUp) runnerUp = err;
+    }
+    return best !== null && runnerUp > SWAP.ambiguity * Math.max(bestErr, 1e-7) ? best : null;
+  }
+
+  firstAtLeast(value) {
+    let lo = 0, hi = this.count;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (this.firsts[mid] < value) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  }
+
+  // max |difference| between the row and target t, once past `stop` only known to be past it
+  distance(t, stop) {
+    let err = 0;
+    for (let j = 0, at = t * this.hd; j < this.hd && err <= stop; j++) {
+      err = Math.max(err, Math.abs(this.row[j] - this.units[at + j]));
+    }
+    return err;
+  }
+}
+
+// The row's values divided by its length, written to out[to ..]; its length
+function unitInto(a, at, hd, out, to) {
+  let sum = 0;
+  for (let j = 0; j < hd; j++) sum += a[at + j] * a[at + j];
+  const norm = Math.sqrt(sum), scale = 1 / Math.max(norm, 1e-30);
+  for (let j = 0; j < hd; j++) out[to + j] = a[at + j] * scale;
+  return norm;
+}
+
+// Every float array reachable from the roots: through arrays, Maps, Sets and objects, at any
+// depth (a linked list of nodes included), each once
 function floatArrays(roots) {
-  const seen = new Set(), found = [];
-  const walk = (obj, depth) => {
-    if (obj === null || typeof obj !== "object" || seen.has(obj) || depth > 8) return;
+  const seen = new Set(), found = [], stack = [...roots];
+  while (stack.length) {
+    const obj = stack.pop();
+    if (obj === null || typeof obj !== "object" || seen.has(obj)) continue;
     seen.add(obj);
-    if (obj instanceof Float32Array || obj instanceof Float64Array) return void found.push(obj);
-    if (ArrayBuffer.isView(obj)) return;
-    const children = obj instanceof Map ? [...obj.values()] : Array.isArray(obj) ? obj : Object.values(obj);
-    for (const child of children) walk(child, depth + 1);
-  };
-  for (const root of roots) walk(root, 0);
-  return found;
+    if (obj instanceof Float32Array || obj instanceof Float64Array) found.push(obj);
+    else if (obj instanceof Map || obj instanceof Set) pushObjects(stack, obj.values());
+    else if (!ArrayBuffer.isView(obj)) pushObjects(stack, Object.values(obj));
+  }
+  return found.reverse();
+}
+
+function pushObjects(stack, values) {
+  for (const v of values) if (v !== null && typeof v === "object") stack.push(v);
 }

@@ -1,0 +1,44 @@
+// The hook through which the grader swaps a cache, in the Node worker (the Python worker's
+// probes.py): the course's function of the hook's name (src/kvcache.ts, wrapped through the
+// function worker_node_hooks.mjs adds to it) tells the grader when it returns, and waits for
+// its answer: the swap (worker_node_swap.mjs), or the call after which to ask again.
+
+import { readFrame, tsName, writeMessage } from "./worker_node_protocol.mjs";
+import { swapCache } from "./worker_node_swap.mjs";
+
+const NONE = { remove() {}, report() { return null; } };
+
+export function installHook(kvcache, name) {
+  if (typeof name !== "string") return NONE;
+  // entered: calls begun, returned or not, which tells a refusal made up front from one made
+  // after the work had begun (a guard met inside prefill included)
+  const state = { hook: name, calls: 0, entered: 0, found: 0, swap: null };
+  let restore = null, nextWord = 1; // the call after which to tell the grader next
+  try {
+    restore = kvcache.__theinferenceWrap(tsName(name), (original) => (...args) => {
+      state.entered += 1;
+      const out = original(...args);
+      state.calls += 1;
+      if (nextWord === null || state.calls < nextWord) return out; // not to ask before then
+      writeMessage({ outcome: "hooked", probe: { call: state.calls } }, []);
+      const [answer, blobs] = readFrame();
+      nextWord = Number.isInteger(answer?.next) ? answer.next : null;
+      if (answer && answer.swap) state.swap = guarded(args.slice(2), answer.swap, blobs);
+      return out;
+    });
+    state.found = 1;
+  } catch {
+    state.found = 0;
+  }
+  return { remove() { if (restore) restore(); }, report() { return { ...state }; } };
+}
+
+// The swap's report; a failure of the search itself is reported, never thrown into the
+// student's code (where it would read as their error)
+function guarded(roots, plan, blobs) {
+  try {
+    return swapCache(roots, plan, blobs);
+  } catch (err) {
+    return { applied: false, reason: `the grader's search failed: ${err}` };
+  }
+}
