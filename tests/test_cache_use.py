@@ -22,6 +22,7 @@ from theinference.grading.answer_cache import ORACLE_VERSION, read_or_make_secre
 from theinference.oracle.config import ModelConfig
 from theinference.results import Status
 from theinference.student import calibration, sandbox
+from theinference.student.channel import Probe
 from theinference.student.process import StudentProcess
 from theinference.student.setup import Limits, ProcessSetup
 from theinference.student.worker import swap as worker_swap
@@ -298,8 +299,8 @@ def test_the_hooked_function_is_swapped_after_it_returns_under_any_alias(tmp_pat
         return {"swap": plan}, swap_blobs([(k, -k)], [(np.ones_like(k), np.ones_like(k))])
 
     with StudentProcess(ProcessSetup(course, Path("/nonexistent.safetensors"), Limits())) as w:
-        plain = w.call("run", [[1, 2]], 60, hook="prefill")
-        swapped = w.call("run", [[1, 2]], 60, hook="prefill", on_hook=swap)
+        plain = w.call("run", [[1, 2]], 60, Probe("prefill"))
+        swapped = w.call("run", [[1, 2]], 60, Probe("prefill", answer=swap))
     assert plain.kind == swapped.kind == "returned", (plain.message, swapped.message)
     assert float(plain.value) == float(k.sum()) and float(swapped.value) == k.size
     assert len(words) == 1 and swapped.probe["swap"]["applied"], swapped.probe

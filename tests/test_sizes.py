@@ -57,6 +57,39 @@ def test_no_function_body_is_over_the_size_the_codebase_keeps():
     assert not long, long
 
 
+PARAMETERS = 6  # past this, a function's arguments belong together in one value
+
+
+def parameter_count(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Every parameter a caller may pass, `self` and `cls` aside."""
+    a = node.args
+    names = [*a.posonlyargs, *a.args, *a.kwonlyargs]
+    count = len(names) + (a.vararg is not None) + (a.kwarg is not None)
+    return count - (bool(names) and names[0].arg in ("self", "cls"))
+
+
+def test_no_function_outside_the_commands_takes_more_than_six_parameters():
+    """Catches a run's setup travelling as loose arguments again (a course, weights, limits,
+    sandbox, cancel... passed one by one): only the command line's own functions, whose
+    parameters are its options, may take more."""
+    wide = {}
+    for path in package_modules():
+        if path.relative_to(PACKAGE).parts[0] == "commands":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            is_function = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            if is_function and (n := parameter_count(node)) > PARAMETERS:
+                wide[f"{path.relative_to(PACKAGE).as_posix()}:{node.name}"] = n
+    assert not wide, wide
+
+
+def test_the_parameter_count_sees_every_kind_of_parameter():
+    """Catches a count that misses keyword-only, *args or **kwargs parameters (a function
+    could then grow past the limit unseen)."""
+    (node,) = ast.parse("def f(self, a, /, b, *c, d, e=1, **f): pass").body
+    assert parameter_count(node) == 6
+
+
 # A JavaScript function's start: a `function` declaration or expression, a block-bodied arrow,
 # or a method (a name, its parameters and a brace that ends the line; not a control statement)
 JS_FUNCTION = re.compile(

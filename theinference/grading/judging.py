@@ -23,6 +23,7 @@ from theinference.diagnosis.errors import lesson_for
 from theinference.grading.answers import Answers
 from theinference.results import CaseResult, Status, finding_of
 from theinference.student.calibration import rate_now
+from theinference.student.channel import Probe
 from theinference.student.process import StudentProcess
 from theinference.student.replies import Outcome
 
@@ -51,8 +52,8 @@ def grade_case(
         outcome = refusal_call(stage, check, args, process, answers)
     else:
         on_hook = fixed.answer if isinstance(fixed, SwapPlan) else None
-        call = (check.adapter, args, stage.timeout, check.hook, on_hook)
-        outcome = process.call(*call, watch=check.watch)
+        probe = Probe(check.hook, check.watch, on_hook)
+        outcome = process.call(check.adapter, args, stage.timeout, probe)
     asked = Question(stage, case, args, answers, clock)
     verdict = judge(asked, outcome, fixed, measured=measured)
     if isinstance(fixed, SwapPlan) and departs(verdict):
@@ -86,8 +87,8 @@ def asked_unswapped(asked: "Question", process, plan: SwapPlan):
     cache: there the stage's diagnosis can name the bug (a wrong position, a shared cache),
     and a right answer there says the decode reads part of its cache and recomputes part."""
     check, stage = CHECKS[asked.case.check], asked.stage
-    outcome = process.call(check.adapter, asked.args, stage.timeout, check.hook,
-                           watch=check.watch)
+    outcome = process.call(check.adapter, asked.args, stage.timeout,
+                           Probe(check.hook, check.watch))
     verdict = judge(asked, outcome, plan, rerun=True)
     if verdict.status == Status.PASSED:
         verdict = Verdict(Status.FAILED, message=DEPARTS.format(hook=stage.words["hook"]))

@@ -9,6 +9,7 @@ import os
 import selectors
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from theinference.student.replies import MAX_REPLY_BYTES, Captured, Outcome, decode_reply
 from theinference.student.worker import protocol
@@ -26,18 +27,35 @@ def no_swap(word: dict) -> tuple[dict, list[bytes]]:
     return {"swap": None, "next": None}, []
 
 
-def collect(
-    proc,
-    deadline: float,
-    cancel,
-    watchdog,
-    output_cap: int,
-    crashed: Callable,
-    on_hook: HookAnswer = no_swap,
-) -> Outcome:
-    """The next reply on proc's pipe (decoded), or the outcome that ended the wait: timeout,
-    cancelled, a watchdog's breach, the worker's death (`crashed()` says how), a reply too
-    large to take or a flood of hook words."""
+@dataclass(frozen=True)
+class Probe:
+    """What a call watches for: `hook`, a course function whose every return is told to the
+    grader, which answers with `answer` (by default, carry on: no_swap); `watch` "returns":
+    any return after the prompt's prefill is told (worker/probes.py)."""
+
+    hook: str | None = None
+    watch: str | None = None
+    answer: HookAnswer | None = None
+
+
+NO_PROBE = Probe()
+
+
+@dataclass(frozen=True)
+class Ends:
+    """What ends a wait besides the reply: the deadline, the run's cancel (set from another
+    thread), a watchdog's breach, the worker's death (`crashed()` says how)."""
+
+    deadline: float
+    cancel: object
+    watchdog: object
+    crashed: Callable
+
+
+def collect(proc, ends: Ends, output_cap: int, on_hook: HookAnswer = no_swap) -> Outcome:
+    """The next reply on proc's pipe (decoded), or the outcome that ended the wait (`ends`), a
+    reply too large to take or a flood of hook words."""
+    deadline, crashed = ends.deadline, ends.crashed
     out, err = Captured(), Captured()
     reply = bytearray()
     words = 0  # hook words answered in this call
@@ -61,7 +79,7 @@ def collect(
             if frame == TOO_BIG:
                 too_big = Outcome("bad_reply", message="the return value is over 1 GiB")
                 return finish(too_big, out, err)
-            stopped = stop_reason(deadline, cancel, watchdog)
+            stopped = stop_reason(deadline, ends.cancel, ends.watchdog)
             if stopped is not None:
                 return finish(stopped, out, err)
             if not read_some(proc, sel, deadline, output_cap, reply):

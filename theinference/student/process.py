@@ -94,25 +94,21 @@ class StudentProcess:
         adapter: str,
         args: list,
         timeout: float | None = None,
-        hook: str | None = None,
-        on_hook: channel.HookAnswer | None = None,
+        probe: channel.Probe = channel.NO_PROBE,
         cpu_limit: float | None = None,
-        watch: str | None = None,
     ) -> Outcome:
         """Ask the student's process for one adapter call and wait for its reply. Its CPU time
         is read by the grader (its cgroup's account, else /proc), never taken from the
         student's own process. Past `cpu_limit` CPU-seconds (the whole tree's, since the call
-        started) the process is killed and the outcome is `cpu_limit`. With `hook`, every
-        function of that name in the course tells the grader when it returns and waits
-        (`on_hook(word)` answers; by default, carry on: channel.no_swap); with `watch`
-        "returns", any return after the prompt's prefill does (worker/probes.py)."""
-        request = {"adapter": adapter, "args": args, "hook": hook, "watch": watch}
+        started) the process is killed and the outcome is `cpu_limit`. `probe`: what the call
+        watches for (channel.Probe: a hook, the returns after the prefill)."""
+        request = {"adapter": adapter, "args": args, "hook": probe.hook, "watch": probe.watch}
         started, look = self._send(request)
         proc = self._proc
         watchdog = None
         if look is not None and proc is not None:
             watchdog = self._watchdog(proc, look, cpu_limit)
-        outcome = self._receive(started, timeout, watchdog, on_hook)
+        outcome = self._receive(started, timeout, watchdog, probe.answer)
         if look is not None and proc is not None and self._proc is proc:
             outcome.cpu_seconds = look()[0]
             # nothing the call started outlives it: the next call starts from the worker alone
@@ -268,14 +264,9 @@ class StudentProcess:
 
     def _collect(self, deadline: float, watchdog: Watchdog | None = None, on_hook=None) -> Outcome:
         """The worker's next reply, or why there is none (channel.py)."""
+        ends = channel.Ends(deadline, self.cancel, watchdog, self._crash_outcome)
         return channel.collect(
-            self._proc,
-            deadline,
-            self.cancel,
-            watchdog,
-            self.limits.output_bytes,
-            self._crash_outcome,
-            on_hook or channel.no_swap,
+            self._proc, ends, self.limits.output_bytes, on_hook or channel.no_swap
         )
 
     def _crash_outcome(self) -> Outcome:
