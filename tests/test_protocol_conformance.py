@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from tests.test_typescript import NODE_MODULES
+from theinference.course.directory import course_language
 from theinference.student import launch
 from theinference.student.channel import encode_frame
 from theinference.student.replies import decode_reply, split_frame
@@ -38,7 +39,7 @@ class Worker:
     def __init__(self, course: Path, home: Path):
         req_read, self.requests = os.pipe()
         self.replies, resp_write = os.pipe()
-        argv = launch.worker_argv(course, req_read, resp_write, 2 << 30)
+        argv = launch.worker_argv(course, (req_read, resp_write), 2 << 30, course_language(course))
         env = {"PATH": os.environ["PATH"], "HOME": str(home), "TMPDIR": str(home)}
         self.stderr = open(home / "stderr", "wb")  # noqa: SIM115 (closed in close())
         self.popen = subprocess.Popen(
