@@ -48,7 +48,8 @@ def test_every_outcome_a_worker_sends_is_one_the_grader_reads():
 def test_every_name_the_grader_calls_has_its_typescript_spelling():
     """Catches an adapter or hook the grader asks for that the Node worker would look up under
     the grader's own name (and call missing), and a TypeScript spelling (of a name, or of the
-    exception a refusal is) that the reports' names (course/languages/typescript.py) give otherwise."""
+    exception a refusal is) that the reports' names (course/languages/typescript.py) give
+    otherwise."""
     asked = {c.adapter for c in CHECKS.values()} | {c.hook for c in CHECKS.values() if c.hook}
     assert len(asked) >= 8, asked  # every check module registers on import (checks/__init__)
     table = protocol.TS_NAMES
@@ -58,7 +59,8 @@ def test_every_name_the_grader_calls_has_its_typescript_spelling():
         assert languages.TYPESCRIPT.names.get(name, spelled) == spelled, name
     assert set(protocol.SPEC["hook"]["hooks"]) <= set(table)
     for ts_name, python_name in protocol.SPEC["exceptions"]["ts"].items():
-        assert languages.TYPESCRIPT.names.get(python_name) == ts_name, python_name  # the reports' word
+        # the reports' word
+        assert languages.TYPESCRIPT.names.get(python_name) == ts_name, python_name
 
 
 def test_the_node_worker_reads_the_protocol_rather_than_restating_it():
