@@ -3,7 +3,8 @@ by the terminal report, the HTML page (rendered in Chromium) and JSON.
 
 The default-suite tests plant a catalogued bug along the cached path (diagnosis/variants.py)
 and judge it with the stage's own check, no student process: a few seconds each. The slow
-ones grade planted bugs (tests/solutions/bugs.toml) end to end."""
+one grades a planted bug end to end through the command line; every planted bug's maps are
+checked where tests/test_grading.py grades it (assert_localised_cases_carry_their_map)."""
 
 import io
 import json
@@ -17,7 +18,6 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from tests.bugs import BUGS, REFERENCE
 from tests.helpers import oracle_answer
 from theinference.curriculum.checks import CHECKS
 from theinference.curriculum.checks.generate_loop import greedy_tokens
@@ -217,32 +217,6 @@ def answers(weights):
     from theinference.grading.answers import Answers
 
     return Answers(weights)
-
-
-def graded_stage(bug, weights, answers) -> StageResult:
-    from theinference.grading.verify import grade_text, quick
-
-    (stage,) = [s for s in load_stages() if s.slug == bug.stage]
-    (result,) = grade_text(bug.planted(REFERENCE.read_text()), [quick(stage)], weights,
-                           answers).stages
-    return result
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("bug", BUGS, ids=[b.id for b in BUGS])
-def test_every_localised_planted_bug_gets_a_map(bug, weights, answers):
-    """Would catch a localised failure of any planted bug that reaches the student without
-    its map, or with a first departing cell that is not where the check localised it."""
-    stage = graded_stage(bug, weights, answers)
-    for case in stage.cases:
-        if case.where is None or case.status != Status.FAILED:
-            continue
-        if "positions, expected" in case.message:  # a count of reused positions departs
-            continue
-        assert case.error_map is not None, (bug.id, case.name, case.where)
-        for axis, label in case.error_map["first_at"].items():
-            if axis in case.where:  # a cache's row label may add its tensor: "0 K"
-                assert str(case.where[axis]) == label.split()[0], (bug.id, case.name)
 
 
 @pytest.mark.slow

@@ -61,14 +61,40 @@ def test_planted_bug_fails_its_stage_and_is_named(bug, weights, shared_oracle):
     # exactly what `theinference verify --quick` runs for each bug
     from theinference.curriculum.stages import load_stages
     from theinference.grading.verify import Grounds, quick, verify_bug
+    from theinference.results.events import StageFinished
 
     (stage,) = [s for s in load_stages() if s.slug == bug.stage]
-    row = verify_bug(bug, REFERENCE.read_text(), quick(stage), Grounds(weights, shared_oracle))
+    finished = []
+
+    def keep(event) -> None:
+        if isinstance(event, StageFinished):
+            finished.append(event.result)
+
+    grounds = Grounds(weights, shared_oracle)
+    row = verify_bug(bug, REFERENCE.read_text(), quick(stage), grounds, keep)
     assert row.status.value in ("failed", "error"), row
     assert row.named == bug.fingerprint, row  # named exactly, or (no fingerprint) not guessed
     assert row.ok
     if row.worst is not None:  # numeric failures land far outside the tolerance
         assert row.worst > (1 if bug.subtle else 5), row
+    assert_localised_cases_carry_their_map(bug.id, finished[-1])
+
+
+def assert_localised_cases_carry_their_map(bug_id: str, stage) -> None:
+    """Every case a planted bug fails where the check localised it carries its error map, with
+    the first departing cell where the check says (a cache's row label may add its tensor:
+    "0 K"). Would catch a localised failure that reaches the student without its map."""
+    from theinference.results import Status
+
+    for case in stage.cases:
+        if case.where is None or case.status != Status.FAILED:
+            continue
+        if "positions, expected" in case.message:  # a count of reused positions departs
+            continue
+        assert case.error_map is not None, (bug_id, case.name, case.where)
+        for axis, label in case.error_map["first_at"].items():
+            if axis in case.where:
+                assert str(case.where[axis]) == label.split()[0], (bug_id, case.name)
 
 
 def test_failed_prerequisite_skips_dependents_with_reason(tmp_path, weights):
