@@ -159,6 +159,7 @@ def test_an_untouched_template_says_not_started_never_error(tmp_path):
     assert "Traceback" not in done.stdout and "INTERNALERROR" not in done.stdout
 
 
+@pytest.mark.slow  # about 20 s: the default suite stays under 10 minutes
 def test_a_planted_bug_fails_the_cases_the_cli_fails_with_its_diagnosis(tmp_path):
     """Catches pytest and `theinference test` disagreeing on a case, a failure text without
     the allclose report or the suspected bug the terminal names, -k not reaching the run, or
@@ -233,6 +234,7 @@ def same_verdict_by_npm_and_cli(course: Path, *args: str) -> tuple[int, dict]:
     return direct.returncode, statuses(results[1])
 
 
+@pytest.mark.slow  # about 20 s: the default suite stays under 10 minutes
 def test_npm_test_gives_the_verdict_and_exit_code_of_theinference_test(tmp_path):
     """Catches a TypeScript template whose `npm test` does not run the grader, or loses its
     exit code (a todo stage: 1; weights that do not exist: 4)."""
