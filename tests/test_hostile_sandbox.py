@@ -99,7 +99,7 @@ def honest_answer_names(tmp_path: Path, place: dict) -> list[str]:
 
 @pytest.mark.parametrize("mode", BOTH)
 def test_forged_answers_in_a_cold_cache_are_never_believed(mode, tmp_path, place):
-    """Would catch the answer-cache poisoning of issue 10: a submission that writes zeros as
+    """Would catch the answer-cache poisoning: a submission that writes zeros as
     the stored answer for its own case and returns zeros, before the grader stored one."""
     names = honest_answer_names(tmp_path, place)
     body = (
