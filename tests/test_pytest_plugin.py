@@ -20,8 +20,7 @@ import pytest
 
 from tests.bugs import planted
 from tests.helpers import STAGES, make_course, reference_text
-from theinference.course import languages
-from theinference.course.directory import init_course
+from tests.test_typescript import ts_course
 from theinference.curriculum.stages import load_stages
 from theinference.grading.policy import EVERY_CASE, plan
 
@@ -246,21 +245,6 @@ def test_npm_test_gives_the_verdict_and_exit_code_of_theinference_test(tmp_path)
     assert (code, verdict) == (1, {"single-step-attention": "todo"})
     (course / "theinference.toml").write_text('language = "ts"\nweights = "missing.safetensors"\n')
     assert npm_test(course).returncode == cli_in(course, "test").returncode == 4
-
-
-def ts_course(root: Path, kvcache: str | None = None, copy: bool = False) -> Path:
-    """A TypeScript course with the test runner's node_modules linked in, or copied (the
-    sandbox binds the course directory alone, so a link out of it would dangle)."""
-    init_course(root, languages.TYPESCRIPT)
-    runner = ROOT / "tests" / "fixtures" / "ts_runner" / "node_modules"
-    assert (runner / "tsx").is_dir(), "run `npm ci --prefix tests/fixtures/ts_runner` first"
-    if copy:
-        shutil.copytree(runner, root / "node_modules", symlinks=True)
-    else:
-        (root / "node_modules").symlink_to(runner)
-    if kvcache is not None:
-        (root / "src" / "kvcache.ts").write_text(kvcache)
-    return root
 
 
 def statuses(path: Path) -> dict[str, str]:

@@ -101,7 +101,7 @@ def test(
     request = RunRequest(
         stages=tuple(stage or ()), weights=weights, seed=seed_of(seed), policy=policy,
         sandbox=sandbox, limits=LimitRequest(timeout, memory_gb, output_kb),
-        outputs=tuple(outputs), speed=speed,
+        speed=speed,
     )
     present = Presentation(
         writer=lambda course: formats.writer(outputs, course.grading),

@@ -61,7 +61,6 @@ class RunRequest:
     policy: RunPolicy = EVERY_CASE
     sandbox: str = "auto"
     limits: LimitRequest = LimitRequest()
-    outputs: tuple[Output, ...] = ()
     speed: bool = False  # also time the cached generation against the oracle's (speed.py)
 
 
