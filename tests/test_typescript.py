@@ -20,7 +20,7 @@ from theinference.course import languages
 from theinference.course.directory import CourseError, course_language, init_course, open_course
 from theinference.curriculum.stages import load_stages, select
 from theinference.grading.verify import Grounds, load_bugs, quick, verify_bug, verify_reference
-from theinference.output.watch import is_watched
+from theinference.grading.watching import is_watched
 from theinference.student import launch
 from theinference.student.process import StudentProcess
 from theinference.student.setup import Limits, ProcessSetup

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tests.helpers import make_course, reference_text
-from theinference.output.watch import changed_files, is_watched, snapshot
+from theinference.grading.watching import changed_files, is_watched, snapshot
 
 STAGE = "single-step-attention"
 RUN_DONE = "watching for changes"

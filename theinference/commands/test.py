@@ -154,9 +154,11 @@ def grade_session(session, watch: bool, poll: bool, clear: bool = True) -> int:
 
     if not watch:
         return run_once(session)
-    from theinference.output.watch import watch_loop
+    from theinference.grading.watching import WatchLoop
+    from theinference.output.watch import KeyReader, watch_view
 
-    return watch_loop(session, poll, clear)
+    keys = KeyReader()
+    return WatchLoop(session, watch_view(session, keys.single_keys, clear), keys, poll).run()
 
 
 def with_format_files(command):

@@ -1,7 +1,7 @@
 """What `theinference test` does once: prepare, grade, write results.
 
 The run itself never prints: whoever draws (the terminal, watch mode) listens to its events
-and reads its result. Watch mode (watch.py) calls the same `run` for every rerun, so a watched
+and reads its result. Watch mode (watching.py) calls the same `run` for every rerun, so a watched
 run and a single run can never disagree.
 """
 

@@ -1,258 +1,126 @@
-"""`theinference test --watch`: grade, then regrade on every real change, for as long as the
-student keeps the terminal open.
+"""What the student sees and types while `theinference test --watch` runs (the loop itself is
+grading/watching.py): the redrawn screen or the log form, and the keys.
 
-Three sources feed one queue: file events (watchfiles, in a thread), keys (a thread reading
-the terminal, or lines when stdin is not a terminal) and "run finished" from the grading
-thread. A change while a run is going stops that run (its worker is killed) and starts a fresh
-one, so a verdict on stale code is never awaited. Every run goes through session.run, the
-same function as a single run.
+In a terminal each run clears the screen and is redrawn whole when it ends (screen.py); with
+--no-clear, or when stdout is not a terminal, runs follow one another in the scrollback as
+`theinference test` prints them.
 """
 
-import hashlib
 import os
-import queue
 import select
 import sys
 import threading
-from dataclasses import replace
-from pathlib import Path
+from collections.abc import Callable
 
-from theinference import exits
-from theinference.course import languages
+from rich.console import Console
+
 from theinference.curriculum.stages import Stage
-from theinference.grading.session import Session, exit_code, run
+from theinference.grading.session import Session
+from theinference.grading.watching import EVERY_STAGE, HINT, NEXT_STAGE, QUIT, RERUN
+from theinference.results import RunResult, StageResult
+from theinference.results.events import Listener, ignore
 
-WATCHED_SUFFIXES = (".toml", *(s for lang in languages.ALL for s in lang.source_suffixes))
-IGNORED_DIRS = {"__pycache__", "node_modules", "venv", "env", "build", "dist"}
-POLL_SECONDS = 0.3
-QUIT_WAIT = 5.0  # seconds a quit waits for the run it stops
-TEMP_SUFFIXES = ("~", ".swp", ".swo", ".swx", ".tmp", ".bak", ".orig")
-
-
-def is_watched(rel: Path) -> bool:
-    """Source and settings files only: not editor swap or backup files, caches or bytecode,
-    nor anything in a hidden directory (.git, .venv, the grader's own .theinference/)."""
-    if any(part.startswith(".") or part in IGNORED_DIRS for part in rel.parts[:-1]):
-        return False
-    name = rel.name
-    if name.startswith((".", "#", "~")) or name.endswith(TEMP_SUFFIXES):
-        return False
-    return name.endswith(WATCHED_SUFFIXES)
+KEYS = {"r": RERUN, "\n": RERUN, "\r": RERUN, "a": EVERY_STAGE, "n": NEXT_STAGE, "h": HINT,
+        "q": QUIT}
 
 
-def snapshot(root: Path) -> dict[str, str]:
-    """Content hashes of the watched files: a save that changes nothing triggers nothing."""
-    hashes = {}
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in IGNORED_DIRS]
-        for name in files:
-            path = Path(folder, name)
-            rel = path.relative_to(root)
-            if is_watched(rel):
-                try:
-                    hashes[str(rel)] = hashlib.sha1(path.read_bytes()).hexdigest()
-                except OSError:
-                    continue  # deleted or unreadable between listing and reading
-    return hashes
+class WatchOutput:
+    """What both forms print the same way."""
 
+    def __init__(self, out: Console, single_keys: bool):
+        self.out = out
+        self.single_keys = single_keys
 
-def changed_files(before: dict[str, str], after: dict[str, str]) -> list[str]:
-    return sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
-
-
-class Watch:
-    def __init__(self, session: Session, poll: bool, clear: bool = True):
-        from theinference.output.report import console
-
-        self.session = session
-        self.poll = poll
-        self.root = session.course.root
-        self.out = console()
-        # the redrawn screen needs a terminal; --no-clear or a pipe keep the log form
-        self.screen = clear and self.out.is_terminal
-        self.last_result = None
-        self.events: queue.Queue = queue.Queue()
-        self.stop = threading.Event()
-        self.current: tuple[threading.Thread, threading.Event] | None = None
-        self.last_code = exits.NOT_PASSED
-        self.keys = KeyReader(self.events, self.stop)
-        self.watching = threading.Event()  # set once file events are being observed
-
-    def loop(self) -> int:
-        threading.Thread(target=self._watch_files, daemon=True).start()
-        # a save made before the watcher's first scan would be missed: wait for it
-        self.watching.wait(timeout=5)
-        self.keys.start()
-        state = snapshot(self.root)
-        self._start(self.session.stages, "")
-        try:
-            while True:
-                try:
-                    kind, payload = self.events.get(timeout=0.2)
-                except queue.Empty:
-                    continue
-                if kind == "files":
-                    now = snapshot(self.root)
-                    changed, state = changed_files(state, now), now
-                    if changed:
-                        self._start(self.session.stages, f"{', '.join(changed)} changed")
-                elif kind == "key" and payload == "q":
-                    return self.last_code
-                elif kind == "key" and payload in ("n", "h"):
-                    self._next_stage() if payload == "n" else self._show_hint()
-                elif kind == "key":
-                    every = payload == "a"
-                    stages = self.session.all_stages if every else self.session.stages
-                    self._start(stages, "all stages" if every else "rerun")
-                elif kind == "done":
-                    self.last_code, drawn = payload
-                    if not drawn:
-                        self._print_watching()
-        except KeyboardInterrupt:
-            return exits.INTERRUPTED
-        finally:
-            self.stop.set()
-            # quitting never waits long on a run: one still going dies with this process, and
-            # the student's process with it (it is killed when its parent ends)
-            self._stop_current("", wait=QUIT_WAIT)
-            self.keys.restore()
-
-    def _watch_files(self) -> None:
-        if self.poll:
-            return self._poll_files()
-        from watchfiles import watch
-
-        def relevant(_change, path: str) -> bool:
-            try:
-                return is_watched(Path(path).relative_to(self.root))
-            except ValueError:
-                return False
-
-        for changes in watch(
-            self.root,
-            watch_filter=relevant,
-            stop_event=self.stop,
-            force_polling=self.poll,
-            debounce=200,
-            step=50,
-            raise_interrupt=False,
-            ignore_permission_denied=True,
-            yield_on_timeout=True,
-            rust_timeout=100,
-        ):
-            self.watching.set()  # the first (empty) yield: the watcher is live
-            if changes:
-                self.events.put(("files", changes))
-
-    def _poll_files(self) -> None:
-        """--poll: where file events never arrive (WSL, NFS, network drives), compare content
-        hashes a few times a second instead."""
-        last = snapshot(self.root)
-        self.watching.set()
-        while not self.stop.wait(POLL_SECONDS):
-            now = snapshot(self.root)
-            if now != last:
-                last = now
-                self.events.put(("files", set()))
-
-    def _start(self, stages: list[Stage], trigger: str) -> None:
-        self._stop_current(trigger)
-        cancel = threading.Event()
-        thread = threading.Thread(target=self._grade, args=(stages, cancel, trigger), daemon=True)
-        self.current = (thread, cancel)
-        thread.start()
-
-    def _grade(self, stages: list[Stage], cancel: threading.Event, trigger: str) -> None:
-        from theinference.output.screen import WatchScreen
-
-        screen = WatchScreen(self.out, self.session, self.keys.single_keys) if self.screen else None
-        try:
-            if screen is None:
-                result = run(self.session, stages, cancel, trigger)
-            else:
-                listener = screen.listener(trigger, cancel)
-                result = run(self._quiet_session(), stages, cancel, trigger, listener)
-                screen.close()
-                if not result.cancelled:
-                    screen.draw(result)
-        except Exception as exc:  # the watcher outlives anything, its own surprises included
-            from theinference.output.report import print_error
-
-            print_error(f"the run failed inside the grader: {type(exc).__name__}: {exc}")
-            self.events.put(("done", (exits.NOT_PASSED, False)))
-            return
-        finally:
-            if screen is not None:
-                screen.close()
-        if not result.cancelled:
-            self.last_result = result
-            self.events.put(("done", (exit_code(result), screen is not None)))
-
-    def _quiet_session(self) -> Session:
-        """The session without its terminal report: the screen draws instead (result files
-        are still written)."""
-        return replace(self.session, renderer=None)
-
-    def _next_stage(self) -> None:
-        """Key n: watch the stage after the last one watched, in course order."""
+    def stopped(self, reason: str) -> None:
         from theinference.output.report import print_cancelled
 
-        order = [s.slug for s in self.session.all_stages]
-        last = self.session.stages[-1].slug if self.session.stages else order[0]
-        position = order.index(last) if last in order else -1
-        if position + 1 >= len(order):
-            print_cancelled(self.out, f"{last} is the last stage")
-            return
-        following = self.session.all_stages[position + 1]
-        self.session.stages = [following]
-        self._start(self.session.stages, f"next stage: {following.slug}")
+        print_cancelled(self.out, reason)
 
-    def _show_hint(self) -> None:
-        """Key h: the guidance of the stage in focus, and its last diagnosis, below the screen."""
+    def failed(self, message: str) -> None:
+        from theinference.output.report import print_error
+
+        print_error(message)
+
+    def nothing_after(self, slug: str) -> None:
+        from rich.text import Text
+
+        self.out.print(Text(f"{slug} is the last stage", style="dim"))
+
+    def hint(self, stage: Stage, graded: StageResult | None) -> None:
         from theinference.output.screen import hint_block
 
-        graded = {s.slug: s for s in self.last_result.stages} if self.last_result else {}
-        focus = next(
-            (
-                s
-                for s in self.session.stages
-                if graded.get(s.slug) is None or graded[s.slug].status.value != "passed"
-            ),
-            self.session.stages[-1],
-        )
-        self.out.print(hint_block(focus.slug, focus.title, focus.guidance, graded.get(focus.slug)))
+        self.out.print(hint_block(stage.slug, stage.title, stage.guidance, graded))
 
-    def _stop_current(self, reason: str, wait: float | None = None) -> None:
-        if self.current is None:
-            return
-        thread, cancel = self.current
-        self.current = None
-        if thread.is_alive():
-            cancel.set()
-            thread.join(wait)
-            if reason:
-                from theinference.output.report import print_cancelled
-
-                print_cancelled(self.out, reason)
-
-    def _print_watching(self) -> None:
+    def waiting(self) -> None:
         from theinference.output.report import print_watching
 
-        print_watching(self.out, self.keys.single_keys)
+        print_watching(self.out, self.single_keys)
+
+
+class ScreenView(WatchOutput):
+    """Each run on a cleared screen, redrawn whole when it ends (the redraw ends with the keys)."""
+
+    def __init__(self, out: Console, session: Session, single_keys: bool):
+        super().__init__(out, single_keys)
+        self.session = session
+        self.screen = None
+
+    def drawing(self, trigger: str, cancel: threading.Event) -> Listener:
+        from theinference.output.screen import WatchScreen
+
+        self.screen = WatchScreen(self.out, self.session, self.single_keys)
+        return self.screen.listener(trigger, cancel)
+
+    def ended(self, result: RunResult | None) -> None:
+        if self.screen is not None:
+            self.screen.close()  # a live status line must not outlive its run
+        if result is None:
+            self.waiting()
+        elif not result.cancelled:
+            self.screen.draw(result)
+
+
+class LogView(WatchOutput):
+    """Each run in the scrollback as `theinference test` prints it (the session's renderer;
+    none when the session writes a machine format to stdout), then the keys."""
+
+    def __init__(self, out: Console, session: Session, single_keys: bool):
+        super().__init__(out, single_keys)
+        self.renderer = session.renderer
+        self.current = None
+
+    def drawing(self, trigger: str, cancel: threading.Event) -> Listener:
+        self.current = self.renderer(trigger, cancel) if self.renderer else ignore
+        return self.current
+
+    def ended(self, result: RunResult | None) -> None:
+        getattr(self.current, "close", lambda: None)()
+        if result is None or not result.cancelled:
+            self.waiting()
+
+
+def watch_view(session: Session, single_keys: bool, clear: bool) -> WatchOutput:
+    """The redrawn screen needs a terminal; --no-clear or a pipe keep the log form."""
+    from theinference.output.report import console
+
+    out = console()
+    form = ScreenView if clear and out.is_terminal else LogView
+    return form(out, session, single_keys)
 
 
 class KeyReader:
     """Keys from the terminal (single keys, no Enter needed) or, when stdin is not a terminal,
-    lines: r or an empty line reruns, a runs all stages, q quits."""
+    lines: r or an empty line reruns, a runs all stages, n the next stage, h a hint, q quits."""
 
-    def __init__(self, events: queue.Queue, stop: threading.Event):
-        self.events = events
-        self.stop = stop
+    def __init__(self):
         self.fd = sys.stdin.fileno() if sys.stdin and not sys.stdin.closed else None
         self.single_keys = self.fd is not None and os.isatty(self.fd)
+        self.stop = threading.Event()
+        self.command: Callable[[str], None] = lambda _: None
         self._saved = None
 
-    def start(self) -> None:
+    def start(self, command: Callable[[str], None]) -> None:
+        self.command = command
         if self.fd is None:
             return
         if self.single_keys:
@@ -264,6 +132,7 @@ class KeyReader:
         threading.Thread(target=self._read, daemon=True).start()
 
     def restore(self) -> None:
+        self.stop.set()
         if self._saved is not None:
             import termios
 
@@ -289,12 +158,5 @@ class KeyReader:
                 self._key(line.decode(errors="ignore").strip()[:1] or "\n")
 
     def _key(self, key: str) -> None:
-        key = key.lower()
-        if key in ("r", "\n", "\r"):
-            self.events.put(("key", "r"))
-        elif key in ("a", "q", "n", "h"):
-            self.events.put(("key", key))
-
-
-def watch_loop(session: Session, poll: bool = False, clear: bool = True) -> int:
-    return Watch(session, poll, clear).loop()
+        if key.lower() in KEYS:
+            self.command(KEYS[key.lower()])

@@ -1,0 +1,178 @@
+"""The watch loop (grading/watching.py) on its own: commands, file changes and runs, with a
+view that records what it is told and a run that is a stand-in. What the student sees of it
+in a real terminal is tests/test_watch.py and tests/test_watch_screen.py."""
+
+import queue
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from theinference import exits
+from theinference.curriculum.stages import load_stages
+from theinference.grading import watching
+from theinference.results import RunResult, StageResult, Status
+
+STAGES = load_stages()
+WAIT = 10.0
+
+
+@dataclass
+class Course:
+    root: Path
+
+
+@dataclass
+class StandInSession:
+    course: Course
+    stages: list
+    all_stages: list
+    renderer: object = None
+
+
+class RecordingView:
+    """Every call the loop makes, in order, on one queue."""
+
+    def __init__(self):
+        self.told: queue.Queue = queue.Queue()
+
+    def drawing(self, trigger, cancel):
+        self.told.put(("drawing", trigger))
+        return lambda event: None
+
+    def ended(self, result):
+        self.told.put(("ended", None if result is None else [s.slug for s in result.stages]))
+
+    def stopped(self, reason):
+        self.told.put(("stopped", reason))
+
+    def failed(self, message):
+        self.told.put(("failed", message))
+
+    def nothing_after(self, slug):
+        self.told.put(("nothing after", slug))
+
+    def hint(self, stage, graded):
+        self.told.put(("hint", stage.slug, None if graded is None else graded.status))
+
+    def next(self, kind: str):
+        """The next call of this kind (others before it are dropped)."""
+        while True:
+            told = self.told.get(timeout=WAIT)
+            if told[0] == kind:
+                return told[1:]
+
+
+class Typed:
+    """Commands as the key reader would give them."""
+
+    def start(self, command):
+        self.command = command
+
+    def restore(self):
+        self.restored = True
+
+
+class StandInRun:
+    """session.run: each stage passes unless named in `failing`; `raises` makes the next run
+    fail inside the grader."""
+
+    def __init__(self):
+        self.failing: set[str] = set()
+        self.raises = False
+
+    def __call__(self, session, stages, cancel, trigger, listener):
+        if self.raises:
+            self.raises = False
+            raise RuntimeError("an oracle file vanished")
+        graded = [StageResult(s.slug, s.title, Status.FAILED if s.slug in self.failing
+                              else Status.PASSED) for s in stages]
+        return RunResult(graded, "synthetic", "0" * 64)
+
+
+@pytest.fixture
+def loop(tmp_path, monkeypatch, request):
+    """A watch loop on the first stage of a course folder (or the first N, parametrized
+    indirectly), running in a thread; yields (view, commands, stand-in run, the loop's exit
+    code once it returns)."""
+    focus = STAGES[: getattr(request, "param", 1)]
+    stand_in = StandInRun()
+    monkeypatch.setattr(watching, "run", stand_in)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "kvcache.py").write_text("x = 1\n")
+    session = StandInSession(Course(tmp_path), focus, STAGES)
+    view, typed, code = RecordingView(), Typed(), queue.Queue()
+    watch = watching.WatchLoop(session, view, typed, poll=True)
+    thread = threading.Thread(target=lambda: code.put(watch.run()), daemon=True)
+    thread.start()
+    assert view.next("ended") == ([s.slug for s in focus],)  # the first run
+    yield view, typed, stand_in, code
+    typed.command(watching.QUIT)
+    thread.join(WAIT)
+
+
+def test_next_stage_walks_the_course_and_says_when_there_is_none(loop):
+    """Catches `next stage` skipping or repeating a stage, or running past the last one."""
+    view, typed, _, _ = loop
+    for stage in STAGES[1:]:
+        typed.command(watching.NEXT_STAGE)
+        assert view.next("drawing") == (f"next stage: {stage.slug}",)
+        assert view.next("ended") == ([stage.slug],)
+    typed.command(watching.NEXT_STAGE)
+    assert view.next("nothing after") == (STAGES[-1].slug,)
+
+
+def test_rerun_every_stage_and_a_file_change(loop, tmp_path):
+    """Catches a rerun grading other stages than those in focus, `every stage` not grading
+    the whole course, and a change not naming the file that triggered the run."""
+    view, typed, _, _ = loop
+    typed.command(watching.RERUN)
+    assert view.next("drawing") == ("rerun",)
+    assert view.next("ended") == ([STAGES[0].slug],)
+    typed.command(watching.EVERY_STAGE)
+    assert view.next("ended") == ([s.slug for s in STAGES],)
+    (tmp_path / "src" / "kvcache.py").write_text("x = 2\n")
+    assert view.next("drawing") == ("src/kvcache.py changed",)
+
+
+def test_a_grader_failure_is_told_and_the_loop_carries_on(loop):
+    """Catches a failure inside the grader ending the watch, or going unreported."""
+    view, typed, stand_in, code = loop
+    stand_in.raises = True
+    typed.command(watching.RERUN)
+    assert "an oracle file vanished" in view.next("failed")[0]
+    assert view.next("ended") == (None,)
+    typed.command(watching.RERUN)
+    assert view.next("ended") == ([STAGES[0].slug],)
+    typed.command(watching.QUIT)
+    assert code.get(timeout=WAIT) == exits.OK
+
+
+def test_hint_is_for_the_first_stage_not_passed_and_quit_gives_the_last_verdict(loop):
+    """Catches the hint naming a passed stage while one in focus failed, and quit returning
+    another run's verdict than the last."""
+    view, typed, stand_in, code = loop
+    stand_in.failing = {STAGES[1].slug}
+    typed.command(watching.EVERY_STAGE)
+    view.next("ended")
+    typed.command(watching.HINT)
+    assert view.next("hint") == (STAGES[0].slug, Status.PASSED)  # the focus is stage 1 alone
+    typed.command(watching.NEXT_STAGE)
+    view.next("ended")
+    typed.command(watching.HINT)
+    assert view.next("hint") == (STAGES[1].slug, Status.FAILED)
+    typed.command(watching.QUIT)
+    assert code.get(timeout=WAIT) == exits.NOT_PASSED
+
+
+@pytest.mark.parametrize("loop", [3], indirect=True)
+def test_hint_in_a_focus_of_several_stages_is_the_first_not_passed(loop):
+    """Catches the hint naming the last stage in focus (or a passed one) when an earlier one
+    failed."""
+    view, typed, stand_in, _ = loop
+    stand_in.failing = {STAGES[1].slug}
+    typed.command(watching.RERUN)
+    view.next("ended")
+    typed.command(watching.HINT)
+    assert view.next("hint") == (STAGES[1].slug, Status.FAILED)
