@@ -114,11 +114,15 @@ def test_readmes_student_commands_run(tmp_path, weights_cache):
     env = {**os.environ, "HOME": str(tmp_path / "home"),
            "THEINFERENCE_CACHE_DIR": str(weights_cache)}
     env.pop("THEINFERENCE_SEED", None)
-    course = tmp_path / "my-course"
+    clone = tmp_path / "clone"  # README's first command runs in a clone of the repository
+    clone.mkdir()
+    course = None
     for line in [line for _, line in documented("theinference ") if _ == "README.md"]:
         if "--watch" in line:
             continue  # watch mode runs in a real terminal in tests/test_watch.py
-        cwd = tmp_path if line.startswith("theinference init") else course
+        if line.startswith("theinference init"):
+            course = (clone / shlex.split(line)[2]).resolve()
+        cwd = clone if line.startswith("theinference init") else course
         done = run(line.replace("DIR", "my-course"), cwd, env)
         expected = {0, 1} if line.startswith("theinference test") else {0}
         assert done.returncode in expected, f"`{line}`: {done.returncode}\n{done.stderr[-2000:]}"
