@@ -226,7 +226,7 @@ def test_a_guarded_worker_starts_isolated_from_home(tmp_path):
     from theinference.student import launch
 
     argv = launch.worker_argv(tmp_path, (3, 4), 2**30, PYTHON, mode="guarded")
-    assert argv[1:3] == ["-I", "-B"] and argv[-1] == "guarded", argv
+    assert argv[1:3] == ["-I", "-B"] and argv[-2] == "guarded", argv
 
 
 @needs_cgroup

@@ -45,28 +45,51 @@ def test_every_outcome_a_worker_sends_is_one_the_grader_reads():
     assert sent and sent <= protocol.OUTCOMES, sent - protocol.OUTCOMES
 
 
-def test_every_name_the_grader_calls_has_its_typescript_spelling():
-    """Catches an adapter or hook the grader asks for that the Node worker would look up under
-    the grader's own name (and call missing), and a TypeScript spelling (of a name, or of the
-    exception a refusal is) that the reports' names (course/languages/typescript.py) give
-    otherwise."""
+def asked_names() -> set[str]:
+    """Every adapter and hook the checks ask the student's process for."""
     asked = {c.adapter for c in CHECKS.values()} | {c.hook for c in CHECKS.values() if c.hook}
     assert len(asked) >= 8, asked  # every check module registers on import (checks/__init__)
-    table = protocol.TS_NAMES
-    for name in asked:
-        spelled = table.get(name, name)
-        assert "_" not in spelled, f"{name}: no TypeScript spelling in protocol.json"
-        assert languages.TYPESCRIPT.names.get(name, spelled) == spelled, name
-    assert set(protocol.SPEC["hook"]["hooks"]) <= set(table)
-    for ts_name, python_name in protocol.SPEC["exceptions"]["ts"].items():
-        # the reports' word
-        assert languages.TYPESCRIPT.names.get(python_name) == ts_name, python_name
+    return asked
+
+
+def test_every_name_the_grader_asks_for_is_spelled_by_the_language_object():
+    """Catches an adapter or hook the grader asks for that the Node worker would be sent under
+    the grader's own name (and call missing): each has its camelCase spelling in the
+    TypeScript language object, the one table reports are told in too; a hook a check asks for
+    is one the Node worker is given at its start; a refusal's exception reads back as the
+    grader's."""
+    camel = re.compile(r"[a-z][a-zA-Z0-9]*")
+    for name in asked_names():
+        assert camel.fullmatch(languages.TYPESCRIPT.spelled(name)), f"{name}: no camelCase"
+        assert languages.PYTHON.spelled(name) == name
+    assert {c.hook for c in CHECKS.values() if c.hook} <= set(protocol.HOOKS)
+    for ours, theirs in languages.TYPESCRIPT.exceptions.items():
+        assert languages.TYPESCRIPT.names[ours] == theirs  # the reports' word too
+        assert languages.TYPESCRIPT.grader_exception(theirs) == ours
+    assert languages.PYTHON.grader_exception("ValueError") == "ValueError"
+
+
+def test_no_worker_and_no_protocol_states_a_languages_spelling_again():
+    """Catches the TypeScript spelling of an adapter, a hook or an exception written into
+    protocol.json or a worker file again (a second table to keep in step with
+    course/languages/typescript.py): the grader sends the names spelled, and reads the
+    exceptions back, through the language object alone."""
+    spellings = {languages.TYPESCRIPT.spelled(name) for name in asked_names()}
+    spellings |= set(languages.TYPESCRIPT.exceptions.values())
+    spellings -= asked_names()  # spelled alike in both (prefill): nothing to restate
+    assert "runGenerate" in spellings and "RangeError" in spellings, spellings
+    sources = [WORKER / "protocol.json", WORKER / "protocol.py", *PYTHON, *NODE]
+    for source in sources:
+        text = source.read_text()
+        restated = {word for word in spellings if re.search(rf"\b{word}\b", text)}
+        assert not restated, (source.name, restated)
+    assert "names" not in protocol.SPEC and set(protocol.SPEC["exceptions"]) == {"about", "todo"}
 
 
 def test_the_node_worker_reads_the_protocol_rather_than_restating_it():
-    """Catches the Node worker writing the framing, the item limit or the names table out by
-    hand again (the drift protocol.json is there to end)."""
+    """Catches the Node worker writing the framing or the item limit out by hand again (the
+    drift protocol.json is there to end)."""
     text = "\n".join(path.read_text() for path in NODE)
     assert "protocol.json" in (WORKER / "worker_node_protocol.mjs").read_text()
-    for restated in ("4096", "readBigUInt64LE(0)", "camelCase", "RangeError: \"ValueError\""):
+    for restated in ("4096", "readBigUInt64LE(0)", "camelCase"):
         assert restated not in text, restated

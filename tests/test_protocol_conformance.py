@@ -2,7 +2,10 @@
 requests, sent frame by frame to the Python worker and to the Node worker, get the same replies.
 
 Each worker runs as the grader starts it (launch.worker_argv, no sandbox) on a fixture course of
-its language (tests/fixtures/protocol/), copied into a throwaway folder with a throwaway HOME.
+its language (tests/fixtures/protocol/), copied into a throwaway folder with a throwaway HOME,
+and is asked as the grader asks it: the adapter and hook spelled by the course's language object
+(run_generate is runGenerate to the Node worker), the exception it reports read back through
+it (a RangeError is the grader's ValueError, in its message too).
 What is compared, per reply: the outcome, every field of the header, the value's description
 (kind, dtype, shape, blob, length, items) and its arrays' bytes. Normalised, because the
 languages differ and the grader reads them only for messages: the type names a value came
@@ -39,7 +42,8 @@ class Worker:
     def __init__(self, course: Path, home: Path):
         req_read, self.requests = os.pipe()
         self.replies, resp_write = os.pipe()
-        argv = launch.worker_argv(course, (req_read, resp_write), 2 << 30, course_language(course))
+        self.language = course_language(course)
+        argv = launch.worker_argv(course, (req_read, resp_write), 2 << 30, self.language)
         env = {"PATH": os.environ["PATH"], "HOME": str(home), "TMPDIR": str(home)}
         self.stderr = open(home / "stderr", "wb")  # noqa: SIM115 (closed in close())
         self.popen = subprocess.Popen(
@@ -85,8 +89,11 @@ class Worker:
         return header, [bytes(b) for b in blobs]
 
     def call(self, adapter: str, args: list, hook=None, answer=None) -> tuple[dict, list]:
-        """The call's reply; a hook's words on the way answered by `answer(word)`."""
-        self.send({"adapter": adapter, "args": args, "hook": hook, "watch": None})
+        """The call's reply; a hook's words on the way answered by `answer(word)`. `adapter`
+        and `hook` are the grader's names, sent as the course's language spells them."""
+        spell = self.language.spelled
+        hook = spell(hook) if hook else hook
+        self.send({"adapter": spell(adapter), "args": args, "hook": hook, "watch": None})
         while True:
             header, blobs = self.frame()
             if header["outcome"] != "hooked":
@@ -147,15 +154,16 @@ def fresh(courses, tmp_path):
     yield from start_both(courses, tmp_path)
 
 
-def normal(header: dict, blobs: list) -> dict:
+def normal(header: dict, blobs: list, language) -> dict:
     """The reply with what is each language's own taken out (see the module's text)."""
     out = {k: v for k, v in header.items() if k != "traceback"}
     if "traceback" in header:
         out["traceback"] = "tests/adapters." in header["traceback"]
     if header["outcome"] in ("missing", "signature"):
         out["message"] = "(the language's words)"
-    if header.get("outcome") == "raised" and header.get("exception") == "ValueError":
-        out["message"] = header["message"].replace("RangeError", "ValueError")
+    if header.get("outcome") == "raised":  # the exception read back as the grader reads it
+        out["exception"] = language.grader_exception(header["exception"])
+        out["message"] = header["message"].replace(header["exception"], out["exception"])
     if "value" in header:
         out["value"] = described(header["value"], blobs)
     return out
@@ -174,7 +182,7 @@ def described(desc: dict, blobs: list):
 
 def both(workers, adapter: str, args: list) -> dict:
     """The two workers' normalised replies to one call, checked equal."""
-    replies = {lang: normal(*w.call(adapter, args)) for lang, w in workers.items()}
+    replies = {lang: normal(*w.call(adapter, args), w.language) for lang, w in workers.items()}
     assert replies["python"] == replies["ts"], adapter
     return replies["python"]
 

@@ -100,7 +100,8 @@ def test_a_course_without_its_runner_is_refused_with_the_fix(tmp_path):
 
 
 def test_language_found_from_settings_or_adapters(tmp_path):
-    """Catches a course graded by the wrong worker, and a bad language value accepted."""
+    """Catches a course graded by the wrong worker (or its worker started without its mode and
+    the hooks spelled its way), and a bad language value accepted."""
     (tmp_path / "a" / "tests").mkdir(parents=True)
     (tmp_path / "a" / "tests" / "adapters.ts").write_text("")
     assert course_language(tmp_path / "a") is languages.TYPESCRIPT
@@ -111,11 +112,13 @@ def test_language_found_from_settings_or_adapters(tmp_path):
     with pytest.raises(CourseError, match="must be one of python, ts"):
         open_course(tmp_path / "b")
     argv = launch.worker_argv(tmp_path / "a", (3, 4), 2**30, course_language(tmp_path / "a"))
-    assert "--max-old-space-size=1024" in argv and argv[-4:] == [
+    assert "--max-old-space-size=1024" in argv and argv[-6:] == [
         "3",
         "4",
         str(tmp_path / "a"),
         str(2**30),
+        "adapters",
+        "prefill,attnStep",  # the hooks, as the course spells them (the Node worker's to wrap)
     ]
 
 

@@ -13,6 +13,7 @@ from theinference.course.languages import Language
 from theinference.oracle.weights import cache_dir
 from theinference.student import sandbox
 from theinference.student.sandbox import WORKER_DIR
+from theinference.student.worker.protocol import HOOKS
 
 
 def worker_argv(
@@ -27,10 +28,13 @@ def worker_argv(
     request and reply pipes' descriptors; worker_dir: where the worker scripts are seen from
     inside the process (a sandbox mounts them); mode: adapters, guarded (adapters, with
     starting a process forbidden: worker/guard.py), or calibrate (the grader's own matrix
-    product, no student code loaded)."""
+    product, no student code loaded). Every worker is given the same six arguments: the two
+    descriptors, the course, the memory limit, the mode, and the functions a hook may wrap,
+    comma-separated and spelled as the course's language spells them (the Node worker
+    prepares them as it starts; the Python worker wraps whatever a request names)."""
     request_fd, reply_fd = fds
-    tail = [str(request_fd), str(reply_fd), str(course_dir), str(memory_bytes)]
-    tail += [] if mode == "adapters" else [mode]
+    hooks = ",".join(language.spelled(hook) for hook in HOOKS)
+    tail = [str(request_fd), str(reply_fd), str(course_dir), str(memory_bytes), mode, hooks]
     worker = str(worker_dir / language.worker)
     return RUNTIMES[language.runtime](language, worker, memory_bytes, mode) + tail
 

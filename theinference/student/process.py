@@ -101,14 +101,19 @@ class StudentProcess:
         is read by the grader (its cgroup's account, else /proc), never taken from the
         student's own process. Past `cpu_limit` CPU-seconds (the whole tree's, since the call
         started) the process is killed and the outcome is `cpu_limit`. `probe`: what the call
-        watches for (channel.Probe: a hook, the returns after the prefill)."""
-        request = {"adapter": adapter, "args": args, "hook": probe.hook, "watch": probe.watch}
+        watches for (channel.Probe: a hook, the returns after the prefill). The worker is asked
+        in the course's language (the adapter and hook as it spells them), and the exception it
+        reports is read back as the grader's (Language.grader_exception)."""
+        spell = self.language.spelled
+        hook = spell(probe.hook) if probe.hook else probe.hook
+        request = {"adapter": spell(adapter), "args": args, "hook": hook, "watch": probe.watch}
         started, look = self._send(request)
         proc = self._proc
         watchdog = None
         if look is not None and proc is not None:
             watchdog = self._watchdog(proc, look, cpu_limit)
         outcome = self._receive(started, timeout, watchdog, probe.answer)
+        outcome.exception = self.language.grader_exception(outcome.exception)
         if look is not None and proc is not None and self._proc is proc:
             outcome.cpu_seconds = look()[0]
             # nothing the call started outlives it: the next call starts from the worker alone

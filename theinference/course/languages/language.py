@@ -29,6 +29,8 @@ class Language:
     calibration: tuple[int, int, int, int]  # the matrix product rated: m, k, n, repeats
     check_runtime: Callable[[Path], None] = lambda root: None  # raises LanguageError
     names: dict[str, str] = field(default_factory=dict)  # Python names -> their spelling here
+    # Python exceptions -> the ones thrown here instead (in `names` too, for the reports)
+    exceptions: dict[str, str] = field(default_factory=dict)
     first_steps: str = ""  # what `init` tells the student to run before the first test
     runner_entry: Path | None = None  # in the course: the runner a class installs once
     setup_lines: str = ""  # the Gradescope image's setup.sh lines for the runtime
@@ -39,6 +41,16 @@ class Language:
     def own_code(self) -> tuple[str, ...]:
         """The student's own files, as the course keeps them (similarity compares these)."""
         return (self.kvcache.as_posix(), self.adapters.as_posix())
+
+    def spelled(self, name: str) -> str:
+        """A name the grader asks the worker for (an adapter, a hook), as the course spells it
+        here: the worker looks it up as it is sent."""
+        return self.names.get(name, name)
+
+    def grader_exception(self, reported: str) -> str:
+        """An exception's type name as the worker reported it, read back as the grader judges
+        it (Python's: a TypeScript RangeError is the refusal, ValueError)."""
+        return next((ours for ours, here in self.exceptions.items() if here == reported), reported)
 
     @cached_property
     def _names_pattern(self) -> re.Pattern:

@@ -8,8 +8,13 @@ from theinference.course.languages.language import TEMPLATES, Language, Language
 
 TSX_ENTRY = Path("node_modules/tsx/package.json")
 
-# The course's Python names and their TypeScript spelling (the seeds' camelCase). Longest
-# first where one contains another; applied to whole words only.
+# The exceptions the course's text names in Python and the TypeScript course throws instead:
+# the Node worker reports a refusal as RangeError, which the grader reads as ValueError
+EXCEPTIONS = {"ValueError": "RangeError"}
+
+# The course's Python names and their TypeScript spelling (the seeds' camelCase), the one
+# statement of it: reports are told in these, and the grader asks the Node worker for the
+# adapters and hooks by them (Language.spelled). Applied to whole words only.
 NAMES = {
     "tests/adapters.py": "tests/adapters.ts",
     "src/kvcache.py": "src/kvcache.ts",
@@ -20,7 +25,7 @@ NAMES = {
     "len(prompt)": "prompt.length",
     "os._exit": "process.exit",
     "sys.exit": "process.exit",
-    "ValueError": "RangeError",
+    **EXCEPTIONS,
     "raise": "throw",
     "raises": "throws",
     "run_step_attention": "runStepAttention",
@@ -105,6 +110,7 @@ TYPESCRIPT = Language(
     calibration=(512, 768, 3072, 2),  # the kernel is a few times slower than BLAS: fewer
     check_runtime=check_runtime,
     names=NAMES,
+    exceptions=EXCEPTIONS,
     first_steps="  npm install   # once: the TypeScript runner (tsx) and compiler, pinned\n",
     runner_entry=TSX_ENTRY,
     setup_lines=SETUP_NODE,

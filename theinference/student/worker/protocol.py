@@ -29,4 +29,6 @@ BLOB_ORDER = tuple(SWAP["blob_order"])  # per layer: which K/V each of its blobs
 TOLERANCE = float(SWAP["tolerance"])  # the one match tolerance (cache_rows.py)
 FIRST_PASS = float(SWAP["first_pass"])
 AMBIGUITY = float(SWAP["ambiguity"])
-TS_NAMES = SPEC["names"]["ts"]  # the grader's name -> the TypeScript worker's
+# the grader's names of the functions a hook may wrap: the grader gives them to every worker
+# as it starts, spelled as the course's language spells them (launch.py)
+HOOKS = tuple(SPEC["hook"]["hooks"])

@@ -37,8 +37,9 @@ read_frame, read_request = wire.read_frame, wire.read_request
 
 
 def main() -> None:
-    req_fd, resp_fd, course_dir, memory_bytes = (*map(int, sys.argv[1:3]), *sys.argv[3:5])
-    mode = sys.argv[5] if len(sys.argv) > 5 else "adapters"
+    # the hooks' names (sys.argv[6], launch.py's) are the Node worker's: this one wraps
+    # whatever function a request names
+    req_fd, resp_fd, course_dir, memory_bytes, mode = (*map(int, sys.argv[1:3]), *sys.argv[3:6])
     if mode == "guarded":  # first: nothing of the student's may run before the filter
         sibling("guard").install()  # the grader reads /proc to know it is on
     limit_memory(int(memory_bytes))

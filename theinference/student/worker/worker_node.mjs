@@ -11,25 +11,29 @@ import { pathToFileURL } from "node:url";
 import v8 from "node:v8";
 import { describeError, setCourseDir, studentStack } from "./worker_node_errors.mjs";
 import { installHook } from "./worker_node_probe.mjs";
-import { PROTOCOL, openPipes, readMessage, readRequest, tsName, writeMessage } from "./worker_node_protocol.mjs";
+import { PROTOCOL, openPipes, readMessage, readRequest, writeMessage } from "./worker_node_protocol.mjs";
 import { encodeReply } from "./worker_node_values.mjs";
 
-const EXCEPTIONS = PROTOCOL.exceptions; // the grader's names for refusals, and the stub's error
+const TODO = PROTOCOL.exceptions.todo; // the stub's error, by the name both languages give it
 
-openPipes(...process.argv.slice(2, 4).map(Number));
-const courseDir = fs.realpathSync(process.argv[4]);
+// launch.py's arguments: the pipes, the course, the memory limit (the heap's flag has it), the
+// mode, and the functions a hook may wrap, spelled as the course does (its language's names)
+const [requestFd, replyFd, courseArg, , mode, hookArg] = process.argv.slice(2);
+openPipes(Number(requestFd), Number(replyFd));
+const courseDir = fs.realpathSync(courseArg);
 setCourseDir(courseDir);
+const HOOKS = (hookArg ?? "").split(",").filter((name) => /^[A-Za-z_$][\w$]*$/.test(name));
 const kvcacheUrl = pathToFileURL(path.join(courseDir, "src", "kvcache.ts")).href;
 
 async function main() {
   register(new URL("./worker_node_hooks.mjs", import.meta.url), {
-    data: { target: kvcacheUrl, hooks: PROTOCOL.hook.hooks.map(tsName) },
+    data: { target: kvcacheUrl, hooks: HOOKS },
   });
   writeMessage({ outcome: "ready" }, []);
   // the grader places this process where its CPU is accounted, then says go: nothing of the
   // course is imported before that
   if (readMessage() === null) process.exit(0);
-  if (process.argv[6] === "calibrate") {
+  if (mode === "calibrate") {
     writeMessage({ outcome: "loaded" }, []);
     return calibrate();
   }
@@ -57,7 +61,7 @@ async function importAdapters() {
 }
 
 async function callAdapter(adapters, kvcache, request) {
-  const name = tsName(request.adapter);
+  const name = request.adapter; // as the course spells it: the grader sends it so
   const args = request.args;
   const fn = adapters[name];
   if (typeof fn !== "function") {
@@ -74,13 +78,13 @@ async function callAdapter(adapters, kvcache, request) {
   try {
     value = await fn(...args);
   } catch (err) {
-    if (err instanceof Error && err.name === EXCEPTIONS.todo) {
+    if (err instanceof Error && err.name === TODO) {
       return { outcome: "todo", message: err.message || `${name} is not implemented yet` };
     }
     const kind = err instanceof Error ? err.name : typeof err;
     return {
       outcome: "raised",
-      exception: EXCEPTIONS.ts[kind] ?? kind,
+      exception: kind, // the grader reads it back as its own (its language object's names)
       message: describeError(err),
       traceback: studentStack(err),
       probe: probe.report(), // a refusal's: did the work start before it?

@@ -1,12 +1,13 @@
 // Module hooks for the Node worker: after the TypeScript runner has compiled the student's
-// src/kvcache.ts, add one function to it that lets the worker wrap a hook (`prefill` or
-// `attnStep`: protocol.json's hooks) for the cache-use swap. Inside its own module a function
+// src/kvcache.ts, add one function to it that lets the worker wrap a hook (protocol.json's
+// hooks, as the course spells them) for the cache-use swap. Inside its own module a function
 // declaration can be rebound, and every importer sees the new binding (ES module imports are
 // live), which is what worker.py does with setattr.
 
 let target = "", probeHook = "";
 
-// hooks: the hook functions' TypeScript names (protocol.json's, sent by the worker)
+// hooks: the hook functions' names as the course spells them (the grader's, from the worker's
+// command line)
 export async function initialize(data) {
   target = data.target;
   probeHook = wrapper(data.hooks);

@@ -3,7 +3,7 @@
 // function worker_node_hooks.mjs adds to it) tells the grader when it returns, and waits for
 // its answer: the swap (worker_node_swap.mjs), or the call after which to ask again.
 
-import { readFrame, tsName, writeMessage } from "./worker_node_protocol.mjs";
+import { readFrame, writeMessage } from "./worker_node_protocol.mjs";
 import { swapCache } from "./worker_node_swap.mjs";
 
 const NONE = { remove() {}, report() { return null; } };
@@ -15,7 +15,7 @@ export function installHook(kvcache, name) {
   const state = { hook: name, calls: 0, entered: 0, found: 0, swap: null };
   let restore = null, nextWord = 1; // the call after which to tell the grader next
   try {
-    restore = kvcache.__theinferenceWrap(tsName(name), (original) => (...args) => {
+    restore = kvcache.__theinferenceWrap(name, (original) => (...args) => {
       state.entered += 1;
       const out = original(...args);
       state.calls += 1;

@@ -20,11 +20,6 @@ function fieldOf(format) {
   return FIELDS[format];
 }
 
-// The grader's name for an adapter or hook, as the TypeScript course spells it
-export function tsName(name) {
-  return PROTOCOL.names.ts[name] ?? name;
-}
-
 let reqFd = -1, respFd = -1;
 
 export function openPipes(requests, replies) {
