@@ -67,14 +67,17 @@ def test_synthetic_weights_are_memory_mapped_read_only(weights):
         wte[0, 0] = 1.0
 
 
-def test_synthetic_generation_is_atomic_and_made_once(tmp_path, monkeypatch):
+def test_synthetic_generation_is_atomic_and_made_once_and_told(tmp_path, monkeypatch):
+    """Catches the checkpoint made twice, a temporary file left behind, and the wait while it
+    is made going untold (a first run silent for seconds) or told again when nothing is made."""
     monkeypatch.setenv("THEINFERENCE_CACHE_DIR", str(tmp_path))
-    calls = []
+    calls, told = [], []
     real = synthetic.synthetic_tensors
     monkeypatch.setattr(synthetic, "synthetic_tensors", lambda: calls.append(1) or real())
-    first = weights.synthetic_checkpoint()
-    second = weights.synthetic_checkpoint()
+    first = weights.load_weights("synthetic", tmp_path, told.append).path
+    second = weights.load_weights("synthetic", tmp_path, told.append).path
     assert first == second and len(calls) == 1
+    assert len(told) == 1 and "making the synthetic GPT-2 weights" in told[0], told
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 

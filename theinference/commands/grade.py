@@ -198,8 +198,9 @@ def jobs_within(allocation, memory_bytes: int, asked: int | None) -> int:
 def warm_weights(spec: str, course_dir: Path | None):
     """Make or check the weights once, before any submission waits on them."""
     from theinference.oracle.weights import WeightsError, load_weights
+    from theinference.output.report import print_notice
 
     try:
-        return load_weights(spec, (course_dir or Path.cwd()).expanduser().resolve())
+        return load_weights(spec, (course_dir or Path.cwd()).expanduser().resolve(), print_notice)
     except WeightsError as exc:
         raise fail(str(exc), exits.WEIGHTS) from None

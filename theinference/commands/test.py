@@ -93,9 +93,10 @@ def test(
     """Grade the course directory's stages against the recompute oracle."""
     from theinference.grading.session import LimitRequest, Presentation, RunRequest, prepare
     from theinference.output import formats, terminal
+    from theinference.output.report import print_notice
 
     outputs = outputs_for(fmt.value, output, files or {})
-    policy = policy_for(watch, quick, all_cases, case or [], machine=bool(outputs))
+    policy = policy_for(watch, quick, all_cases, case or [], written=[o.format for o in outputs])
     if speed and watch:
         raise Abort("--speed times a finished run: it cannot be used with --watch")
     request = RunRequest(
@@ -106,6 +107,7 @@ def test(
     present = Presentation(
         writer=lambda course: formats.writer(outputs, course.grading),
         renderer=terminal.session_renderer if fmt.value == TERMINAL else None,
+        notice=print_notice,
     )
     session = prepare(course_dir, request, present)
     if speed:
@@ -135,15 +137,17 @@ def outputs_for(fmt: str, output: Path | None, files: dict[str, Path]) -> list:
     return outputs + [Output(name, path) for name, path in files.items()]
 
 
-def policy_for(watch: bool, quick: bool, all_cases: bool, cases: list[str], machine: bool):
-    """Watch mode stops each stage at its first failing case; machine formats always run
-    every case (a CI result must not depend on the order), so --quick is refused with them."""
+def policy_for(watch: bool, quick: bool, all_cases: bool, cases: list[str], written: list[str]):
+    """Watch mode stops each stage at its first failing case; a run that writes results
+    (`written`: their formats) always runs every case (a CI result must not depend on the
+    order), so --quick is refused with them."""
     from theinference.grading.policy import RunPolicy
 
-    if quick and machine:
-        raise Abort("--quick leaves cases out: it cannot be used with machine-readable results")
+    if quick and written:
+        raise Abort(f"--quick leaves cases out: it cannot be used when writing {written[0]} "
+                    "results, which hold every case")
     return RunPolicy(
-        stop_at_first_failure=watch and not all_cases and not machine,
+        stop_at_first_failure=watch and not all_cases and not written,
         quick=quick,
         cases=tuple(cases),
     )

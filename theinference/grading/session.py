@@ -19,7 +19,7 @@ from theinference.grading.policy import EVERY_CASE, RunPolicy, selected
 from theinference.grading.provenance import provenance, with_run
 from theinference.grading.seed import NO_SEED, Seed
 from theinference.grading.speed import speed_after
-from theinference.oracle.weights import Weights, load_weights
+from theinference.oracle.weights import Weights, load_weights, print_nothing
 from theinference.results import RunResult
 from theinference.results.events import Event, Listener, ignore
 from theinference.student.sandbox import choose
@@ -86,6 +86,7 @@ class Presentation:
 
     writer: Callable[[Course], Writer] | None = None
     renderer: Callable[[Session], Renderer] | None = None
+    notice: Callable[[str], None] = print_nothing  # told before a wait (weights being made)
 
 
 def prepare(course_dir: Path, request: RunRequest,
@@ -98,7 +99,7 @@ def prepare(course_dir: Path, request: RunRequest,
     if request.policy.cases:
         chosen = filtered(chosen, request.policy.cases, named=bool(request.stages))
     sandbox = choose(request.sandbox)
-    weights = load_weights(request.weights or course.weights, course.root)
+    weights = load_weights(request.weights or course.weights, course.root, present.notice)
     sandbox.notes.extend(weights.notes)
     # as the grader's own user, the student's process could read the cache's secret: answers
     # then stay in memory, and the secret is replaced after each run (see `run`)

@@ -16,7 +16,7 @@ memo of hashes is kept on disk: a memo the student's process can write is a memo
 import fcntl
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +35,11 @@ from theinference.oracle.checkpoint import (
 from theinference.oracle.config import ModelConfig
 from theinference.oracle.hub import HubUnavailable, hub_file
 from theinference.oracle.safetensors_io import SafetensorsError, map_tensors, tensors_in, write_file
+
+
+def print_nothing(_message: str) -> None:
+    """The default listener for a wait while the weights are made: nobody."""
+
 
 HF_REPO = "openai-community/gpt2"
 # pinned: a re-upload of the repository cannot move the oracle under a course
@@ -69,10 +74,13 @@ def cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "theinference"
 
 
-def load_weights(spec: str, base_dir: Path) -> Weights:
-    """Resolve a `--weights` value (synthetic | gpt2 | path) to mapped, checked weights."""
+def load_weights(
+    spec: str, base_dir: Path, making: Callable[[str], None] = print_nothing
+) -> Weights:
+    """Resolve a `--weights` value (synthetic | gpt2 | path) to mapped, checked weights.
+    `making` is told, before the wait, when the synthetic checkpoint has to be made."""
     if spec == "synthetic":
-        path, buffer, notes = _verified_synthetic()
+        path, buffer, notes = _verified_synthetic(making)
         return _open(spec, path, buffer, synthetic.SYNTHETIC_SHA256, notes)
     if spec == "gpt2":
         return _open_user_file("gpt2", download_gpt2())
@@ -92,7 +100,9 @@ def synthetic_checkpoint() -> Path:
     return _verified_synthetic()[0]
 
 
-def _verified_synthetic() -> tuple[Path, np.ndarray, tuple[str, ...]]:
+def _verified_synthetic(
+    making: Callable[[str], None] = print_nothing,
+) -> tuple[Path, np.ndarray, tuple[str, ...]]:
     """The synthetic file, its bytes as read and hashed, and a note if it had to be remade
     (absent is normal; present with other bytes means something altered it)."""
     path = cache_dir() / f"synthetic-gpt2-124m-v{synthetic.SYNTHETIC_VERSION}.safetensors"
@@ -104,6 +114,7 @@ def _verified_synthetic() -> tuple[Path, np.ndarray, tuple[str, ...]]:
         if buffer is not None:
             return path, buffer, ()
         altered = path.exists()
+        making(f"making the synthetic GPT-2 weights in {path.parent} (once; about 10 s)")
         path.unlink(missing_ok=True)
         _write_atomically(path, synthetic.synthetic_tensors(), synthetic.SYNTHETIC_SHA256)
         buffer = _read_if_intact(path)

@@ -84,7 +84,8 @@ def stage_head(stage: StageResult) -> Text:
         (stage.status.value.upper(), colour),
     )
     if stage.status != Status.SKIPPED:
-        partial = " (stopped early)" if stage.partial else ""
+        # left out by --quick or --case, or after a first failure in watch mode
+        partial = f" ({len(stage.not_run)} not run)" if stage.partial and stage.not_run else ""
         head.append(
             f"  {passed}/{len(stage.cases)} cases{partial} · {stage.seconds:.1f} s", style="dim"
         )
@@ -138,8 +139,6 @@ def diagnosis_lines(stage: StageResult) -> list:
         lines.append(Text("    no known bug matches these answers", style="dim"))
     if stage.hint:
         lines.append(indented(Text("hint: " + stage.hint, style="cyan")))
-    if stage.not_run:
-        lines.append(Text(f"    {len(stage.not_run)} case(s) not run", style="dim"))
     return lines
 
 
@@ -268,6 +267,11 @@ def summary_line(run: RunResult) -> Text:
         f" · {', '.join(parts)} · weights {run.weights_label} · sandbox {run.sandbox}"
         f" · {run.seconds:.1f} s",
     )
+
+
+def print_notice(message: str) -> None:
+    """A wait about to begin (the weights being made), on stderr: stdout may be a result."""
+    console(stderr=True).print(Text(terminal_text(message), style="dim"), soft_wrap=True)
 
 
 def print_error(message: str) -> None:
