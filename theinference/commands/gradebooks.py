@@ -94,4 +94,5 @@ def gradebook_diff(
     typer.echo(text(regrade), nl=False)
     if csv_file is not None:
         atomic_write(csv_file, csv_text(regrade))
+        typer.echo(f"wrote {csv_file}", err=True)  # as every command says what it wrote
     raise typer.Exit(exits.NOT_PASSED if regrade.changes else exits.OK)
