@@ -74,7 +74,13 @@ def test_a_wrong_option_is_refused_by_the_parse():
             parse(words)
 
 
-@pytest.mark.parametrize(("page", "line"), documented("python benchmarks/"))
+def benchmarks() -> list[tuple[str, str]]:
+    """Every benchmark command of the docs, from `python`, whatever runs it (`env -u ...`)."""
+    return [(path.name, line[line.index("python benchmarks/"):]) for path in DOCS
+            for line in shell_lines(path) if "python benchmarks/" in line]
+
+
+@pytest.mark.parametrize(("page", "line"), benchmarks())
 def test_every_documented_benchmark_exists_with_its_options(page, line):
     """Catches a benchmark the docs name that was renamed, or an option it no longer takes."""
     words = shlex.split(line)

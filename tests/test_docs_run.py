@@ -23,7 +23,7 @@ itself checked (every record holds that stage alone). What is not run, and why:
 - README.md's `theinference` commands run in tests/test_docs.py; its `bash .ci/run` and
   development.md's `python -m pytest`, `ruff check .` are the suite and lint themselves, run
   by .ci/run; development.md's benchmarks (minutes each, some needing torch) are checked to
-  exist with their options by tests/test_docs.py (the lines that start `python benchmarks/`).
+  exist with their options by tests/test_docs.py.
 """
 
 import json
