@@ -128,6 +128,7 @@ def test_readmes_student_commands_run(tmp_path, weights_cache):
             continue  # watch mode runs in a real terminal in tests/test_watch.py
         if line.startswith("theinference init"):
             course = (clone / shlex.split(line)[2]).resolve()
+        assert line.startswith("theinference init") or course, f"`{line}` before any init"
         cwd = clone if line.startswith("theinference init") else course
         done = run(line.replace("DIR", "my-course"), cwd, env)
         expected = {0, 1} if line.startswith("theinference test") else {0}

@@ -279,6 +279,19 @@ def test_a_request_cut_short_ends_both_workers_quietly(fresh):
         assert worker.close() == 0, (language, worker.stderr_text())
 
 
+@pytest.mark.parametrize("hooks", ["prefill,attnStep}); process.exit(0", None])
+def test_the_node_worker_refuses_hook_names_it_cannot_paste(courses, hooks):
+    """Catches the Node worker pasting a hook argument that is not identifiers into the code it
+    generates, or starting without one (an old launcher's layout) and failing every cache-use
+    proof as if the student's functions were missing: it ends, as on a malformed request."""
+    course = courses["ts"]
+    argv = launch.worker_argv(course, (0, 1), 2 << 30, course_language(course))
+    argv = [*argv[:-1], hooks] if hooks is not None else argv[:-1]
+    done = subprocess.run(argv, cwd=course, stdin=subprocess.DEVNULL, capture_output=True,
+                          timeout=WAIT, env={"PATH": os.environ["PATH"]})
+    assert done.returncode == protocol.MALFORMED_EXIT, done.stderr[-2000:]
+
+
 # --- the swap: one rule, one tolerance, on both workers ------------------------------------
 
 HEADS, HEAD_DIM, POSITIONS = 2, 16, 3

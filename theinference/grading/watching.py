@@ -35,8 +35,8 @@ RERUN, EVERY_STAGE, NEXT_STAGE, HINT, QUIT = "rerun", "every stage", "next stage
 
 
 class WatchView(Protocol):
-    """What the student sees of the loop. `drawing` and `ended` are called from the grading
-    thread, the rest from the loop's."""
+    """What the student sees of the loop. `drawing`, `failed` and `ended` are called from the
+    grading thread; `stopped`, `nothing_after` and `hint` from the loop's."""
 
     def drawing(self, trigger: str, cancel: threading.Event) -> Listener:
         """The listener that draws one run as it goes."""
@@ -96,6 +96,10 @@ def changed_files(before: dict[str, str], after: dict[str, str]) -> list[str]:
     return sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
 
 
+def failure(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
 class WatchLoop:
     def __init__(self, session: Session, view: WatchView, commands: Commands, poll: bool):
         self.session = session
@@ -140,10 +144,10 @@ class WatchLoop:
             return exits.INTERRUPTED
         finally:
             self.stop.set()
+            self.commands.restore()  # the terminal is the shell's again at once
             # quitting never waits long on a run: one still going dies with this process, and
             # the student's process with it (it is killed when its parent ends)
             self._stop_current("", wait=QUIT_WAIT)
-            self.commands.restore()
 
     def _obey(self, command: str) -> None:
         if command == NEXT_STAGE:
@@ -204,14 +208,18 @@ class WatchLoop:
         try:
             result = run(self.quiet, stages, cancel, trigger, self.view.drawing(trigger, cancel))
         except Exception as exc:  # the watcher outlives anything, its own surprises included
-            self.view.failed(f"the run failed inside the grader: {type(exc).__name__}: {exc}")
-        finally:
-            self.view.ended(result)
+            self.view.failed(f"the run failed inside the grader: {failure(exc)}")
+        # the verdict is recorded before it is drawn: a key pressed once the student sees it
+        # (q, h) is queued after it
         if result is None:
             self.events.put(("done", exits.NOT_PASSED))
         elif not result.cancelled:
             self.last_result = result
             self.events.put(("done", exit_code(result)))
+        try:
+            self.view.ended(result)
+        except Exception as exc:
+            self.view.failed(f"drawing the run failed inside the grader: {failure(exc)}")
 
     def _next_stage(self) -> None:
         """Watch the stage after the last one watched, in course order."""

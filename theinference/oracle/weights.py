@@ -95,11 +95,6 @@ def load_weights(
 # --- synthetic -------------------------------------------------------------------------------
 
 
-def synthetic_checkpoint() -> Path:
-    """The synthetic checkpoint's path, generating it once (under a lock, atomically)."""
-    return _verified_synthetic()[0]
-
-
 def _verified_synthetic(
     making: Callable[[str], None] = print_nothing,
 ) -> tuple[Path, np.ndarray, tuple[str, ...]]:

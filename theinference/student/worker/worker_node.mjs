@@ -22,7 +22,10 @@ const [requestFd, replyFd, courseArg, , mode, hookArg] = process.argv.slice(2);
 openPipes(Number(requestFd), Number(replyFd));
 const courseDir = fs.realpathSync(courseArg);
 setCourseDir(courseDir);
-const HOOKS = (hookArg ?? "").split(",").filter((name) => /^[A-Za-z_$][\w$]*$/.test(name));
+// pasted into the code the hooks module generates: identifiers only, or the grader that
+// started this worker speaks another layout (a fault of the grader's, never the student's)
+const HOOKS = (hookArg ?? "").split(",");
+if (!HOOKS.every((name) => /^[A-Za-z_$][\w$]*$/.test(name))) process.exit(PROTOCOL.framing.malformed_exit);
 const kvcacheUrl = pathToFileURL(path.join(courseDir, "src", "kvcache.ts")).href;
 
 async function main() {
