@@ -109,7 +109,7 @@ def loop(tmp_path, monkeypatch, request):
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "kvcache.py").write_text("x = 1\n")
     session = StandInSession(Course(tmp_path), focus, STAGES)
-    view, typed, code = RecordingView(slow_end=0.3), Typed(), queue.Queue()
+    view, typed, code = RecordingView(slow_end=0.1), Typed(), queue.Queue()
     watch = watching.WatchLoop(session, view, typed, poll=True)
     thread = threading.Thread(target=lambda: code.put(watch.run()), daemon=True)
     thread.start()
