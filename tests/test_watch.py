@@ -378,6 +378,24 @@ def test_a_piped_log_is_not_hard_wrapped(tmp_path):
     assert any("NOT PASSED ·" in line and " s" in line for line in out.splitlines()), out
 
 
+def test_a_piped_log_with_a_width_wraps_rather_than_crops(monkeypatch):
+    """Catches a log piped with COLUMNS set losing the end of every indented line (a hint, a
+    case's summary) to the width instead of wrapping it."""
+    from rich.text import Text
+
+    from theinference.output.report import console, indented
+
+    monkeypatch.setenv("COLUMNS", "60")
+    words = [f"word{i}" for i in range(40)]
+    out = console()
+    assert not out.is_terminal  # pytest captures stdout
+    with out.capture() as captured:
+        out.print(indented(Text(" ".join(words))))
+    lines = captured.get().splitlines()
+    assert len(lines) > 1 and all(len(line) <= 60 for line in lines), lines
+    assert " ".join(captured.get().split()) == " ".join(words)
+
+
 def test_stages_marks_where_the_student_is(tmp_path):
     """Would catch: `theinference stages` not saying which stage to work on next."""
     from theinference.grading.progress import record_progress

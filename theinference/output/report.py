@@ -29,12 +29,12 @@ UNLIMITED = 10_000  # columns when stdout is not a terminal: a log is never hard
 
 
 def console(stderr: bool = False) -> Console:
-    """A terminal wraps at its width, by words. Not a terminal: lines stay whole (soft wrap)
-    and there is no width unless COLUMNS says one, so a piped log is never cut at 80."""
+    """A terminal wraps at its width, by words; so does a pipe given a width by COLUMNS. A pipe
+    given none keeps its lines whole (soft wrap, no width), so a log is never cut at 80. (A
+    soft-wrapped console with a width would crop what is indented, hints included.)"""
     out = Console(stderr=stderr, highlight=False)
-    if not out.is_terminal:
-        width = None if os.environ.get("COLUMNS") else UNLIMITED
-        out = Console(stderr=stderr, highlight=False, soft_wrap=True, width=width)
+    if not out.is_terminal and not os.environ.get("COLUMNS"):
+        out = Console(stderr=stderr, highlight=False, soft_wrap=True, width=UNLIMITED)
     return out
 
 
