@@ -8,7 +8,6 @@ import json
 import re
 import shlex
 import subprocess
-import sys
 import tomllib
 import zipfile
 from collections import Counter
@@ -16,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+
+from tests.test_docs import run
 
 CLASS = {"ann": "todo", "bob": "passed"}  # the template, the reference solution
 GRADED = ["single-step-attention"]
@@ -193,6 +194,5 @@ def command_name(words: list[str]) -> str:
 
 def run_theinference(line, page):
     words = shlex.split(line)
-    done = subprocess.run([sys.executable, "-m", "theinference", *words[1:]], cwd=page.cwd,
-                          env=page.env, capture_output=True, text=True, timeout=600)
+    done = run(line, page.cwd, page.env)
     CHECKS[command_name(words)](done, words, page)

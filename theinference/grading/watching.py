@@ -21,7 +21,7 @@ from theinference import exits
 from theinference.course import languages
 from theinference.curriculum.stages import Stage
 from theinference.grading.session import Session, exit_code, run
-from theinference.results import RunResult, StageResult
+from theinference.results import RunResult, StageResult, Status
 from theinference.results.events import Listener
 
 WATCHED_SUFFIXES = (".toml", *(s for lang in languages.ALL for s in lang.source_suffixes))
@@ -237,7 +237,7 @@ class WatchLoop:
         """The first stage in focus not passed in the last run (else the last in focus)."""
         graded = {s.slug: s for s in self.last_result.stages} if self.last_result else {}
         not_passed = [s for s in self.focus
-                      if graded.get(s.slug) is None or graded[s.slug].status.value != "passed"]
+                      if graded.get(s.slug) is None or graded[s.slug].status != Status.PASSED]
         focus = not_passed[0] if not_passed else self.focus[-1]
         self.view.hint(focus, graded.get(focus.slug))
 

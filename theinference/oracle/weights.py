@@ -95,9 +95,7 @@ def load_weights(
 # --- synthetic -------------------------------------------------------------------------------
 
 
-def _verified_synthetic(
-    making: Callable[[str], None] = print_nothing,
-) -> tuple[Path, np.ndarray, tuple[str, ...]]:
+def _verified_synthetic(making: Callable[[str], None]) -> tuple[Path, np.ndarray, tuple[str, ...]]:
     """The synthetic file, its bytes as read and hashed, and a note if it had to be remade
     (absent is normal; present with other bytes means something altered it)."""
     path = cache_dir() / f"synthetic-gpt2-124m-v{synthetic.SYNTHETIC_VERSION}.safetensors"
