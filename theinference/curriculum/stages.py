@@ -235,6 +235,8 @@ class Draws:
             return self.number(0, GPT2_VOCAB - 1)
         if isinstance(value.get("random"), list):
             out = {"random": self.number(*value["random"]), "seed": self.number(0, 2**31 - 1)}
+            if "seed" in value:  # a length drawn, the tokens a fixed case's beginning
+                out["seed"] = int(value["seed"])
             if "as" in value:
                 self.named[value["as"]] = out
             return out

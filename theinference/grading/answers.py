@@ -8,7 +8,9 @@ import numpy as np
 
 from theinference.curriculum.checks import CHECKS
 from theinference.grading.answer_cache import AnswerCache
+from theinference.oracle import gpt2 as oracle
 from theinference.oracle.cached_path import CachedPath
+from theinference.oracle.gpt2 import LayerKV
 from theinference.oracle.recompute import Recompute
 from theinference.oracle.weights import Weights
 
@@ -19,6 +21,7 @@ class Answers:
     def __init__(self, weights: Weights, cache: AnswerCache | None = None):
         self.recompute = Recompute(weights.tensors, weights.config)
         self.cache = cache or AnswerCache(weights.sha256, None)
+        self.bases: list[list[int]] = []  # prompts whose K/V are kept (prompt_state)
 
     @classmethod
     def cached(cls, weights: Weights) -> "Answers":
@@ -49,6 +52,18 @@ class Answers:
 
         return self.cache.get_or_compute(check_name, args, compute)
 
+    def prompt_state(self, recompute: Recompute, prompt: list[int], new_ids: list[int]):
+        """swap.prompt_state, from K/V kept across runs: the prompt's K/V are the first rows of
+        a kept prompt it begins (`bases`, the stage's fixed prompts: a causal forward's first
+        rows depend on the first tokens alone), else its own, kept; the unswapped logits are
+        one decode of `new_ids` over them. A swap drawn per run then costs the oracle a few
+        decodes, not a forward over the prompt."""
+        base = next((b for b in self.bases if b[: len(prompt)] == prompt), prompt)
+        kv = self.cache.get_or_compute("swap:prompt-kv", [base], lambda: kv_of(recompute, base))
+        finds = [LayerKV(k=layer.k[:, : len(prompt)], v=layer.v[:, : len(prompt)]) for layer in kv]
+        decoded = oracle.extend(new_ids, recompute.w, recompute.config.n_layer, finds)
+        return finds, oracle.logits_at(decoded.hidden, recompute.w, list(range(len(new_ids))))
+
     def noise(self, check_name: str, args: list) -> float | None:
         """max |the recompute - GPT-2 itself along the cached path|: the float32 drift a
         correct solution shows for this case (0 where the cached path is the recompute, as
@@ -66,3 +81,8 @@ class Answers:
 
         drift = float(self.cache.get_or_compute(check_name + ":noise", args, compute))
         return None if np.isnan(drift) else drift
+
+
+def kv_of(recompute: Recompute, prompt: list[int]) -> list[LayerKV]:
+    """The prompt's K/V per layer, each [h, n, hd]: one causal forward."""
+    return recompute.forward(prompt).kv

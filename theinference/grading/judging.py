@@ -17,7 +17,7 @@ from theinference.curriculum.checks.floor import (
     forward_flop,
     worth_measuring,
 )
-from theinference.curriculum.checks.swap import DEPARTS, Seen, SwapPlan, departs
+from theinference.curriculum.checks.swap import DEPARTS, UNASKED, Seen, SwapPlan, departs
 from theinference.curriculum.stages import Case, Stage
 from theinference.diagnosis.errors import lesson_for
 from theinference.grading.answers import Answers
@@ -37,10 +37,12 @@ REFUSAL_FRACTION = 0.5  # of one forward's floor over the prompt, when the spec 
 
 
 def grade_case(
-    stage: Stage, case: Case, process: StudentProcess, answers: Answers
+    stage: Stage, case: Case, process: StudentProcess, answers: Answers, ask_again: bool = True
 ) -> tuple[CaseResult, list, Verdict]:
     """The case's result, complete (an error's lesson included), with the adapter's arguments
-    and the judge's verdict (whose `actual` the stage's diagnosis reads)."""
+    and the judge's verdict (whose `actual` the stage's diagnosis reads). `ask_again`: an
+    answer that departs over the swapped cache is asked again over the student's own cache
+    (asked_unswapped) only while the stage's diagnosis still wants failing answers."""
     check = CHECKS[case.check]
     args = check.arguments(case, answers.recompute.config)
     clock = OracleClock()
@@ -57,7 +59,10 @@ def grade_case(
     asked = Question(stage, case, args, answers, clock)
     verdict = judge(asked, outcome, fixed, measured=measured)
     if isinstance(fixed, SwapPlan) and departs(verdict):
-        outcome, verdict = asked_unswapped(asked, process, fixed)
+        if ask_again:
+            outcome, verdict = asked_unswapped(asked, process, fixed)
+        else:
+            verdict.message = UNASKED.format(hook=stage.words["hook"])
     result = CaseResult(
         **finding_of(verdict),
         name=case.name,
@@ -71,6 +76,17 @@ def grade_case(
     if (lesson := lesson_for(result)) is not None:
         result.lesson = lesson[0].id
     return result, args, verdict
+
+
+def kept_prompts(stage: Stage, config) -> list[list[int]]:
+    """The prompts of the stage's fixed cases that swap a cache, longest first: the K/V the
+    oracle keeps, of which each drawn prompt is a beginning (its spec draws a length alone)."""
+    prompts = [
+        CHECKS[c.check].arguments(c, config)[0]
+        for c in stage.cases
+        if CHECKS[c.check].swap is not None and "draw" not in c.inputs and "drawn" not in c.inputs
+    ]
+    return sorted(prompts, key=len, reverse=True)
 
 
 def is_measured(check: Check, case: Case, args: list, config) -> bool:
@@ -102,7 +118,7 @@ def fix_answer(check: Check, case: Case, args: list, answers: Answers, clock: "O
     expected value of the call's own arguments, or None where it depends on the answer."""
     if check.swap is not None:
         seed = int(case.inputs.get("swap", 0))
-        return clock.timed(check.swap, answers.recompute, args, seed)
+        return clock.timed(check.swap, answers.recompute, args, seed, answers.prompt_state)
     if check.asks_own_arguments and not case.inputs.get("must_raise"):
         return clock.timed(answers.expected, case.check, args)
     return None

@@ -66,7 +66,8 @@ class Check:
     simulate: Simulate | None = None
     hook: str | None = None
     watch: str | None = None  # "returns": the hook is any return after the prefill (probes.py)
-    swap: Callable[..., object] | None = None  # (Recompute, args, seed) -> SwapPlan
+    # (Recompute, args, seed, state) -> SwapPlan; state: the prompt's K/V, kept (swap.py)
+    swap: Callable[..., object] | None = None
     flop: Callable[[list, ModelConfig], float] | None = None
     # the least work a cache needs for the case: a graded case is measured when a recompute
     # needs many times that (floor.worth_measuring); None: always measured (a cost proof)

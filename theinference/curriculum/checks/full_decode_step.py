@@ -17,8 +17,8 @@ def decoded(recompute, args):
     return recompute.last_logits(args[0] + [args[1]])
 
 
-def swap_after_prefill(recompute, args, seed):
-    return after_prefill(recompute, args[0], [args[1]], seed)
+def swap_after_prefill(recompute, args, seed, state):
+    return after_prefill(recompute, args[0], [args[1]], seed, state)
 
 
 @check(

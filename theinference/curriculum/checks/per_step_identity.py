@@ -40,7 +40,9 @@ def expect_sequence(recompute, args: list) -> np.ndarray:
     simulate=lambda path, args, variant: path.decode(args[0], args[1], variant),
     hook="prefill",
     watch="returns",
-    swap=lambda recompute, args, seed: after_prefill(recompute, args[0], args[1], seed),
+    swap=lambda recompute, args, seed, state: after_prefill(
+        recompute, args[0], args[1], seed, state
+    ),
 )
 def decode_sequence(value, args, ask, tol: Tolerance, config: ModelConfig) -> Verdict:
     """Each step's logits, decoding the continuation one token at a time after the prompt,
@@ -110,7 +112,9 @@ def steps_map(actual, expected, tol: Tolerance) -> dict | None:
     expect=expect_sequence,
     hook="prefill",
     watch="returns",
-    swap=lambda recompute, args, seed: after_prefill(recompute, args[0], args[1], seed),
+    swap=lambda recompute, args, seed, state: after_prefill(
+        recompute, args[0], args[1], seed, state
+    ),
 )
 def decode_sequence_swap(value, args, ask, tol, config) -> Verdict:
     """Every step reads the cache, on arguments drawn for this run: with the K/V prefill left

@@ -36,7 +36,7 @@ def step_attention(value, args, ask, tol, config) -> Verdict:
     arguments=seq_arguments,
     expect=lambda recompute, args: recompute.layer0_attention_last(args[0]),
     hook="attn_step",
-    swap=lambda recompute, args, seed: after_attn_step(recompute, args[0], seed),
+    swap=lambda recompute, args, seed, state: after_attn_step(recompute, args[0], seed),
 )
 def step_attention_swap(value, args, ask, tol, config) -> Verdict:
     """attn_step attends over its cache: after one of its calls, the cache's rows are swapped

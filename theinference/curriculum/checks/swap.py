@@ -87,16 +87,26 @@ def another(layer: int, layers: int, rng: np.random.Generator) -> int:
     return (layer + 1 + int(rng.integers(layers - 1))) % layers if layers > 1 else layer
 
 
-def after_prefill(recompute, prompt: list[int], new_ids: list[int], seed: int) -> SwapPlan:
-    """The model cache swapped right after the prompt's prefill for its own K/V, some layers
-    shuffled across layers and positions (shuffled_cache); expected: the logits of each of
-    `new_ids` decoded after it ([len(new_ids), vocab]). One forward over prompt + new_ids
-    gives the K/V to find (a causal forward's first rows) and the answer had nothing been
-    swapped."""
-    w, layers, n = recompute.w, recompute.config.n_layer, len(prompt)
+def prompt_state(recompute, prompt: list[int], new_ids: list[int]):
+    """(the prompt's K/V per layer, each [h, n, hd]; the logits of each of `new_ids` decoded
+    after it, [len(new_ids), vocab]): one forward over prompt + new_ids (a causal forward's
+    first rows are the prompt's K/V). It depends on the weights and the case alone, so the
+    grader keeps it across runs (grading/answers.py); only the swap is drawn per run."""
+    n = len(prompt)
     whole = recompute.forward(prompt + new_ids)
     finds = [LayerKV(k=layer.k[:, :n], v=layer.v[:, :n]) for layer in whole.kv]
-    plain = oracle.logits_at(whole.hidden, w, list(range(n, n + len(new_ids))))
+    return finds, oracle.logits_at(whole.hidden, recompute.w, list(range(n, n + len(new_ids))))
+
+
+def after_prefill(recompute, prompt: list[int], new_ids: list[int], seed: int,
+                  state=prompt_state) -> SwapPlan:
+    """The model cache swapped right after the prompt's prefill for its own K/V, some layers
+    shuffled across layers and positions (shuffled_cache); expected: the logits of each of
+    `new_ids` decoded after it ([len(new_ids), vocab]), one decode over the swapped K/V.
+    `state(recompute, prompt, new_ids)` gives the prompt's K/V and the answer had nothing been
+    swapped (prompt_state, or the same kept)."""
+    w, layers, n = recompute.w, recompute.config.n_layer, len(prompt)
+    finds, plain = state(recompute, prompt, new_ids)
     for attempt in range(REDRAWS):
         writes = shuffled_cache(finds, seed + attempt)
         decoded = oracle.extend(new_ids, w, layers, writes, start=n)
@@ -112,9 +122,10 @@ APART = {"atol": 0.01, "rtol": 0.05}
 REDRAWS = 8
 
 
-def after_attn_step(recompute, seq: list[int], seed: int) -> SwapPlan:
+def after_attn_step(recompute, seq: list[int], seed: int, state=None) -> SwapPlan:
     """Layer 0's cache swapped after the j-th attn_step (j from the seed, 1..n-1): the rows
-    0..j-1; expected: the last row's attention sublayer after the rest walked over it ([d])."""
+    0..j-1; expected: the last row's attention sublayer after the rest walked over it ([d]).
+    Layer 0 alone is cheap: nothing is kept (`state` unused)."""
     w, vocab = recompute.w, recompute.config.vocab_size
     j = 1 + seed % (len(seq) - 1)
     x = oracle.embed(seq, w)  # [n, d]
@@ -148,6 +159,14 @@ DEPARTS = (
     "right: part of the cache read and part recomputed, the K/V kept twice and only one copy "
     "found, or a decode that began reading the cache before any function returned after the "
     "prefill (the swap waits for such a return: keep the prefill a function of its own)?"
+)
+
+
+# a departing answer not asked again: the stage's smaller cases, asked again, show its bug
+UNASKED = (
+    "with the cache's K/V swapped right after {hook} returned, the answer is neither the one "
+    "over the swapped cache nor the one over the original (not asked again over your own "
+    "cache: the stage's smaller failing cases were, and its diagnosis reads them)"
 )
 
 

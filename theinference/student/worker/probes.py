@@ -31,14 +31,15 @@ class NoHook:
         return None
 
 
-def install_hook(name, course_dir: str, exchange, swap_cache, watch=None):
+def install_hook(name, course_dir: str, exchange, prepare, watch=None):
     """The hook the request names (NoHook when none): with `watch` "returns", a ReturnWatch
-    (no name needed), else the functions of that name wrapped; `swap_cache` is swap.py's."""
+    (no name needed), else the functions of that name wrapped; `prepare(plan, blobs)` is
+    swap.py's Target, whose `swap(roots, weights)` searches and writes."""
     if not isinstance(name, str) or not name.isidentifier():
         return NoHook()
     if watch == protocol.WATCH_RETURNS:
-        return ReturnWatch(name, course_dir, exchange, swap_cache)
-    return Hook(name, course_dir, exchange, swap_cache)
+        return ReturnWatch(name, course_dir, exchange, prepare)
+    return Hook(name, course_dir, exchange, prepare)
 
 
 class ReturnWatch:
@@ -54,8 +55,8 @@ class ReturnWatch:
     tracer on the adapter's thread sees those returns; nothing of the student's is wrapped.
     """
 
-    def __init__(self, name: str, course_dir: str, exchange, swap_cache):
-        self.name, self.exchange, self.swap_cache = name, exchange, swap_cache
+    def __init__(self, name: str, course_dir: str, exchange, prepare):
+        self.name, self.exchange, self.prepare = name, exchange, prepare
         self.root = os.path.realpath(course_dir) + os.sep
         self.state = {
             "hook": name,
@@ -66,7 +67,7 @@ class ReturnWatch:
             "watch": protocol.WATCH_RETURNS,
             "moments": 0,
         }
-        self.plan: tuple[dict, list] | None = None
+        self.target = None  # the swap, decoded once the grader has sent it
         self.done = False
         self.adapter = None  # the adapter's frame, once it is called
         self.outer = sys._getframe(2)  # the worker frame that calls the adapter
@@ -115,17 +116,20 @@ class ReturnWatch:
         if self.done:
             return None
         self.state["moments"] += 1
-        if self.plan is None:
+        if self.target is None:
             header = {"outcome": "hooked", "probe": {"call": self.state["moments"]}}
             answer, blobs = self.exchange(header)
             if not isinstance(answer.get("swap"), dict):
                 self.stop()  # a call the grader does not swap
                 return None
-            self.plan = (answer["swap"], blobs)
+            self.target = guarded(self.prepare, answer["swap"], blobs)
+            if isinstance(self.target, dict):  # the plan could not be read: said, not raised
+                self.state["swap"] = self.target
+                self.stop()
+                return None
         caller = frame.f_back
         roots = [arg, dict(frame.f_locals), dict(caller.f_locals) if caller else {}]
-        plan, blobs = self.plan
-        self.state["swap"] = guarded(self.swap_cache, roots, None, {"swap": plan}, blobs)
+        self.state["swap"] = guarded(self.target.swap, roots, None)
         if self.state["swap"].get("applied"):
             self.stop()
         return None
@@ -143,11 +147,11 @@ class ReturnWatch:
 
 class Hook:
     """Every function named `name` in the course's modules, wrapped (see the module's text).
-    `exchange(header) -> (answer, blobs)` talks to the grader; `swap_cache(roots, weights,
-    plan, blobs)` writes the K/V it answers with."""
+    `exchange(header) -> (answer, blobs)` talks to the grader; `prepare(plan, blobs)` decodes
+    the swap it answers with, whose `swap(roots, weights)` writes the K/V."""
 
-    def __init__(self, name: str, course_dir: str, exchange, swap_cache):
-        self.name, self.exchange, self.swap_cache = name, exchange, swap_cache
+    def __init__(self, name: str, course_dir: str, exchange, prepare):
+        self.name, self.exchange, self.prepare = name, exchange, prepare
         self.lock = threading.RLock()
         self.patched = []
         # entered: calls begun, returned or not, which tells a refusal made up front from one
@@ -174,7 +178,8 @@ class Hook:
                 self.next_word = following if isinstance(following, int) else None
                 if isinstance(answer.get("swap"), dict):
                     roots, weights = cache_arguments(original, args, named)
-                    self.state["swap"] = guarded(self.swap_cache, roots, weights, answer, blobs)
+                    self.state["swap"] = swapped(self.prepare, answer["swap"], blobs, roots,
+                                                 weights)
             return out
 
         hooked.__name__ = original.__name__
@@ -189,13 +194,19 @@ class Hook:
         return dict(self.state)
 
 
-def guarded(swap_cache, roots, weights, answer: dict, blobs: list) -> dict:
-    """The swap's report; a failure of the search itself is reported, never raised into the
-    student's code (where it would read as their error)."""
+def guarded(step, *args):
+    """A step of the swap (decoding the plan, a search), whose failure is reported as the
+    swap's, never raised into the student's code (where it would read as their error)."""
     try:
-        return swap_cache(roots, weights, answer["swap"], blobs)
+        return step(*args)
     except Exception as exc:  # noqa: BLE001
         return {"applied": False, "reason": f"the grader's search failed: {exc!r}"}
+
+
+def swapped(prepare, plan: dict, blobs: list, roots: list, weights) -> dict:
+    """One search and swap of a plan decoded for it: its report."""
+    target = guarded(prepare, plan, blobs)
+    return target if isinstance(target, dict) else guarded(target.swap, roots, weights)
 
 
 def functions_named(name: str, course_dir: str) -> list:

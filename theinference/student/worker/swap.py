@@ -42,50 +42,97 @@ row_views = cache_rows.row_views
 
 
 def swap_cache(roots: list, weights, plan: dict, blobs: list) -> dict:
-    """Find each layer's K and V (plan: layers, heads, head_dim, n; blobs: per layer the K and
-    V to find and to write, float32 [heads, n, head_dim], in protocol.json's blob order) and,
-    when every row is found, overwrite them. What was done or found, for the grader's message."""
-    import numpy as np
+    """One search and swap (see Target.swap) of a plan decoded for it alone."""
+    return Target(plan, blobs).swap(roots, weights)
 
-    layers, h, hd, n = (int(plan[k]) for k in protocol.SWAP_PLAN)
-    dtype, order = np.dtype(protocol.SWAP["blob_dtype"]), protocol.BLOB_ORDER
-    arrays = [np.frombuffer(b, dtype=dtype).reshape(h, n, hd) for b in blobs]
-    per = [dict(zip(order, arrays[len(order) * i : len(order) * (i + 1)], strict=True))
-           for i in range(layers)]
-    finds = np.stack([layer[f"find_{kv}"] for layer in per for kv in "kv"])  # [2L, h, n, hd]
-    writes = np.stack([layer[f"write_{kv}"] for layer in per for kv in "kv"])
-    walk = Walk(skip=WeightSkip(weights))
-    for root in roots:
-        walk.visit(root)
-    held = sum(s.array.size for s in walk.sources)
-    if held < finds.size:  # cheap: not yet there (a cache half built, or none)
-        return {
-            "applied": False,
-            "reason": f"{held} values found, fewer than the {finds.size} of every layer's K "
-            f"and V, among {walk.describe()}",
-            "seen": walk.summary(),
-        }
-    index = RowIndex(finds.reshape(-1, hd))
-    places, covered = [], np.zeros(len(index), dtype=bool)
-    for group in alike(walk.sources):
-        for place in locate(group, index, hd):
-            places.append(place)
-            covered[place[3]] = True
-    if not covered.all():
-        return {
-            "applied": False,
-            "reason": missing_reason(covered.reshape(2 * layers, h * n), walk, hd),
-            "seen": walk.summary(),
-        }
-    spans = writable_spans() if any(not p[1].flags.writeable for p in places) else []
-    try:  # every place made writeable first: a swap is whole or nothing
-        targets = [writable(place[1], spans) for place in places]
-    except PermissionError as exc:
-        return {"applied": False, "reason": str(exc), "seen": walk.summary()}
-    flat = writes.reshape(-1, hd)
-    for target, (source, _, at, found, scale) in zip(targets, places, strict=True):
-        write_rows(source, target, at, scale[:, None] * flat[found])
-    return {"applied": True, "reason": "", "places": len(places), "seen": walk.summary()}
+
+class Target:
+    """The grader's swap, decoded once for a call and searched for at each moment the hook
+    asks: each layer's K and V to find and to write (plan: layers, heads, head_dim, n; blobs:
+    per layer float32 [heads, n, head_dim], in protocol.json's blob order). The rows' index is
+    built once, and a large array already searched with no row found is searched again only
+    when its bytes have changed: a moment costs its walk, not a search of all it can reach."""
+
+    def __init__(self, plan: dict, blobs: list):
+        import numpy as np
+
+        self.layers, h, self.hd, n = (int(plan[k]) for k in protocol.SWAP_PLAN)
+        dtype, order = np.dtype(protocol.SWAP["blob_dtype"]), protocol.BLOB_ORDER
+        arrays = [np.frombuffer(b, dtype=dtype).reshape(h, n, self.hd) for b in blobs]
+        per = [dict(zip(order, arrays[len(order) * i : len(order) * (i + 1)], strict=True))
+               for i in range(self.layers)]
+        self.finds = np.stack([layer[f"find_{kv}"] for layer in per for kv in "kv"])  # [2L,h,n,hd]
+        self.writes = np.stack([layer[f"write_{kv}"] for layer in per for kv in "kv"])
+        self._index = None
+        self.barren: dict = {}  # array's place -> digest of its bytes when no row was found
+
+    @property
+    def index(self):
+        if self._index is None:
+            self._index = RowIndex(self.finds.reshape(-1, self.hd))
+        return self._index
+
+    def swap(self, roots: list, weights) -> dict:
+        """Find each layer's K and V among what `roots` reach and, when every row is found,
+        overwrite them. What was done or found, for the grader's message."""
+        import numpy as np
+
+        walk = Walk(skip=WeightSkip(weights))
+        for root in roots:
+            walk.visit(root)
+        held = sum(s.array.size for s in walk.sources)
+        if held < self.finds.size:  # cheap: not yet there (a cache half built, or none)
+            return {
+                "applied": False,
+                "reason": f"{held} values found, fewer than the {self.finds.size} of every "
+                f"layer's K and V, among {walk.describe()}",
+                "seen": walk.summary(),
+            }
+        index, hd = self.index, self.hd
+        places, covered = [], np.zeros(len(index), dtype=bool)
+        for group in alike(walk.sources):
+            for place in self.located(group):
+                places.append(place)
+                covered[place[3]] = True
+        if not covered.all():
+            n_rows = covered.size // (2 * self.layers)
+            return {
+                "applied": False,
+                "reason": missing_reason(covered.reshape(2 * self.layers, n_rows), walk, hd),
+                "seen": walk.summary(),
+            }
+        spans = writable_spans() if any(not p[1].flags.writeable for p in places) else []
+        try:  # every place made writeable first: a swap is whole or nothing
+            targets = [writable(place[1], spans) for place in places]
+        except PermissionError as exc:
+            return {"applied": False, "reason": str(exc), "seen": walk.summary()}
+        flat = self.writes.reshape(-1, hd)
+        for target, (source, _, at, found, scale) in zip(targets, places, strict=True):
+            write_rows(source, target, at, scale[:, None] * flat[found])
+        return {"applied": True, "reason": "", "places": len(places), "seen": walk.summary()}
+
+    def located(self, group: list) -> list:
+        """locate(), skipping a large array searched before, unchanged and with no row."""
+        if len(group) > 1 or group[0].array.size <= SMALL:
+            return locate(group, self.index, self.hd)
+        a = group[0].array
+        place = (cache_walk.address(a), a.shape, a.strides, a.dtype.str)
+        digest = bytes_digest(a)
+        if digest is not None and self.barren.get(place) == digest:
+            return []
+        found = locate(group, self.index, self.hd)
+        if not found and digest is not None:
+            self.barren[place] = digest
+        return found
+
+
+def bytes_digest(a) -> int | None:
+    """A checksum of a contiguous array's bytes (about 2 GB/s), or None for a strided one."""
+    import zlib
+
+    if not (a.flags.c_contiguous or a.flags.f_contiguous):
+        return None
+    return zlib.crc32(memoryview(a.reshape(-1, order="A")).cast("B"))
 
 
 SMALL = 1 << 16  # arrays up to this size are matched together with those of their shape

@@ -134,7 +134,7 @@ def call_adapter(adapters, request: dict, course_dir: str, exchange) -> dict:
     except ValueError:
         pass  # builtins without a signature: just call them
     hook, watch = request.get("hook"), request.get("watch")
-    probe = probes.install_hook(hook, course_dir, exchange, swap.swap_cache, watch)
+    probe = probes.install_hook(hook, course_dir, exchange, swap.Target, watch)
     try:
         value = fn(*args)
     except NotImplementedError as exc:
