@@ -18,7 +18,9 @@ import hashlib
 import hmac
 import io
 import json
+import os
 import secrets
+import time
 import zipfile
 from collections import OrderedDict
 from pathlib import Path
@@ -28,8 +30,11 @@ import numpy as np
 from theinference.atomic import atomic_file, atomic_write
 from theinference.oracle.gpt2 import LayerKV
 
-ORACLE_VERSION = 2  # bump whenever an answer or a noise floor would come out differently
+ORACLE_VERSION = 3  # bump whenever an answer or a noise floor would come out differently
 MEMORY_ENTRIES = 64
+MEMORY_BYTES = 1 << 30  # a long prompt's K/V is 75 MB: the answers held in memory, at most
+DISK_MB_VAR = "THEINFERENCE_ANSWER_CACHE_MB"  # the answers kept on disk, at most (least
+DISK_MB = 2048  # recently used first out); per weights file
 KEY_FILE = "answer-key"
 MAC_BYTES = 32
 
@@ -39,6 +44,7 @@ class AnswerCache:
         self.weights_sha256 = weights_sha256
         self.directory = directory / "answers" / weights_sha256[:16] if directory else None
         self._memory: OrderedDict[str, object] = OrderedDict()
+        self._disk_bytes: int | None = None  # what the directory holds, once counted
         self.notes: list[str] = []
         self.rejected = 0  # files on disk whose MAC did not hold: forged, swapped or damaged
         self._secret = self._open_secret(directory) if directory else None
@@ -61,7 +67,10 @@ class AnswerCache:
 
     def _remember(self, key: str, value) -> None:
         self._memory[key] = value
-        if len(self._memory) > MEMORY_ENTRIES:
+        while len(self._memory) > 1 and (
+            len(self._memory) > MEMORY_ENTRIES
+            or sum(nbytes(v) for v in self._memory.values()) > MEMORY_BYTES
+        ):
             self._memory.popitem(last=False)
 
     def _open_secret(self, root: Path) -> bytes | None:
@@ -77,8 +86,11 @@ class AnswerCache:
     def _load(self, key: str):
         if self.directory is None:
             return None
+        path = self.directory / f"{key}.answer"
         try:
-            blob = (self.directory / f"{key}.answer").read_bytes()
+            blob = path.read_bytes()
+            now = time.time_ns()  # used now: the last to be evicted (the clock, not the
+            os.utime(path, ns=(now, now))  # file system's coarse one)
         except OSError:
             return None  # absent or unreadable: a miss
         mac, payload = blob[:MAC_BYTES], blob[MAC_BYTES:]
@@ -101,6 +113,10 @@ class AnswerCache:
             atomic_write(self.directory / f"{key}.answer", self._mac(key, payload) + payload)
         except OSError as exc:
             self._switch_off(exc)
+            return
+        self._disk_bytes = (self._disk_bytes or 0) + len(payload) + MAC_BYTES
+        if self._disk_bytes > disk_limit() or self._disk_bytes == len(payload) + MAC_BYTES:
+            self._disk_bytes = evict(self.directory, disk_limit())
 
     def _switch_off(self, exc: OSError) -> None:
         self.notes.append(
@@ -108,6 +124,42 @@ class AnswerCache:
             "answers are recomputed, results are unaffected"
         )
         self.directory = None
+
+
+def nbytes(value) -> int:
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    return sum(kv.k.nbytes + kv.v.nbytes for kv in value) if isinstance(value, list) else 0
+
+
+def disk_limit() -> int:
+    """The bytes of answers kept on disk per weights file ($THEINFERENCE_ANSWER_CACHE_MB)."""
+    try:
+        return max(int(os.environ.get(DISK_MB_VAR, DISK_MB)), 0) << 20
+    except ValueError:
+        return DISK_MB << 20
+
+
+def evict(directory: Path, limit: int) -> int:
+    """Remove the least recently used answers until the folder holds at most `limit` bytes
+    (a concurrent grader's removal is its own); what it holds then."""
+    files = []
+    for path in directory.glob("*.answer"):
+        try:
+            info = path.stat()
+        except OSError:
+            continue
+        files.append((info.st_mtime_ns, info.st_size, path))
+    held = sum(size for _, size, _ in files)
+    for _, size, path in sorted(files):
+        if held <= limit:
+            break
+        try:
+            path.unlink()
+        except OSError:
+            continue
+        held -= size
+    return held
 
 
 def read_or_make_secret(path: Path) -> bytes:

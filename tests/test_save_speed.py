@@ -1,0 +1,142 @@
+"""What keeps a save fast, held as behaviour (its figures are benchmarks/save_speed.py's):
+the oracle keeps what depends on the weights and a fixed prompt, the worker searches the
+student's memory no more than it must, and a failing stage asks again only what its diagnosis
+reads."""
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from tests.bugs import planted
+from tests.helpers import make_course
+from theinference.curriculum.checks import CHECKS
+from theinference.curriculum.checks.swap import UNASKED, after_prefill, prompt_state
+from theinference.curriculum.stages import load_stages, select, with_run_draws
+from theinference.grading import answer_cache
+from theinference.grading.answers import Answers
+from theinference.grading.grader import RunPlan, grade
+from theinference.grading.judging import kept_prompts
+from theinference.grading.policy import RunPolicy
+from theinference.results import Status
+from theinference.student.setup import Limits, ProcessSetup
+from theinference.student.worker import swap as worker_swap
+
+H, N, HD = 2, 5, 64
+
+
+def rows(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((H, N, HD)).astype(np.float32)
+
+
+def test_a_large_array_with_no_kv_is_searched_again_only_when_its_bytes_change(monkeypatch):
+    """Catches a search of all the student's reachable memory at every moment (a model loader
+    that returns into the adapter a hundred times over weights the grader does not recognise
+    never got an answer), and a memo that would skip an array once it has changed."""
+    k, v = rows(0), rows(1)
+    plan = {"layers": 1, "heads": H, "head_dim": HD, "n": N}
+    target = worker_swap.Target(plan, [k.tobytes(), v.tobytes(), rows(2).tobytes(),
+                                       rows(3).tobytes()])
+    searched = []
+    locate = worker_swap.locate
+    monkeypatch.setattr(worker_swap, "locate",
+                        lambda group, *a: searched.append(group[0].array.size) or locate(group, *a))
+    loader = np.random.default_rng(9).standard_normal((300, 768)).astype(np.float32)  # no K/V
+    assert not target.swap([loader], None)["applied"]
+    assert not target.swap([loader], None)["applied"]
+    assert searched == [loader.size], "an unchanged array with no row was searched again"
+    loader[299, 767] += 1.0
+    assert not target.swap([loader], None)["applied"]
+    assert searched == [loader.size] * 2, "an array whose bytes changed was not searched again"
+    cache = {"k": k.copy(), "v": v.copy()}
+    assert target.swap([loader, cache], None)["applied"]
+    np.testing.assert_array_equal(cache["k"], rows(2))
+
+
+def drawn_and_longest(slug: str, config) -> tuple[list[int], list[int]]:
+    (stage,) = select(load_stages(), [slug])
+    drawn = with_run_draws(stage, seed=12345)
+    case = next(c for c in drawn.cases if "drawn" in c.inputs)
+    return CHECKS[case.check].arguments(case, config)[0], kept_prompts(drawn, config)[0]
+
+
+@pytest.mark.parametrize("slug", ["full-decode-step", "per-step-identity"])
+def test_a_drawn_decode_proof_begins_the_prompt_whose_kv_are_kept(slug, weights):
+    """Catches a drawn proof whose prompt is new every run: the oracle would run a forward
+    over it at every save instead of a few decodes over kept K/V."""
+    prompt, longest = drawn_and_longest(slug, weights.config)
+    assert 1 <= len(prompt) <= len(longest) and longest[: len(prompt)] == prompt
+
+
+def test_a_swap_over_kept_kv_is_the_swap_over_a_fresh_forward(weights, tmp_path, monkeypatch):
+    """Catches kept K/V sliced or decoded wrong (a verdict would then change with the cache's
+    state), and a kept prompt that is computed again in a later process."""
+    monkeypatch.setenv("THEINFERENCE_CACHE_DIR", str(tmp_path))
+    prompt, longest = drawn_and_longest("full-decode-step", weights.config)
+    answers = Answers.cached(weights)
+    answers.bases = [longest]
+    kept = after_prefill(answers.recompute, prompt, [318], 7, answers.prompt_state)
+    fresh = after_prefill(answers.recompute, prompt, [318], 7, prompt_state)
+    for a, b in zip(kept.finds, fresh.finds, strict=True):
+        np.testing.assert_allclose(a.k, b.k, atol=1e-4, rtol=1e-4)  # a forward's length
+        np.testing.assert_allclose(a.v, b.v, atol=1e-4, rtol=1e-4)  # changes its blocking
+    np.testing.assert_allclose(kept.expected, fresh.expected, atol=1e-3, rtol=1e-3)
+    np.testing.assert_allclose(kept.plain(), fresh.plain(), atol=1e-3, rtol=1e-3)
+
+    later = Answers.cached(weights)  # another process's: the K/V come from the disk
+    later.bases = [longest]
+    monkeypatch.setattr(later.recompute, "forward", lambda ids: pytest.fail("a forward again"))
+    again = after_prefill(later.recompute, prompt, [318], 7, later.prompt_state)
+    np.testing.assert_allclose(again.expected, kept.expected, atol=1e-6)
+
+
+def test_the_answers_on_disk_keep_their_bound_least_recently_used_first(tmp_path, monkeypatch):
+    """Catches an answer cache that grows without end (a long prompt's K/V is 75 MB), and one
+    that evicts what was just used."""
+    monkeypatch.setenv(answer_cache.DISK_MB_VAR, "1")
+    cache = answer_cache.AnswerCache("ab" * 32, tmp_path)
+    block = np.zeros(60_000, dtype=np.float32)  # 240 kB an answer
+    for i in range(6):
+        time.sleep(0.01)  # apart on any file system's clock
+        cache.get_or_compute("c", [i], lambda: block)
+        if i == 2:  # answer 0 used again, from the disk (a fresh cache has no memory of it)
+            fresh = answer_cache.AnswerCache("ab" * 32, tmp_path)
+            fresh.get_or_compute("c", [0], lambda: pytest.fail("answer 0 was evicted early"))
+    held = sum(p.stat().st_size for p in cache.directory.glob("*.answer"))
+    assert held <= 1 << 20
+    assert cache._load(cache.key("c", [0])) is not None, "the answer used last was evicted"
+    assert cache._load(cache.key("c", [1])) is None
+
+
+def test_a_failing_stage_asks_again_only_what_its_diagnosis_reads(tmp_path, weights):
+    """Catches a failing try that asks every departing case again over the student's own
+    cache (a failing save cost more than a passing one), and a limit that costs the stage its
+    diagnosis."""
+    course = make_course(tmp_path / "course", planted("decode-position-zero"))
+    (stage,) = select(load_stages(), ["full-decode-step"])
+    small = ("one-token", "token ids", "short prompt", "repeated")
+    setup = ProcessSetup(course, weights.path, Limits(timeout=60))
+    run = grade(setup, RunPlan([replace(stage, timeout=60)], weights,
+                               policy=RunPolicy(cases=small)))
+    (result,) = run.stages
+    assert result.status == Status.FAILED and result.suspected_bug == "position-zero"
+    unasked = [c.name for c in result.cases if c.message.startswith(UNASKED.split("{")[0])]
+    assert len(result.cases) == 4 and len(unasked) == 2, [c.message for c in result.cases]
+
+
+def test_the_grader_runs_its_blas_on_one_thread_unless_told_otherwise():
+    """Catches a grader whose BLAS threads spin against the student's process for the cores
+    (several times slower on a loaded 2-core machine), and one that overrides a class job's
+    share."""
+    code = ("from theinference.cli import one_blas_thread; import os; one_blas_thread(); "
+            "print(os.environ['OPENBLAS_NUM_THREADS'])")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    said = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert said.stdout.strip() == "1"
+    said = subprocess.run([sys.executable, "-c", code], env={**env, "OPENBLAS_NUM_THREADS": "2"},
+                          capture_output=True, text=True)
+    assert said.stdout.strip() == "2"
