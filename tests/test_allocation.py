@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from theinference.classroom.batch import blas_threads, default_jobs, job_share
+from theinference.classroom.batch import blas_threads, job_share
 from theinference.grading.allocation import (
     AFFINITY,
     DECLARED,
@@ -24,6 +24,7 @@ from theinference.grading.allocation import (
     QUOTA,
     Allocation,
     available_memory,
+    default_jobs,
     own_cgroups,
     parse_size,
     read_allocation,
@@ -168,7 +169,8 @@ def test_sizes_read_as_slurm_and_kubernetes_write_them():
 
 PROBE = """
 import json, os, sys, tempfile
-from theinference.classroom.batch import blas_threads, default_jobs, run_bounded
+from theinference.classroom.batch import blas_threads, run_bounded
+from theinference.grading.allocation import default_jobs
 from theinference.grading.allocation import read_allocation
 a = read_allocation()
 jobs = default_jobs(1 << 30, a)  # a 1 GiB cap: memory leaves room for several, CPUs decide

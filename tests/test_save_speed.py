@@ -140,3 +140,54 @@ def test_the_grader_runs_its_blas_on_one_thread_unless_told_otherwise():
     said = subprocess.run([sys.executable, "-c", code], env={**env, "OPENBLAS_NUM_THREADS": "2"},
                           capture_output=True, text=True)
     assert said.stdout.strip() == "2"
+
+
+class Slow:
+    """A stand-in student process: records which cases it served and when."""
+
+    def __init__(self, log: list):
+        self.log = log
+
+    def serve(self, case: str) -> str:
+        started = time.monotonic()
+        time.sleep(0.3)
+        self.log.append((case, id(self), started, time.monotonic()))
+        return case.upper()
+
+
+def test_long_cases_run_beside_each_other_and_report_in_order():
+    """Catches long cases still run one after another with --jobs 2 (a stage's wall time the
+    sum of its cases'), results out of the cases' order, and a grader fault in a thread lost
+    rather than raised."""
+    import threading
+
+    from theinference.grading.beside import grade_beside
+
+    log: list = []
+    workers = [Slow(log), Slow(log)]
+    cases = ["a", "b", "c", "d"]
+    out = grade_beside(cases, workers, lambda case, w: w.serve(case), threading.Event())
+    assert out == ["A", "B", "C", "D"]
+    assert {served for _, served, _, _ in log} == {id(w) for w in workers}
+    (_, _, start_a, end_a), (_, _, start_b, end_b) = sorted(log)[:2]
+    assert start_b < end_a and start_a < end_b, "the first two cases did not overlap"
+
+    def broken(case, worker):
+        raise RuntimeError("a grader fault")
+
+    with pytest.raises(RuntimeError, match="a grader fault"):
+        grade_beside(cases, workers, broken, threading.Event())
+
+
+def test_only_long_unmeasured_cases_go_beside(weights):
+    """Catches a measured call (a cost proof against the floor) run beside another case, where
+    its CPU and rate would no longer be its own, and short cases taken off the one process."""
+    from theinference.grading.beside import goes_beside
+
+    stages = {s.slug: with_run_draws(s, 1) for s in load_stages()}
+    beside = {slug: [c.name for c in s.cases if goes_beside(c, weights.config)]
+              for slug, s in stages.items()}
+    assert "decode at the last position the context allows (1023)" in beside["full-decode-step"]
+    assert "to the last position the context allows (1023)" in beside["per-step-identity"]
+    assert beside["generate-loop"] == [] and beside["prefix-caching"] == []
+    assert not any("one-token" in name for names in beside.values() for name in names)

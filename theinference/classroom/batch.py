@@ -35,7 +35,6 @@ from theinference.grading.allocation import Allocation, read_allocation
 from theinference.grading.provenance import provenance, with_run
 from theinference.grading.seed import NO_SEED, SEED_VAR, Seed
 
-GRADER_OVERHEAD_BYTES = 3 << 29  # the grader process beside each student process (1.5 GiB)
 STDERR_KEPT = 4000
 
 
@@ -65,7 +64,8 @@ class Plan:
 
     def test_command(self, course: Path, output: Path) -> list[str]:
         g = self.grading
-        cmd = [sys.executable, "-m", "theinference", "test", "-C", str(course)]
+        # one student process each: the class's jobs already share the allocation out
+        cmd = [sys.executable, "-m", "theinference", "test", "-C", str(course), "--jobs", "1"]
         cmd += ["--format", "json", "--output", str(output), "--weights", self.weights]
         for slug in self.points:
             cmd += ["--stage", slug]
@@ -85,14 +85,6 @@ class Plan:
         env = {k: v for k, v in os.environ.items() if k != "THEINFERENCE_SEED"}
         value = self.seed.value
         return env | ({SEED_VAR: str(value)} if value is not None else {})
-
-
-def default_jobs(memory_bytes: int, allocation: Allocation | None = None) -> int:
-    """As many at once as the allocation has CPUs, and as fit in its memory with every
-    student process at its cap beside its grader: never more."""
-    allocation = allocation or read_allocation()
-    fit = allocation.memory_bytes // (memory_bytes + GRADER_OVERHEAD_BYTES)
-    return max(1, min(allocation.cpus, fit))
 
 
 def blas_threads(allocation: Allocation, jobs: int) -> int:

@@ -181,7 +181,8 @@ def grade(
 def jobs_within(allocation, memory_bytes: int, asked: int | None) -> int:
     """The submissions graded at once: as asked, never more than the allocation holds; said
     on stderr with the BLAS threads each gets."""
-    from theinference.classroom.batch import blas_threads, default_jobs
+    from theinference.classroom.batch import blas_threads
+    from theinference.grading.allocation import default_jobs
     from theinference.output.report import print_error
 
     allowed = default_jobs(memory_bytes, allocation)

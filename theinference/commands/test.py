@@ -52,6 +52,14 @@ def test(
             callback=limits.seed,
         ),
     ] = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            help="Student processes taking a stage's long cases at once (default: as many as "
+            "the allocation's CPUs and memory allow).",
+            callback=limits.at_least_one,
+        ),
+    ] = None,
     timeout: Annotated[
         float | None,
         typer.Option(
@@ -102,7 +110,7 @@ def test(
     request = RunRequest(
         stages=tuple(stage or ()), weights=weights, seed=seed_of(seed), policy=policy,
         sandbox=sandbox, limits=LimitRequest(timeout, memory_gb, output_kb),
-        speed=speed,
+        speed=speed, jobs=jobs,
     )
     present = Presentation(
         writer=lambda course: formats.writer(outputs, course.grading),

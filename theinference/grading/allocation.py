@@ -40,6 +40,18 @@ class Allocation:
                 f"{gib(self.memory_bytes)} ({self.memory_from})")
 
 
+GRADER_OVERHEAD_BYTES = 3 << 29  # the grader process beside each student process (1.5 GiB)
+
+
+def default_jobs(memory_bytes: int, allocation: Allocation | None = None) -> int:
+    """Student processes at once (a class's submissions, a stage's long cases): as many as the
+    allocation has CPUs, and as fit in its memory with every student process at its cap beside
+    its grader: never more."""
+    allocation = allocation or read_allocation()
+    fit = allocation.memory_bytes // (memory_bytes + GRADER_OVERHEAD_BYTES)
+    return max(1, min(allocation.cpus, fit))
+
+
 def gib(size: int) -> str:
     return f"{size / 2**30:.1f} GiB"
 

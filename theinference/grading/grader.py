@@ -7,6 +7,7 @@ output reads the same diagnosis.
 """
 
 import secrets
+import threading
 import time
 from dataclasses import asdict, dataclass, replace
 
@@ -14,6 +15,7 @@ from theinference.curriculum.stages import Stage, with_run_draws
 from theinference.diagnosis.fingerprints import MIN_CASES
 from theinference.diagnosis.stage import Failure, diagnose_stage
 from theinference.grading.answers import Answers
+from theinference.grading.beside import Workers, grade_beside, long_run
 from theinference.grading.environment import describe
 from theinference.grading.judging import grade_case, kept_prompts
 from theinference.grading.policy import EVERY_CASE, RunPolicy, is_long, quick_draws
@@ -30,7 +32,6 @@ from theinference.results.events import (
     StageStarted,
     ignore,
 )
-from theinference.student.process import StudentProcess
 from theinference.student.setup import Limits, ProcessSetup
 
 BLOCKING = {Status.FAILED, Status.ERROR, Status.TIMEOUT, Status.SKIPPED}
@@ -48,6 +49,7 @@ class RunPlan:
     answers: Answers | None = None
     policy: RunPolicy = EVERY_CASE
     seed: int | None = None
+    jobs: int = 1  # student processes taking a stage's long cases beside each other
 
 
 def grade(setup: ProcessSetup, plan: RunPlan, listener: Listener = ignore) -> RunResult:
@@ -62,7 +64,8 @@ def grade(setup: ProcessSetup, plan: RunPlan, listener: Listener = ignore) -> Ru
     answers = plan.answers or Answers(weights)
     results: dict[str, StageResult] = {}
     listener(RunStarted(tuple(s.slug for s in stages)))
-    with StudentProcess(setup) as process:
+    listener = serialized(listener)  # long cases beside each other tell it from threads
+    with Workers(setup, plan.jobs) as workers:
         for stage in stages:
             if cancel.is_set():
                 break
@@ -70,10 +73,12 @@ def grade(setup: ProcessSetup, plan: RunPlan, listener: Listener = ignore) -> Ru
             if blocker:
                 results[stage.slug] = skipped(stage, blocker)
             else:
-                run = StageRun(stage, process, answers, policy, listener)
+                run = StageRun(stage, workers, answers, policy, listener)
                 results[stage.slug] = run.grade(stage_limits(stage, setup.limits))
             listener(StageFinished(results[stage.slug]))
-        startups, startup_seconds = process.startups, process.startup_seconds
+        process = workers.first
+        startups = sum(p.startups for p in workers.processes)
+        startup_seconds = sum(p.startup_seconds for p in workers.processes)
         kind, notes, cpu_account = process.sandbox, process.notes, process.cpu_account
     result = RunResult(
         stages=list(results.values()),
@@ -90,6 +95,17 @@ def grade(setup: ProcessSetup, plan: RunPlan, listener: Listener = ignore) -> Ru
     )
     listener(RunFinished(result))
     return result
+
+
+def serialized(listener: Listener) -> Listener:
+    """The listener told one event at a time, whichever thread tells it."""
+    lock = threading.Lock()
+
+    def told(event) -> None:
+        with lock:
+            listener(event)
+
+    return told
 
 
 def first_blocker(stage: Stage, results: dict[str, StageResult]) -> str:
@@ -122,14 +138,17 @@ def stage_limits(stage: Stage, run: Limits) -> Limits:
 class StageRun:
     """One stage's cases, smallest first, until the policy says stop."""
 
-    def __init__(self, stage, process, answers, policy, listener):
-        self.stage, self.process, self.answers = stage, process, answers
+    def __init__(self, stage, workers: Workers, answers, policy, listener):
+        self.stage, self.workers, self.answers = stage, workers, answers
+        self.process = workers.first
         self.policy, self.listener = policy, listener
-        self.cancel = process.cancel  # the run's: set from another thread
-        self.language = process.language.name  # the diagnosis speaks it
+        self.cancel = self.process.cancel  # the run's: set from another thread
+        self.language = self.process.language.name  # the diagnosis speaks it
+        self.lock = threading.Lock()  # the stage's failures, told from threads
 
     def grade(self, limits: Limits) -> StageResult:
         started = time.monotonic()
+        self.limits = limits
         self.process.use_limits(limits)
         self.answers.bases = kept_prompts(self.stage, self.answers.recompute.config)
         cases = plan_cases(self.stage, self.policy)
@@ -160,26 +179,39 @@ class StageRun:
         )
 
     def run_cases(self, cases) -> tuple[list[CaseResult], list[Failure]]:
+        """The cases in order, the long ones in a row beside each other (beside.py); the
+        results in the cases' order, with the failing answers the diagnosis reads."""
         results: list[CaseResult] = []
         failures: list[Failure] = []
-        for index, case in enumerate(cases):
-            if self.cancel.is_set():
-                break
-            self.listener(CaseStarted(self.stage.slug, case.name, index, len(cases)))
-            # the catalogue confirms a bug on MIN_CASES failing answers: past them, an answer
-            # that departs over the swapped cache is not asked a second time
-            ask_again = len(failures) < MIN_CASES
-            result, args, verdict = grade_case(
-                self.stage, case, self.process, self.answers, ask_again
-            )
-            results.append(result)
-            if verdict.actual is not None:
-                failures.append(Failure(case.check, args, verdict.actual))
-            self.listener(CaseFinished(self.stage.slug, result))
-            following = cases[index + 1] if index + 1 < len(cases) else None
+        config, index = self.answers.recompute.config, 0
+        while index < len(cases) and not self.cancel.is_set():
+            count = long_run(list(cases), index, config) if self.workers.jobs > 1 else 0
+            batch = list(cases[index : index + max(count, 1)])
+            processes = self.workers.at_most(len(batch))
+            for process in processes[1:]:
+                process.use_limits(self.limits)
+            done = grade_beside(batch, processes,
+                                lambda case, p: self.one_case(case, cases, p, failures),
+                                self.cancel)
+            results += [r for r in done if r is not None]
+            index += len(batch)
+            following = cases[index] if index < len(cases) else None
             if self.stops_after(results, len(failures), following):
                 break
         return results, failures
+
+    def one_case(self, case, cases, process, failures: list[Failure]) -> CaseResult:
+        self.listener(CaseStarted(self.stage.slug, case.name, cases.index(case), len(cases)))
+        # the catalogue confirms a bug on MIN_CASES failing answers: past them, an answer that
+        # departs over the swapped cache is not asked a second time
+        with self.lock:
+            ask_again = len(failures) < MIN_CASES
+        result, args, verdict = grade_case(self.stage, case, process, self.answers, ask_again)
+        if verdict.actual is not None:
+            with self.lock:
+                failures.append(Failure(case.check, args, verdict.actual))
+        self.listener(CaseFinished(self.stage.slug, result))
+        return result
 
     def stops_after(self, results: list[CaseResult], numeric: int, following) -> bool:
         """A first case that is todo: the stage is not started, the rest would say the same.

@@ -23,7 +23,7 @@ from theinference.oracle.weights import Weights, load_weights, print_nothing
 from theinference.results import RunResult
 from theinference.results.events import Event, Listener, ignore
 from theinference.student.sandbox import choose
-from theinference.student.setup import ProcessSetup
+from theinference.student.setup import Limits, ProcessSetup
 
 Renderer = Callable[[str, threading.Event | None], Listener]  # (trigger, cancel) -> drawing
 Writer = Callable[[RunResult], None]  # writes a finished run's machine outputs
@@ -62,6 +62,7 @@ class RunRequest:
     sandbox: str = "auto"
     limits: LimitRequest = LimitRequest()
     speed: bool = False  # also time the cached generation against the oracle's (speed.py)
+    jobs: int | None = None  # student processes for a stage's long cases; None: what fits
 
 
 @dataclass
@@ -78,6 +79,7 @@ class Session:
     seed: int | None = None  # --seed: hidden cases and the cache-use proofs' arguments
     provenance: dict = field(default_factory=dict)  # what produces the grade (provenance.py)
     speed: bool = False
+    jobs: int = 1  # student processes taking a stage's long cases beside each other
 
 
 @dataclass(frozen=True)
@@ -111,12 +113,20 @@ def prepare(course_dir: Path, request: RunRequest,
     setup = ProcessSetup(course.root, weights.path, sandbox=sandbox, language=course.language)
     session = Session(course, chosen, every, weights, setup, answers=answers,
                       policy=request.policy, seed=request.seed.value, provenance=produced,
-                      speed=request.speed)
+                      speed=request.speed, jobs=request.jobs or jobs_that_fit(chosen))
     if present.writer is not None:
         session.writer = present.writer(course)
     if present.renderer is not None:
         session.renderer = present.renderer(session)
     return session
+
+
+def jobs_that_fit(stages: list[Stage]) -> int:
+    """As many student processes as the allocation's CPUs and memory allow (allocation.py),
+    each at the largest memory cap of the stages graded."""
+    from theinference.grading.allocation import default_jobs
+
+    return default_jobs(max((s.memory_bytes or Limits().memory_bytes) for s in stages))
 
 
 def course_stages(limits: LimitRequest = LimitRequest(), seed: int | None = None) -> list[Stage]:
@@ -165,7 +175,7 @@ def run(
 
     try:
         plan = RunPlan(stages or session.stages, session.weights, session.answers,
-                       session.policy, session.seed)
+                       session.policy, session.seed, session.jobs)
         localized = session.course.language.localizing(tell)  # decodeStep in TypeScript
         result = grade(setup, plan, localized)
     finally:

@@ -1,0 +1,92 @@
+"""A stage's long cases beside each other (`--jobs`): the run's student processes each take the
+next long case as they come free, so a stage's wall time is its longest case's, not their sum.
+
+Each case is still graded alone, in one process, its CPU read from outside as ever. Measured
+calls (a cost proof against the floor) never run beside another: each runs in a fresh process
+of its own, one after another, so that its rate and its CPU are its own.
+"""
+
+import threading
+from collections.abc import Callable
+
+from theinference.curriculum.checks import CHECKS
+from theinference.curriculum.stages import Case
+from theinference.grading.judging import is_measured
+from theinference.grading.policy import case_size
+from theinference.student.process import StudentProcess
+from theinference.student.setup import ProcessSetup
+
+BESIDE_TOKENS = 300  # a case handing the student's code more tokens than this is long
+
+
+class Workers:
+    """The run's student processes: the first serves every case in turn; the others, started
+    when a stage first has long cases for them, take those beside it. Use as a context."""
+
+    def __init__(self, setup: ProcessSetup, jobs: int):
+        self.setup, self.jobs = setup, max(jobs, 1)
+        self.processes = [StudentProcess(setup)]
+
+    @property
+    def first(self) -> StudentProcess:
+        return self.processes[0]
+
+    def at_most(self, count: int) -> list[StudentProcess]:
+        """`count` processes (no more than --jobs), the first among them."""
+        while len(self.processes) < min(count, self.jobs):
+            self.processes.append(StudentProcess(self.setup))
+        return self.processes[: min(count, self.jobs)]
+
+    def __enter__(self) -> "Workers":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for process in self.processes:
+            process.close()
+
+
+def long_run(cases: list[Case], start: int, config) -> int:
+    """How many cases from `start` on go beside each other: the long ones that are not
+    measured, in a row (the policy orders cases smallest first)."""
+    end = start
+    while end < len(cases) and goes_beside(cases[end], config):
+        end += 1
+    return end - start
+
+
+def goes_beside(case: Case, config) -> bool:
+    check = CHECKS[case.check]
+    if case_size(case) <= BESIDE_TOKENS or case.inputs.get("must_raise"):
+        return False
+    return not is_measured(check, case, check.arguments(case, config), config)
+
+
+def grade_beside(cases: list[Case], processes: list[StudentProcess],
+                 grade_one: Callable[[Case, StudentProcess], object], cancel) -> list:
+    """grade_one(case, process) for every case, each process taking the next case as it comes
+    free; the outputs in the cases' order (None for a case a cancel left unrun)."""
+    outputs: list = [None] * len(cases)
+    pending = iter(range(len(cases)))
+    lock = threading.Lock()
+    failed: list[BaseException] = []  # a grader fault in a thread is raised here, not lost
+
+    def serve(process: StudentProcess) -> None:
+        while not cancel.is_set() and not failed:
+            with lock:
+                index = next(pending, None)
+            if index is None:
+                return
+            try:
+                outputs[index] = grade_one(cases[index], process)
+            except BaseException as exc:  # noqa: BLE001 (re-raised below, in the run's thread)
+                failed.append(exc)
+
+    threads = [threading.Thread(target=serve, args=(p,), daemon=True) for p in processes[1:]]
+    for thread in threads:
+        thread.start()
+    serve(processes[0])
+    for thread in threads:
+        thread.join()
+    if failed:
+        raise failed[0]
+    return outputs
