@@ -12,13 +12,20 @@ import time
 from dataclasses import asdict, dataclass, replace
 
 from theinference.curriculum.stages import Stage, with_run_draws
-from theinference.diagnosis.fingerprints import MIN_CASES
+from theinference.diagnosis.fingerprints import MAX_CASES, MIN_CASES
 from theinference.diagnosis.stage import Failure, diagnose_stage
 from theinference.grading.answers import Answers
 from theinference.grading.beside import Workers, grade_beside, long_run
 from theinference.grading.environment import describe
 from theinference.grading.judging import grade_case, kept_prompts
-from theinference.grading.policy import EVERY_CASE, RunPolicy, is_long, quick_draws
+from theinference.grading.policy import (
+    EVERY_CASE,
+    LONG_CASE_TOKENS,
+    RunPolicy,
+    case_size,
+    is_long,
+    quick_draws,
+)
 from theinference.grading.policy import plan as plan_cases
 from theinference.oracle.weights import Weights
 from theinference.results import CaseResult, RunResult, StageResult, Status, stage_status
@@ -95,6 +102,14 @@ def grade(setup: ProcessSetup, plan: RunPlan, listener: Listener = ignore) -> Ru
     )
     listener(RunFinished(result))
     return result
+
+
+def wanted_again(case, failing: int) -> bool:
+    """Whether an answer that departs over the swapped cache is asked again over the
+    student's own cache, for the diagnosis: the catalogue confirms a bug on MIN_CASES failing
+    answers and tells candidates apart on up to MAX_CASES of the smallest; a long case past
+    the first MIN_CASES would double a failing try's cost for little it does not know."""
+    return failing < MIN_CASES or (failing < MAX_CASES and case_size(case) > LONG_CASE_TOKENS)
 
 
 def serialized(listener: Listener) -> Listener:
@@ -202,10 +217,8 @@ class StageRun:
 
     def one_case(self, case, cases, process, failures: list[Failure]) -> CaseResult:
         self.listener(CaseStarted(self.stage.slug, case.name, cases.index(case), len(cases)))
-        # the catalogue confirms a bug on MIN_CASES failing answers: past them, an answer that
-        # departs over the swapped cache is not asked a second time
         with self.lock:
-            ask_again = len(failures) < MIN_CASES
+            ask_again = wanted_again(case, len(failures))
         result, args, verdict = grade_case(self.stage, case, process, self.answers, ask_again)
         if verdict.actual is not None:
             with self.lock:

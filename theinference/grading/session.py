@@ -122,11 +122,13 @@ def prepare(course_dir: Path, request: RunRequest,
 
 
 def jobs_that_fit(stages: list[Stage]) -> int:
-    """As many student processes as the allocation's CPUs and memory allow (allocation.py),
-    each at the largest memory cap of the stages graded."""
-    from theinference.grading.allocation import default_jobs
+    """As many student processes as the allocation has CPUs, and as fit in its memory beside
+    this one grader, each at the largest memory cap of the stages graded."""
+    from theinference.grading.allocation import GRADER_OVERHEAD_BYTES, read_allocation
 
-    return default_jobs(max((s.memory_bytes or Limits().memory_bytes) for s in stages))
+    allocation = read_allocation()
+    cap = max((s.memory_bytes or Limits().memory_bytes) for s in stages)
+    return max(1, min(allocation.cpus, (allocation.memory_bytes - GRADER_OVERHEAD_BYTES) // cap))
 
 
 def course_stages(limits: LimitRequest = LimitRequest(), seed: int | None = None) -> list[Stage]:

@@ -65,6 +65,7 @@ class Target:
         self.writes = np.stack([layer[f"write_{kv}"] for layer in per for kv in "kv"])
         self._index = None
         self.barren: dict = {}  # array's place -> digest of its bytes when no row was found
+        self.unnamed_weights = None  # the WeightSkip of a search given no weights, kept
 
     @property
     def index(self):
@@ -77,7 +78,7 @@ class Target:
         overwrite them. What was done or found, for the grader's message."""
         import numpy as np
 
-        walk = Walk(skip=WeightSkip(weights))
+        walk = Walk(skip=self.weight_skip(weights))
         for root in roots:
             walk.visit(root)
         held = sum(s.array.size for s in walk.sources)
@@ -110,6 +111,17 @@ class Target:
         for target, (source, _, at, found, scale) in zip(targets, places, strict=True):
             write_rows(source, target, at, scale[:, None] * flat[found])
         return {"applied": True, "reason": "", "places": len(places), "seen": walk.summary()}
+
+    def weight_skip(self, weights) -> "WeightSkip":
+        """The weights' skip; with none named (the moments after the prefill), the one made at
+        the first moment, whose reading of this process's mappings (/proc/self/maps, some ms)
+        is not made again at every return. Weights mapped later are still known by their
+        shape and first values."""
+        if weights is not None:
+            return WeightSkip(weights)
+        if self.unnamed_weights is None:
+            self.unnamed_weights = WeightSkip(None)
+        return self.unnamed_weights
 
     def located(self, group: list) -> list:
         """locate(), skipping a large array searched before, unchanged and with no row."""
