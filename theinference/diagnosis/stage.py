@@ -8,7 +8,7 @@ import numpy as np
 
 from theinference.diagnosis.bugs import bug_table
 from theinference.diagnosis.errors import lesson_for, shares_one_error
-from theinference.diagnosis.fingerprints import match_catalogue
+from theinference.diagnosis.fingerprints import Known, computed, match_catalogue
 from theinference.oracle.recompute import Recompute
 from theinference.results import CaseResult, Status
 from theinference.results.compare import Tolerance
@@ -58,6 +58,7 @@ def diagnose_stage(
     tolerance: Tolerance,
     recompute: Recompute,
     language: str,
+    known: Known = computed,
 ) -> StageDiagnosis:
     """Try the bug catalogue on the numeric failures, smallest first (a few small forwards,
     only when something failed); else a bug a case's judge recognised by itself; else the
@@ -67,7 +68,8 @@ def diagnose_stage(
         return StageDiagnosis()
     ordered = sorted(failures, key=lambda f: len(str(f.args)))
     found = match_catalogue(
-        [(f.check, f.args, f.actual) for f in ordered], tolerance, recompute.w, recompute.config
+        [(f.check, f.args, f.actual) for f in ordered], tolerance, recompute.w, recompute.config,
+        known,
     )
     name, hint = found.words(language, recompute.config)
     if name:

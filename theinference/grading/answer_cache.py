@@ -31,7 +31,7 @@ import numpy as np
 from theinference.atomic import atomic_file, atomic_write
 from theinference.oracle.gpt2 import LayerKV
 
-ORACLE_VERSION = 3  # bump whenever an answer or a noise floor would come out differently
+ORACLE_VERSION = 3  # bump whenever an answer, a noise floor or a bug's variant would change
 MEMORY_ENTRIES = 64
 MEMORY_BYTES = 1 << 30  # a long prompt's K/V is 75 MB: the answers held in memory, at most
 DISK_MB_VAR = "THEINFERENCE_ANSWER_CACHE_MB"  # the answers kept on disk, at most (least

@@ -55,14 +55,18 @@ class Answers:
     def prompt_state(self, recompute: Recompute, prompt: list[int], new_ids: list[int]):
         """swap.prompt_state, from K/V kept across runs: the prompt's K/V are the first rows of
         a kept prompt it begins (`bases`, the stage's fixed prompts: a causal forward's first
-        rows depend on the first tokens alone), else its own, kept; the unswapped logits are
-        one decode of `new_ids` over them. A swap drawn per run then costs the oracle a few
+        rows depend on the first tokens alone), else its own, kept; the unswapped logits, one
+        decode of `new_ids` over them, kept too. A swap drawn per run then costs the oracle a few
         decodes, not a forward over the prompt."""
         base = next((b for b in self.bases if b[: len(prompt)] == prompt), prompt)
         kv = self.cache.get_or_compute("swap:prompt-kv", [base], lambda: kv_of(recompute, base))
         finds = [LayerKV(k=layer.k[:, : len(prompt)], v=layer.v[:, : len(prompt)]) for layer in kv]
-        decoded = oracle.extend(new_ids, recompute.w, recompute.config.n_layer, finds)
-        return finds, oracle.logits_at(decoded.hidden, recompute.w, list(range(len(new_ids))))
+
+        def unswapped() -> np.ndarray:  # [len(new_ids), vocab]
+            decoded = oracle.extend(new_ids, recompute.w, recompute.config.n_layer, finds)
+            return oracle.logits_at(decoded.hidden, recompute.w, list(range(len(new_ids))))
+
+        return finds, self.cache.get_or_compute("swap:unswapped", [prompt, new_ids], unswapped)
 
     def noise(self, check_name: str, args: list) -> float | None:
         """max |the recompute - GPT-2 itself along the cached path|: the float32 drift a

@@ -175,9 +175,8 @@ class StageRun:
         stopped = [c.name for c in cases.cases[len(results) :]]
         if self.cancel.is_set():  # a stale run: its diagnosis would never be read
             failures = []
-        found = diagnose_stage(
-            results, failures, self.stage.tolerance, self.answers.recompute, self.language
-        )
+        found = diagnose_stage(results, failures, self.stage.tolerance, self.answers.recompute,
+                               self.language, self.answers.cache.get_or_compute)
         status = stage_status(results)
         # a stage that stopped at its first case, todo, has not started: not a partial verdict
         todo_stop = status == Status.TODO and len(results) == 1 and not self.cancel.is_set()
