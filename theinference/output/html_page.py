@@ -6,6 +6,7 @@ import io
 
 from rich.console import Console
 
+from theinference.output.consoles import trimmed
 from theinference.output.heatmap import COLOURS, FIRST, LEGEND, level, map_case
 from theinference.output.report import print_run
 from theinference.results import RunResult, StageResult, where_text
@@ -39,7 +40,7 @@ def report_text(run: RunResult) -> str:
     """What `theinference test` prints, without colours."""
     out = Console(file=io.StringIO(), width=REPORT_WIDTH, color_system=None, highlight=False)
     print_run(out, run)
-    return out.file.getvalue()
+    return trimmed(out.file.getvalue())
 
 
 def stage_section(stage: StageResult) -> str:

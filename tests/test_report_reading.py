@@ -1,0 +1,136 @@
+"""The report a student reads: logs without padding in every form, the noise line, the stage's
+diagnosis first, failures alike in one table, and a stage with one bug on one screen.
+
+The synthetic stage is a planted bug along the cached path judged by the stage's own check (no
+student process, a few seconds); the one-screen test grades a planted bug end to end."""
+
+import io
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from tests.bugs import planted
+from tests.helpers import grade_course, make_course
+from tests.test_error_map import prefill_position_zero
+from theinference.output.cases import comparison_table
+from theinference.output.consoles import console
+from theinference.output.formats import comparison_json
+from theinference.output.plain import case_text
+from theinference.output.report import print_header, print_run, stage_block
+from theinference.output.terminal import renderer
+from theinference.results import RunResult, StageResult, Status
+from theinference.results.compare import Tolerance, compare
+from theinference.results.events import RunFinished, RunStarted, StageFinished
+
+SLUG = "build-prefill"
+BUG = "every prompt token embedded at wpe[0]"
+
+
+@pytest.fixture(scope="module")
+def run(weights) -> RunResult:
+    """build-prefill failing three cache cases the same way (a table and a map each)."""
+    shown = prefill_position_zero(weights)
+    cases = [shown] + [replace(shown, name=f"{shown.name}, again {i}") for i in (1, 2)]
+    stage = StageResult(SLUG, "Implement prefill", Status.FAILED, cases, first_case=shown.name,
+                        where=shown.where, bug_name=BUG, hint="Prompt token i gets wpe[i].",
+                        diagnosed=True)
+    return RunResult([stage], "synthetic", "0")
+
+
+def lines_of(text: str) -> list[str]:
+    return text.splitlines()
+
+
+def assert_unpadded(text: str, form: str) -> None:
+    padded = [line for line in lines_of(text) if line != line.rstrip()]
+    assert not padded, f"{form}: {len(padded)} lines end in spaces, e.g. {padded[0][-40:]!r}"
+    longest = max(map(len, lines_of(text)))
+    assert longest < 200, f"{form}: a line {longest} characters long"
+
+
+def test_a_log_carries_no_padding_in_any_form(run, capsys, monkeypatch):
+    """Would catch `theinference test > log` (and `| cat`, CI) writing error-map lines padded to
+    10,000 characters or tables padded with trailing spaces, with or without COLUMNS, in the
+    watch log form too, and in the text the pytest plugin reports."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    print_run(console(), run)
+    assert_unpadded(capsys.readouterr().out, "piped")
+    monkeypatch.setenv("COLUMNS", "100")
+    print_run(console(), run)
+    piped = capsys.readouterr().out
+    assert_unpadded(piped, "piped with COLUMNS")
+    assert "X first departs" in piped and max(map(len, lines_of(piped))) <= 100
+    monkeypatch.delenv("COLUMNS")
+    draw = renderer("course", "synthetic", [SLUG])("a save")
+    for event in (RunStarted((SLUG,)), StageFinished(run.stages[0]), RunFinished(run)):
+        draw(event)
+    draw.close()
+    watched = capsys.readouterr().out
+    assert "error map" in watched
+    assert_unpadded(watched, "watch log form")
+    assert_unpadded(case_text(run.stages[0], run.stages[0].cases[0].name), "pytest text")
+
+
+def plain_text(renderable, width: int = 100) -> str:
+    out = Console(file=io.StringIO(), width=width, color_system=None, highlight=False)
+    out.print(renderable)
+    return out.file.getvalue()
+
+
+def test_a_noise_floor_of_zero_shows_no_multiple():
+    """Would catch "float32 noise 0 ... yours differs 5.44e+11x that" on a one-token case,
+    where the cached path is the recompute itself (docs/reference.md: no multiple shown)."""
+    expected = np.linspace(-3, 3, 50).astype(np.float32)
+    compared = compare("logits", expected + 2, expected, Tolerance(1e-3, 1e-2), logits=True)
+    floorless = replace(compared, noise=0.0)
+    (noise,) = [line for line in plain_text(comparison_table(floorless)).splitlines()
+                if line.startswith("float32 noise")]
+    assert "x that" not in noise and "e+" not in noise
+    assert floorless.noise_multiple is None and comparison_json(floorless)["noise_multiple"] is None
+    honest = replace(compared, noise=1e-5)
+    assert "2e+05x that" in plain_text(comparison_table(honest))
+
+
+def test_the_diagnosis_comes_first_and_failures_alike_share_one_table(run):
+    """Would catch the suspected bug printed under every case's table (at the very bottom of a
+    long stage), or one near-identical allclose table per case that fails the same way."""
+    stage = run.stages[0]
+    text = plain_text(stage_block(stage))
+    body = text.index("cache after a six-token prompt  failed")
+    assert text.index(f"suspected bug: {BUG}") < body and text.index("hint: Prompt") < body
+    assert text.count("compared") == 1 and text.count("max abs diff") == 1
+    assert "2 more failed the same way" in text
+    for case in stage.cases[1:]:
+        assert f"{case.name}  worst {case.worst:.3g}x" in text
+
+
+def test_pytest_text_names_the_bug_first_and_the_diagnosis_once(run):
+    """Would catch pytest's short summary line cut to "logits: 49892/..." where the suspected
+    bug belongs, or the stage's hint repeated in every one of a stage's failures."""
+    stage = run.stages[0]
+    first, second = (case_text(stage, c.name, told) for c, told in
+                     zip(stage.cases[:2], ("", f"'{stage.cases[0].name}'"), strict=True))
+    assert first.splitlines()[0] == second.splitlines()[0] == f"suspected bug: {BUG}"
+    assert first.count(BUG) == 1 and "hint: Prompt token i gets wpe[i]." in first
+    assert "wpe[i]" not in second and stage.cases[0].name in second
+
+
+@pytest.fixture(scope="module")
+def one_bug(tmp_path_factory, weights) -> RunResult:
+    course = make_course(tmp_path_factory.mktemp("one-bug") / "c", planted("attend-old-length"))
+    return grade_course(course, weights, ["single-step-attention"])
+
+
+def test_a_stage_with_one_bug_fits_a_100x45_terminal(one_bug):
+    """Would catch a failing stage whose report scrolls its suspected bug off a 100x45 terminal:
+    attend-old-length, graded end to end, every case failing the same way."""
+    (stage,) = one_bug.stages
+    assert stage.status == Status.FAILED and stage.bug_name
+    out = Console(file=io.StringIO(), width=100, height=45, color_system=None, highlight=False)
+    print_header(out, "/home/student/course", one_bug.weights_label, [stage.slug])
+    print_run(out, one_bug)
+    shown = out.file.getvalue().splitlines()
+    assert len(shown) <= 45, "\n".join(shown)
+    assert f"suspected bug: {stage.bug_name}" in "\n".join(shown[:12])
