@@ -31,7 +31,7 @@ def case_text(stage: StageResult, name: str, told_under: str = "") -> str:
         return not_started(stage)
     first = f"suspected bug: {stage.bug_name}" if stage.bug_name else ""
     if told_under:
-        diagnosis = f"the stage's diagnosis and hint: under {told_under}"
+        diagnosis = f"the stage's diagnosis: under {told_under}"
     else:
         diagnosis = plain(diagnosis_lines(stage, with_bug=not first))
     details = plain(case_details(case, show_hint=not stage.bug_name))
