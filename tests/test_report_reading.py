@@ -5,6 +5,8 @@ The synthetic stage is a planted bug along the cached path judged by the stage's
 student process, a few seconds); the one-screen test grades a planted bug end to end."""
 
 import io
+import re
+import stat
 from dataclasses import replace
 
 import numpy as np
@@ -14,9 +16,11 @@ from rich.console import Console
 from tests.bugs import planted
 from tests.helpers import grade_course, make_course
 from tests.test_error_map import prefill_position_zero
+from theinference.output import html_page
 from theinference.output.cases import comparison_table
 from theinference.output.consoles import console
-from theinference.output.formats import comparison_json
+from theinference.output.formats import comparison_json, write
+from theinference.output.heatmap import COLOURS, RAMP, legend, palette
 from theinference.output.plain import case_text
 from theinference.output.report import print_header, print_run, stage_block
 from theinference.output.terminal import renderer
@@ -134,3 +138,53 @@ def test_a_stage_with_one_bug_fits_a_100x45_terminal(one_bug):
     shown = out.file.getvalue().splitlines()
     assert len(shown) <= 45, "\n".join(shown)
     assert f"suspected bug: {stage.bug_name}" in "\n".join(shown[:12])
+
+
+LEVEL_CELL = re.compile(r"\x1b\[([0-9;]+)m(.)\x1b\[0m")
+
+
+def test_the_map_legend_levels_differ_in_every_terminal():
+    """Would catch two levels of the map's legend drawn alike (`<=100` and `<=1e3` shared one
+    colour in a 16-colour terminal, and the within-tolerance green was grey there), or a map
+    whose levels only colour tells apart: in true colour, 256 colours, 16 and none."""
+    for system in ("truecolor", "256", "standard", None):
+        out = Console(file=io.StringIO(), width=120, color_system=system,
+                      force_terminal=system is not None, highlight=False)
+        out.print(legend(palette(out)))
+        drawn = out.file.getvalue()
+        chars = [c for c in drawn.split(":", 1)[1] if c in RAMP]
+        assert chars == list(RAMP), (system, drawn)  # the levels' characters, in colour or not
+        if system is not None:
+            styles = [codes for codes, char in LEVEL_CELL.findall(drawn) if char in RAMP]
+            assert len(set(styles)) == len(styles) == len(RAMP), (system, styles)
+
+
+def lightness(colour: str) -> float:
+    """CIE L* of a #rrggbb colour (0 black .. 100 white)."""
+    channels = [int(colour[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+    r, g, b = (c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels)
+    y = 0.2126 * r + 0.7152 * g + 0.0722 * b
+    return 116 * y ** (1 / 3) - 16 if y > 0.008856 else 903.3 * y
+
+
+def test_the_html_map_is_legible_labelled_and_its_reds_apart(run, tmp_path):
+    """Would catch the page's map drawn 45 px wide, a layer axis with no name, neighbouring
+    levels past the tolerance too close in lightness to tell apart (and no character in the
+    cells to tell them by), the report's text broken between a figure and its unit ("0.03" /
+    "s"), or the page written readable by its owner only (0600)."""
+    page = tmp_path / "run.html"
+    write(run, "html", page)
+    assert stat.S_IMODE(page.stat().st_mode) == 0o644
+    text = page.read_text()
+    svg = re.search(r"<svg[^>]*>.*?</svg>", text, re.S).group()
+    cells = re.findall(r'<rect x="(\d+)" y="\d+" width="(\d+)"', svg)
+    across = {int(x) for x, _ in cells if int(x) >= html_page.LABEL}
+    assert max(across) + int(cells[-1][1]) - html_page.LABEL >= 200, "the map is too narrow"
+    assert re.search(r'<text class="axis"[^>]*>[^<]*layer</text>', svg)
+    assert re.search(r'<text class="axis"[^>]*>position[^<]*</text>', svg)
+    shades = [lightness(c) for c in COLOURS[1:]]  # the levels past the tolerance, in order
+    assert all(a - b >= 15 for a, b in zip(shades, shades[1:], strict=False)), shades
+    marks = re.findall(r'font-weight="bold">(.)</text>', svg)
+    assert set(RAMP) | {"X"} <= set(marks) and len(marks) >= len(cells), marks  # each cell
+    report = re.search(r"<pre>(.*)</pre>", text, re.S).group(1)
+    assert "0.0" in report and not re.search(r"\d[ \n]+s\b", report), "a figure split"
