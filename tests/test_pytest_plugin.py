@@ -343,3 +343,22 @@ def test_a_failing_stage_names_its_bug_in_the_summary_and_says_its_diagnosis_onc
     times = [float(case.get("time")) for case in root.iter("testcase")]
     suite = float(next(root.iter("testsuite")).get("time"))
     assert max(times) < suite / 3, (times, suite)
+
+
+def test_npm_test_without_the_grader_on_path_says_how_to_fix_it(tmp_path):
+    """Catches `npm test` in a new shell, outside the virtual environment, printing only
+    `sh: 1: theinference: not found`: it says to activate the environment or install it."""
+    from theinference.course import languages
+    from theinference.course.directory import init_course
+
+    course = tmp_path / "course"
+    init_course(course, languages.TYPESCRIPT)
+    npm = shutil.which("npm")
+    assert npm, "npm is missing: the TypeScript course needs Node and npm (.ci/run installs them)"
+    bare = os.pathsep.join({str(Path(p).parent) for p in (npm, shutil.which("node"))} | {"/bin"})
+    assert shutil.which("theinference", path=bare) is None
+    done = subprocess.run([npm, "test"], cwd=course, capture_output=True, text=True,
+                          env={**env_for(tmp_path), "PATH": bare})
+    assert done.returncode == 127, done.stdout + done.stderr
+    assert "activate the virtual environment" in done.stderr
+    assert "pip install theinference" in done.stderr
