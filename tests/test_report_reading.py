@@ -8,6 +8,7 @@ import io
 import re
 import stat
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +17,8 @@ from rich.console import Console
 from tests.bugs import planted
 from tests.helpers import grade_course, make_course
 from tests.test_error_map import prefill_position_zero
+from theinference.course.languages import TYPESCRIPT
+from theinference.curriculum.stages import load_stages
 from theinference.output import html_page
 from theinference.output.cases import comparison_table
 from theinference.output.consoles import console
@@ -23,8 +26,9 @@ from theinference.output.formats import comparison_json, write
 from theinference.output.heatmap import COLOURS, RAMP, legend, palette
 from theinference.output.plain import case_text
 from theinference.output.report import print_header, print_run, stage_block
+from theinference.output.screen import draw, header
 from theinference.output.terminal import renderer
-from theinference.results import RunResult, StageResult, Status
+from theinference.results import CaseResult, RunResult, StageResult, Status
 from theinference.results.compare import Tolerance, compare
 from theinference.results.events import RunFinished, RunStarted, StageFinished
 
@@ -188,3 +192,42 @@ def test_the_html_map_is_legible_labelled_and_its_reds_apart(run, tmp_path):
     assert set(RAMP) | {"X"} <= set(marks) and len(marks) >= len(cells), marks  # each cell
     report = re.search(r"<pre>(.*)</pre>", text, re.S).group(1)
     assert "0.0" in report and not re.search(r"\d[ \n]+s\b", report), "a figure split"
+
+
+def test_a_stage_reached_through_an_earlier_stub_is_not_shown_its_message_as_its_own():
+    """Would catch an untouched full-decode-step saying "not started: build-prefill: implement
+    prefill" (the prerequisite's stub, reached first by its adapter) as if it were its own, in
+    the log form, the watch screen and pytest's text."""
+    message = "build-prefill: implement prefill in src/kvcache.py"
+    case = CaseResult(name="one-token prompt", status=Status.TODO, message=message)
+    stage = StageResult("full-decode-step", "Full-model cached decode step", Status.TODO, [case])
+    run = RunResult([stage], "synthetic", "0")
+    screen = io.StringIO()
+    draw(Console(file=screen, width=200, color_system=None), header("c", "w", ""), run,
+         ["full-decode-step"], True)
+    shown = {"log": plain_text(stage_block(stage), 200), "screen": screen.getvalue(),
+             "pytest": case_text(stage, case.name)}
+    for form, text in shown.items():
+        assert f"not started: {message}" not in text, form
+        assert "build-prefill comes first (implement prefill in src/kvcache.py)" in text, form
+    own = replace(case, message="full-decode-step: implement decode_step in src/kvcache.py")
+    mine = replace(stage, cases=[own])
+    assert f"not started: {own.message}" in plain_text(stage_block(mine), 200)
+
+
+def test_the_course_words_fit_the_course_as_shipped():
+    """Would catch guidance telling students to "then wire run_step_attention" when the
+    template's adapters come wired, a case name spelled in Python shown to a TypeScript course
+    (`attn_step`), or README and docs/reference.md disagreeing on how long the weights take
+    to make (10 s against 4 s)."""
+    stages = load_stages()
+    for stage in stages:
+        assert not re.search(r"\b[Ww]ire run_", stage.guidance), stage.slug
+    python_names = [re.compile(rf"\b{re.escape(name)}\b") for name in TYPESCRIPT.names
+                    if not name.isalpha() or not name.islower()]  # code, not words (raise)
+    for case in (c for stage in stages for c in stage.cases):
+        assert not any(name.search(case.name) for name in python_names), case.name
+    root = Path(__file__).parent.parent
+    said = [re.search(r"synthetic[^.]*?(?:made|generated) on first use,? \(?about (\d+) s",
+                      (root / doc).read_text(), re.S) for doc in ("README.md", "docs/reference.md")]
+    assert all(said) and said[0].group(1) == said[1].group(1), said

@@ -122,7 +122,7 @@ class CaseItem(pytest.Item):
         self.seconds: float | None = None  # its case's own time, once graded
 
     def runtest(self) -> None:
-        from theinference.output.plain import case_text, not_started
+        from theinference.output.plain import case_text, not_started_text
         from theinference.results import Status
 
         result = self.runs.result(self.stage.slug)
@@ -132,7 +132,7 @@ class CaseItem(pytest.Item):
         if result.status == Status.SKIPPED:
             raise skip(f"{result.slug}: {result.reason}")
         if case is None:  # left after a first case that is todo
-            raise skip(not_started(result))
+            raise skip(not_started_text(result))
         self.seconds = case.student_seconds + case.oracle_seconds
         if case.status != Status.PASSED:
             told_under = self.runs.told.setdefault(result.slug, case.name)

@@ -2,13 +2,14 @@
 message, step and token strips, allclose tables, hint and output."""
 
 import math
+import re
 
 from rich.console import Group
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from theinference.results import CaseResult, Status
+from theinference.results import CaseResult, StageResult, Status
 from theinference.results.compare import Comparison
 
 STYLE = {
@@ -178,3 +179,19 @@ def alike_block(cases: list[CaseResult]) -> Group:
         t.add_row(case.name, f"worst {worst.worst:.3g}x",
                   f"{worst.mismatched_percent:.1f}% outside", argmax)
     return Group(said, indented(t))
+
+
+STUB = re.compile(r"([a-z]+(?:-[a-z]+)+): ")  # a stub's message starts with its stage's slug
+
+
+def not_started(stage: StageResult) -> str:
+    """A todo stage's line: its first todo case's message, the stub its adapter reached. A stub
+    of another stage (an earlier one, not written yet) is said to come first, not shown as this
+    stage's own."""
+    todo = next((c for c in stage.cases if c.status == Status.TODO), None)
+    message = todo.message if todo is not None else ""
+    found = STUB.match(message)
+    if found is None or found.group(1) == stage.slug:
+        return f"not started: {message}"
+    return (f"not started: {found.group(1)} comes first ({message[found.end():]}), then this "
+            "stage's own functions")

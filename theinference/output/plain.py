@@ -7,16 +7,16 @@ from io import StringIO
 from rich.console import Console, Group
 from rich.text import Text
 
+from theinference.output.cases import not_started
 from theinference.output.consoles import UNLIMITED
 from theinference.output.report import case_details, diagnosis_lines
 from theinference.results import StageResult, Status
 from theinference.results.text import inert_copy, terminal_text
 
 
-def not_started(stage: StageResult) -> str:
-    """What a todo stage says in the log form: its first case's message."""
-    first = stage.cases[0].message if stage.cases else ""
-    return f"not started: {terminal_text(first)}"
+def not_started_text(stage: StageResult) -> str:
+    """What a todo stage says in the log form (its stub's message), made inert."""
+    return not_started(inert_copy(stage, terminal_text))
 
 
 def case_text(stage: StageResult, name: str, told_under: str = "") -> str:

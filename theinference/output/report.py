@@ -12,6 +12,7 @@ from theinference.output.cases import (
     case_details,
     grouped,
     indented,
+    not_started,
 )
 from theinference.output.consoles import console
 from theinference.output.heatmap import map_lines
@@ -83,7 +84,7 @@ def stage_block(stage: StageResult, seen: dict[str, str] | None = None) -> Group
         return Group(Text(""), head, Text(f"    {stage.reason}", style="dim"))
     if stage.status == Status.TODO and all(c.status == Status.TODO for c in stage.cases):
         return Group(
-            Text(""), head, Text(f"    not started: {stage.cases[0].message}", style="yellow")
+            Text(""), head, Text(f"    {not_started(stage)}", style="yellow")
         )
     if stage.shared_error:
         return Group(Text(""), head, *shared_error_block(stage, seen))

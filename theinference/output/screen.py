@@ -11,6 +11,7 @@ from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.segment import Segment
 from rich.text import Text
 
+from theinference.output.cases import not_started
 from theinference.output.heatmap import map_lines
 from theinference.output.report import (
     STYLE,
@@ -164,8 +165,7 @@ def verdict_block(focus: StageResult | None, run: RunResult, order: list[str]) -
     head.append(focus.status.value.upper(), style=f"bold {colour}")
     lines = [head]
     if focus.status == Status.TODO:
-        todo = next(c for c in focus.cases if c.status == Status.TODO)
-        lines.append(Text(f"not started: {todo.message}", "yellow"))
+        lines.append(Text(not_started(focus), "yellow"))
         lines.append(Text(f"next: write it, then save · h: {focus.slug}'s guidance", "bold"))
         return Group(*lines)
     if focus.status == Status.SKIPPED:
