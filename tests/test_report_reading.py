@@ -7,6 +7,8 @@ student process, a few seconds); the one-screen test grades a planted bug end to
 import io
 import re
 import stat
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,7 +25,7 @@ from theinference.output import html_page
 from theinference.output.cases import comparison_table
 from theinference.output.consoles import console
 from theinference.output.formats import comparison_json, write
-from theinference.output.heatmap import COLOURS, RAMP, legend, palette
+from theinference.output.heatmap import COLOURS, RAMP
 from theinference.output.plain import case_text
 from theinference.output.report import print_header, print_run, stage_block
 from theinference.output.screen import draw, header
@@ -145,20 +147,30 @@ def test_a_stage_with_one_bug_fits_a_100x45_terminal(one_bug):
 
 
 LEVEL_CELL = re.compile(r"\x1b\[([0-9;]+)m(.)\x1b\[0m")
+LEGEND_IN = """import io, sys
+from rich.console import Console
+from theinference.output.heatmap import legend, palette
+system = sys.argv[1] if sys.argv[1] != "none" else None
+out = Console(file=io.StringIO(), width=120, color_system=system,
+              force_terminal=system is not None, highlight=False)
+out.print(legend(palette(out)))
+print(out.file.getvalue(), end="")
+"""
 
 
 def test_the_map_legend_levels_differ_in_every_terminal():
     """Would catch two levels of the map's legend drawn alike (`<=100` and `<=1e3` shared one
     colour in a 16-colour terminal, and the within-tolerance green was grey there), or a map
-    whose levels only colour tells apart: in true colour, 256 colours, 16 and none."""
-    for system in ("truecolor", "256", "standard", None):
-        out = Console(file=io.StringIO(), width=120, color_system=system,
-                      force_terminal=system is not None, highlight=False)
-        out.print(legend(palette(out)))
-        drawn = out.file.getvalue()
+    whose levels only colour tells apart: in true colour, 256 colours, 16 and none. (Each in
+    its own process: rich keeps a style's codes for the first colour system it is drawn in.)"""
+    for system in ("truecolor", "256", "standard", "none"):
+        done = subprocess.run([sys.executable, "-c", LEGEND_IN, system], capture_output=True,
+                              text=True)
+        drawn = done.stdout
+        assert done.returncode == 0, done.stderr
         chars = [c for c in drawn.split(":", 1)[1] if c in RAMP]
         assert chars == list(RAMP), (system, drawn)  # the levels' characters, in colour or not
-        if system is not None:
+        if system != "none":
             styles = [codes for codes, char in LEVEL_CELL.findall(drawn) if char in RAMP]
             assert len(set(styles)) == len(styles) == len(RAMP), (system, styles)
 

@@ -124,12 +124,17 @@ def comparison_table(c: Comparison) -> Table:
     t.add_row("max rel diff", f"{c.max_rel:.4g} at {list(c.max_rel_index)}")
     t.add_row("worst", f"{c.worst:.3g}x the tolerance at {list(c.worst_index)}")
     if c.argmax_expected is not None:
-        same = "same" if c.argmax_actual == c.argmax_expected else "DIFFERENT"
-        t.add_row("argmax", f"yours {c.argmax_actual}, expected {c.argmax_expected} ({same})")
+        t.add_row("argmax", f"yours {c.argmax_actual}, expected {c.argmax_expected} "
+                  f"({argmax_agrees(c)})")
     t.add_row("tolerance", str(c.tolerance))
     if c.noise is not None:
         t.add_row("float32 noise", noise_words(c))
     return t
+
+
+def argmax_agrees(c: Comparison) -> str:
+    """Whether the answer's next token is the recompute's."""
+    return "same" if c.argmax_actual == c.argmax_expected else "DIFFERENT"
 
 
 def noise_words(c: Comparison) -> str:
@@ -141,11 +146,14 @@ def noise_words(c: Comparison) -> str:
 
 def same_way(case: CaseResult) -> tuple | None:
     """What failing "the same way" means: numbers that failed the same comparisons (same
-    labels, same kind of answer). None for a case shown on its own (an error, a message)."""
+    labels, same kind of answer, same hint). None for a case shown on its own: an error, or
+    one whose output the student printed (shown with it)."""
     if case.status != Status.FAILED or not case.comparisons or case.traceback:
         return None
+    if case.stdout.strip() or case.stderr.strip():
+        return None
     labels = tuple(c.label for c in case.comparisons)
-    return labels, case.steps is None, case.tokens is None
+    return labels, case.steps is None, case.tokens is None, case.hint
 
 
 def grouped(cases: list[CaseResult]) -> list[tuple[CaseResult, list[CaseResult]]]:
@@ -172,10 +180,7 @@ def alike_block(cases: list[CaseResult]) -> Group:
         t.add_column()
     for case in cases:
         worst = max(case.comparisons, key=lambda c: c.worst)
-        argmax = ""
-        if worst.argmax_expected is not None:
-            argmax = "argmax " + ("same" if worst.argmax_actual == worst.argmax_expected
-                                  else "DIFFERENT")
+        argmax = "" if worst.argmax_expected is None else f"argmax {argmax_agrees(worst)}"
         t.add_row(case.name, f"worst {worst.worst:.3g}x",
                   f"{worst.mismatched_percent:.1f}% outside", argmax)
     return Group(said, indented(t))

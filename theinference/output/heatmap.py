@@ -6,7 +6,6 @@ falls onto the same few colours there."""
 
 import math
 
-from rich.color import ColorSystem
 from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.padding import Padding
 from rich.text import Text
@@ -18,8 +17,9 @@ BOUNDS = [1, 10, 100, 1_000, 10_000]
 RAMP = ".:+*#@"  # plain output, one character per level
 # light to dark past the tolerance, each level's lightness apart from its neighbours'
 COLOURS = ["#2e7d32", "#fff176", "#ffb300", "#f4511e", "#b71c1c", "#4a148c"]
-COLOURS_16 = ["green", "yellow", "bright_yellow", "red", "magenta", "blue"]
 INK = ["white", "black", "black", "black", "white", "white"]  # legible on each level
+COLOURS_16 = ["green", "yellow", "bright_yellow", "red", "magenta", "blue"]
+INK_16 = ["white", "black", "black", "white", "white", "white"]
 LEGEND = ["≤1", "≤10", "≤100", "≤1e3", "≤1e4", ">1e4"]  # each level's bound, as BOUNDS says
 FIRST = "X"
 LABEL_WIDTH = 14  # at most, for row labels
@@ -41,7 +41,7 @@ class ErrorMapView:
         self.map = error_map
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        colours = palette(console)
+        styles = palette(console)
         rows, columns = self.map["rows"], self.map["columns"]
         width = min(max(len(label) for label in rows["labels"]), LABEL_WIDTH)
         room = max(options.max_width - width - 1, 8)
@@ -52,28 +52,28 @@ class ErrorMapView:
             line = Text.assemble((label[:width].rjust(width) + " ", "dim"))
             for c in range(0, len(cells), merge):
                 marked = r == first_row and c <= first_column < c + merge
-                line.append(cell(max(cells[c : c + merge]), marked, colours))
+                line.append(cell(max(cells[c : c + merge]), marked, styles))
             yield line
         shown = math.ceil(len(columns["labels"]) / merge)
         yield axis_line(columns, width, shown, options.max_width)
-        yield legend(colours)
+        yield legend(styles)
         yield Text(f"{FIRST} first departs at {where_text(self.map['first_at'])}", style="bold")
 
 
 def palette(console: Console) -> list[str] | None:
-    """The level colours this console can tell apart, or None (no colours: characters only)."""
+    """Each level's style on this console, in colours it can tell apart, or None (no colours:
+    characters only)."""
     if console.no_color or console.color_system is None:
         return None
-    return COLOURS_16 if console.color_system in (ColorSystem.STANDARD, ColorSystem.WINDOWS) \
-        else COLOURS
+    sixteen = console.color_system in ("standard", "windows")
+    colours, inks = (COLOURS_16, INK_16) if sixteen else (COLOURS, INK)
+    return [f"bold {ink} on {colour}" for colour, ink in zip(colours, inks, strict=True)]
 
 
-def cell(tolerances: float, marked: bool, colours: list[str] | None) -> Text:
+def cell(tolerances: float, marked: bool, styles: list[str] | None) -> Text:
     step = level(tolerances)
     char = FIRST if marked else RAMP[step]
-    if colours is None:
-        return Text(char)
-    return Text(char, style=f"bold {INK[step]} on {colours[step]}")
+    return Text(char) if styles is None else Text(char, style=styles[step])
 
 
 def axis_line(columns: dict, width: int, shown: int, room: int) -> Text:
@@ -87,12 +87,12 @@ def axis_line(columns: dict, width: int, shown: int, room: int) -> Text:
     return line
 
 
-def legend(colours: list[str] | None) -> Text:
+def legend(styles: list[str] | None) -> Text:
     """Each level's character or colour, and the error it stands for."""
     line = Text.assemble(("worst error in tolerances:", "dim"))
     for step, words in enumerate(LEGEND):
         line.append(" ")
-        line.append_text(cell(BOUNDS[step - 1] * 2 if step else 0.0, False, colours))
+        line.append_text(cell(BOUNDS[step - 1] * 2 if step else 0.0, False, styles))
         line.append(words, style="dim")
     return line
 
