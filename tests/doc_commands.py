@@ -61,7 +61,7 @@ def check_init(done, words, page):
             assert (course / rel).is_file(), rel
         package = json.loads((course / "package.json").read_text())
         assert package["type"] == "module" and "dependencies" not in package  # an ES module
-        assert package["scripts"]["test"] == "theinference test"  # `npm test` is the grader
+        assert package["scripts"]["test"].endswith("; theinference test")  # the grader
         assert all(v[0].isdigit() for v in package["devDependencies"].values()), package
     else:
         for rel in ("src/kvcache.py", "tests/adapters.py"):

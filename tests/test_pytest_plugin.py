@@ -287,6 +287,78 @@ def test_a_failure_text_shows_the_students_output_inert():
     stage = StageResult("s", "S", Status.ERROR, [case], bug_name="a known bug", hint="do x")
     text = case_text(stage, "c")
     assert "\x1b" not in text and "\\x1b[2K" in text
-    assert text.splitlines()[0] == "boom" and "suspected bug: a known bug" in text
+    assert text.splitlines()[:2] == ["suspected bug: a known bug", "boom"]
     todo = CaseResult(name="t", status=Status.TODO, message="s: implement f in src/kvcache.py")
     assert case_text(StageResult("s", "S", Status.TODO, [todo]), "t").startswith("not started")
+
+
+def definition_line(adapters: Path, name: str) -> int:
+    """The 0-based line defining `name` in an adapters file, found by hand."""
+    lines = adapters.read_text().splitlines()
+    return next(i for i, line in enumerate(lines) if f" {name}(" in line)
+
+
+def test_each_case_points_at_its_adapter_for_the_editor(tmp_path):
+    """Catches every item located at line 0 of the adapters file, where an editor's "go to
+    test" lands at the top instead of at the adapter the case calls (in either language)."""
+    from theinference.curriculum.checks import CHECKS
+
+    course = make_course(tmp_path / "course")
+    junit = tmp_path / "junit.xml"
+    done = pytest_in(course, "tests/adapters.py::build-prefill", f"--junitxml={junit}",
+                     "-o", "junit_family=xunit1")  # xunit1 records each item's line
+    assert done.returncode == 1, done.stdout + done.stderr
+    adapters = course / "tests" / "adapters.py"
+    lines = {case.get("name"): int(case.get("line")) for case in ET.parse(junit).iter("testcase")}
+    (stage,) = [s for s in load_stages() if s.slug == "build-prefill"]
+    for case in plan(stage, EVERY_CASE).cases:
+        assert lines[case.name] == definition_line(adapters, CHECKS[case.check].adapter)
+    assert {CHECKS[c.check].adapter for c in stage.cases} == {"run_prefill", "run_prefill_cache"}
+    from theinference.commands.pytest_plugin import adapter_line
+    from theinference.course import languages
+    from theinference.course.directory import init_course
+
+    typescript = tmp_path / "ts"
+    init_course(typescript, languages.TYPESCRIPT)
+    ts_adapters = typescript / "tests" / "adapters.ts"
+    assert adapter_line(ts_adapters, "decode_step") == definition_line(ts_adapters, "runDecodeStep")
+
+
+@pytest.mark.slow  # about 20 s: the default suite stays under 10 minutes
+def test_a_failing_stage_names_its_bug_in_the_summary_and_says_its_diagnosis_once(tmp_path):
+    """Catches pytest's short summary cut to "logits: 49892/..." where the suspected bug
+    belongs, the stage's hint repeated in each of its failures, or junit.xml giving the whole
+    stage's grading time to its first case and 0 to the others."""
+    course = make_course(tmp_path / "course", planted("attend-old-length"))
+    junit = tmp_path / "junit.xml"
+    stage = "single-step-attention"
+    done = pytest_in(course, f"tests/adapters.py::{stage}", "-k", SMALL, "-rf",
+                     f"--junitxml={junit}")
+    assert done.returncode == 1, done.stdout + done.stderr
+    summary = [line for line in done.stdout.splitlines() if line.startswith("FAILED ")]
+    assert len(summary) >= 2, done.stdout
+    assert all(" - suspected bug: " in line for line in summary), summary
+    assert done.stdout.count("hint: ") == 1, done.stdout
+    root = ET.parse(junit).getroot()
+    times = [float(case.get("time")) for case in root.iter("testcase")]
+    suite = float(next(root.iter("testsuite")).get("time"))
+    assert max(times) < suite / 3, (times, suite)
+
+
+def test_npm_test_without_the_grader_on_path_says_how_to_fix_it(tmp_path):
+    """Catches `npm test` in a new shell, outside the virtual environment, printing only
+    `sh: 1: theinference: not found`: it says to activate the environment or install it."""
+    from theinference.course import languages
+    from theinference.course.directory import init_course
+
+    course = tmp_path / "course"
+    init_course(course, languages.TYPESCRIPT)
+    npm = shutil.which("npm")
+    assert npm, "npm is missing: the TypeScript course needs Node and npm (.ci/run installs them)"
+    bare = os.pathsep.join({str(Path(p).parent) for p in (npm, shutil.which("node"))} | {"/bin"})
+    assert shutil.which("theinference", path=bare) is None
+    done = subprocess.run([npm, "test"], cwd=course, capture_output=True, text=True,
+                          env={**env_for(tmp_path), "PATH": bare})
+    assert done.returncode == 127, done.stdout + done.stderr
+    assert "activate the virtual environment" in done.stderr
+    assert "pip install theinference" in done.stderr

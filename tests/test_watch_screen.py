@@ -30,15 +30,17 @@ NAME_TYPO = ('a @ w[f"h.{layer}.attn.c_proj.weight"]', 'a @ w[f"h.{layr}.attn.c_
 class Terminal:
     """`theinference test --watch` in a 140x45 pseudo-terminal, its screen emulated."""
 
-    def __init__(self, course: Path, stage: str):
-        self.screen = pyte.Screen(COLS, ROWS)
+    def __init__(self, course: Path, stage: str, size: tuple[int, int] = (ROWS, COLS)):
+        rows, cols = size
+        self.screen = pyte.Screen(cols, rows)
         self.stream = pyte.ByteStream(self.screen)
         self.transcript = b""
         self.child = pexpect.spawn(
             sys.executable,
             ["-m", "theinference", "test", "--watch", "-C", str(course), "-s", stage, *SMALL_CASES],
-            dimensions=(ROWS, COLS),
-            env={**os.environ, "TERM": "xterm-256color", "COLUMNS": str(COLS)},
+            dimensions=(rows, cols),
+            env={**os.environ, "TERM": "xterm-256color", "COLUMNS": str(cols),
+                 "LINES": str(rows)},
         )
 
     def pump(self, seconds: float = 0.2) -> None:
@@ -74,8 +76,8 @@ class Terminal:
 def terminal(weights):
     made = []
 
-    def start(course: Path, stage: str) -> Terminal:
-        made.append(Terminal(course, stage))
+    def start(course: Path, stage: str, size: tuple[int, int] = (ROWS, COLS)) -> Terminal:
+        made.append(Terminal(course, stage, size))
         return made[-1]
 
     yield start
@@ -141,3 +143,28 @@ def test_key_h_shows_the_stage_guidance_under_the_diagnosis(tmp_path, terminal):
         term.pump()
     term.pump(0.5)
     assert "1/sqrt(64)" in "\n".join(term.lines())
+
+
+def test_at_80x24_the_header_and_the_failing_stage_stay_on_screen(tmp_path, terminal):
+    """Would catch a failure's screen at 80x24 scrolling its header and stage line off the top
+    (the first failing case's detail printed whole instead of cut to fit), or the guidance of
+    key h hard-wrapped at 95 columns and wrapped again at 80, a short tail under each line."""
+    course = make_course(tmp_path / "course", planted("attend-old-length"))
+    term = terminal(course, "single-step-attention", size=(24, 80))
+    screen = term.next_screen(0)
+    shown = "\n".join(screen)
+    assert screen[0].startswith("theinference · course"), shown
+    assert any(line.startswith("✗ single-step-attention") for line in screen[:6]), shown
+    assert "suspected bug: attending over the old length" in shown
+    assert "more lines: `theinference test --stage single-step-attention`" in shown
+    term.child.send("h")
+    deadline = time.monotonic() + 60
+    while b"your last run: suspected bug" not in term.transcript:
+        assert time.monotonic() < deadline, "\n".join(term.lines())
+        term.pump()
+    term.pump(0.5)
+    rows = [line.rstrip() for line in term.screen.display]
+    guidance = rows[: next(i for i, row in enumerate(rows) if row.startswith("your last run"))]
+    tails = [row for row, after in zip(guidance, guidance[1:], strict=False)
+             if row and after and len(row) < 40 and not after.startswith("- ")]
+    assert not tails, "\n".join(guidance)

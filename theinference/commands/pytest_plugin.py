@@ -119,9 +119,10 @@ class CaseItem(pytest.Item):
     def __init__(self, *, case, **kwargs):
         super().__init__(**kwargs)
         self.case, self.stage, self.runs = case, self.parent.stage, self.parent.runs
+        self.seconds: float | None = None  # its case's own time, once graded
 
     def runtest(self) -> None:
-        from theinference.output.plain import case_text, not_started
+        from theinference.output.plain import case_text, not_started_text
         from theinference.results import Status
 
         result = self.runs.result(self.stage.slug)
@@ -131,9 +132,12 @@ class CaseItem(pytest.Item):
         if result.status == Status.SKIPPED:
             raise skip(f"{result.slug}: {result.reason}")
         if case is None:  # left after a first case that is todo
-            raise skip(not_started(result))
+            raise skip(not_started_text(result))
+        self.seconds = case.student_seconds + case.oracle_seconds
         if case.status != Status.PASSED:
-            raise CaseFailed(case_text(result, case.name))
+            told_under = self.runs.told.setdefault(result.slug, case.name)
+            raise CaseFailed(case_text(result, case.name, "" if told_under == case.name
+                                       else f"'{told_under}'"))
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, CaseFailed):
@@ -141,7 +145,19 @@ class CaseItem(pytest.Item):
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self):
-        return self.path, 0, f"{self.stage.slug}: {self.case.name}"
+        return self.path, self.runs.adapter_line(self.path, self.case.check), (
+            f"{self.stage.slug}: {self.case.name}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A case's call takes the time of its own case (its student call and the oracle's), not
+    the whole stage's, which the first of its cases to run grades: junit.xml's times, and
+    --durations, are per case."""
+    report = yield
+    if isinstance(item, CaseItem) and call.when == "call" and item.seconds is not None:
+        report.duration = item.seconds
+    return report
 
 
 def skip(reason: str) -> Exception:
@@ -160,6 +176,15 @@ class CourseRuns:
         self.session = None
         self.unusable = ""  # why the course cannot be graded, once found
         self.notes: list[str] = []  # the runs' notes, said once at the end
+        self.told: dict[str, str] = {}  # stage slug -> the case whose failure said its diagnosis
+        self.lines: dict[str, int] = {}  # check -> its adapter's line in the adapters file
+
+    def adapter_line(self, adapters: Path, check: str) -> int:
+        """Where the check's adapter is defined in the adapters file (0-based, as pytest
+        counts), so that an editor's "go to test" lands on it; 0 where it cannot be found."""
+        if check not in self.lines:
+            self.lines[check] = adapter_line(adapters, check)
+        return self.lines[check]
 
     @classmethod
     def of(cls, config, root: Path, seed) -> "CourseRuns":
@@ -211,6 +236,23 @@ class CourseRuns:
         result = run(replace(session, policy=policy), [stage])
         self.notes += result.notes
         return result.stages[0]
+
+
+def adapter_line(adapters: Path, check: str) -> int:
+    """The line defining the check's adapter, as the course's language spells its name."""
+    import re
+
+    from theinference.course.directory import CourseError, course_language
+    from theinference.curriculum.checks import CHECKS
+
+    try:
+        name = re.escape(course_language(adapters.parent.parent).spelled(CHECKS[check].adapter))
+        text = adapters.read_text(errors="replace")
+    except (CourseError, OSError, KeyError):
+        return 0
+    found = re.search(rf"^[ \t]*(?:export\s+)?(?:async\s+)?(?:def|function)\s+{name}\b"
+                      rf"|^[ \t]*(?:export\s+)?(?:const|let|var)\s+{name}\s*=", text, re.M)
+    return text.count("\n", 0, found.start()) if found else 0
 
 
 COURSES = pytest.StashKey[dict]()  # course root -> its CourseRuns, for this pytest session

@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # NumPy stays out of the command line's start-up
     from theinference.results.compare import Comparison
 
 SCHEMA = "theinference.results/3"
+WRITTEN_MODE = 0o644  # as a file made under the usual umask: a results file is for reading
 SCHEMA_FILE = Path(__file__).with_name("schema") / "results-v3.json"
 
 
@@ -256,7 +257,7 @@ def write(run: RunResult, fmt: str, path: Path | None, grading: Grading | None =
         sys.stdout.write(text)
         sys.stdout.flush()
     else:
-        atomic_write(path, text)
+        atomic_write(path, text, mode=WRITTEN_MODE)
 
 
 def writer(outputs: list, grading: Grading) -> Callable[[RunResult], None]:

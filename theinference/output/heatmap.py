@@ -1,6 +1,8 @@
-"""A case's error map (results/error_map.py) drawn in the terminal: one character per cell, its
-background coloured by how far past the tolerance the cell lands (log scale), the cell of the
-first departure marked X. Without colours (a CI log) each cell is a character of a ramp."""
+"""A case's error map (results/error_map.py) drawn in the terminal: one character per cell, of a
+ramp by how far past the tolerance the cell lands (log scale), on a background of the level's
+colour; the cell of the first departure marked X. The characters alone tell the levels apart
+(a CI log has no colours); 16-colour terminals get a palette of their own, since the full one
+falls onto the same few colours there."""
 
 import math
 
@@ -13,7 +15,11 @@ from theinference.results import CaseResult, StageResult, where_text
 # a cell's level: 0 within the tolerance, then one per decade beyond it, the last open-ended
 BOUNDS = [1, 10, 100, 1_000, 10_000]
 RAMP = ".:+*#@"  # plain output, one character per level
-COLOURS = ["#2e7d32", "#fdd835", "#fb8c00", "#e53935", "#b71c1c", "#6a1b9a"]
+# light to dark past the tolerance, each level's lightness apart from its neighbours'
+COLOURS = ["#2e7d32", "#fff176", "#ffb300", "#f4511e", "#b71c1c", "#4a148c"]
+INK = ["white", "black", "black", "black", "white", "white"]  # legible on each level
+COLOURS_16 = ["green", "yellow", "bright_yellow", "red", "magenta", "blue"]
+INK_16 = ["white", "black", "black", "white", "white", "white"]
 LEGEND = ["≤1", "≤10", "≤100", "≤1e3", "≤1e4", ">1e4"]  # each level's bound, as BOUNDS says
 FIRST = "X"
 LABEL_WIDTH = 14  # at most, for row labels
@@ -35,7 +41,7 @@ class ErrorMapView:
         self.map = error_map
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        plain = console.no_color or console.color_system is None
+        styles = palette(console)
         rows, columns = self.map["rows"], self.map["columns"]
         width = min(max(len(label) for label in rows["labels"]), LABEL_WIDTH)
         room = max(options.max_width - width - 1, 8)
@@ -46,20 +52,28 @@ class ErrorMapView:
             line = Text.assemble((label[:width].rjust(width) + " ", "dim"))
             for c in range(0, len(cells), merge):
                 marked = r == first_row and c <= first_column < c + merge
-                line.append(cell(max(cells[c : c + merge]), marked, plain))
+                line.append(cell(max(cells[c : c + merge]), marked, styles))
             yield line
         shown = math.ceil(len(columns["labels"]) / merge)
         yield axis_line(columns, width, shown, options.max_width)
-        yield legend(plain)
+        yield legend(styles)
         yield Text(f"{FIRST} first departs at {where_text(self.map['first_at'])}", style="bold")
 
 
-def cell(tolerances: float, marked: bool, plain: bool) -> Text:
+def palette(console: Console) -> list[str] | None:
+    """Each level's style on this console, in colours it can tell apart, or None (no colours:
+    characters only)."""
+    if console.no_color or console.color_system is None:
+        return None
+    sixteen = console.color_system in ("standard", "windows")
+    colours, inks = (COLOURS_16, INK_16) if sixteen else (COLOURS, INK)
+    return [f"bold {ink} on {colour}" for colour, ink in zip(colours, inks, strict=True)]
+
+
+def cell(tolerances: float, marked: bool, styles: list[str] | None) -> Text:
     step = level(tolerances)
-    if plain:
-        return Text(FIRST if marked else RAMP[step])
-    ink = "bold white" if step else "bold black"
-    return Text(FIRST if marked else " ", style=f"{ink} on {COLOURS[step]}")
+    char = FIRST if marked else RAMP[step]
+    return Text(char) if styles is None else Text(char, style=styles[step])
 
 
 def axis_line(columns: dict, width: int, shown: int, room: int) -> Text:
@@ -73,12 +87,12 @@ def axis_line(columns: dict, width: int, shown: int, room: int) -> Text:
     return line
 
 
-def legend(plain: bool) -> Text:
+def legend(styles: list[str] | None) -> Text:
     """Each level's character or colour, and the error it stands for."""
     line = Text.assemble(("worst error in tolerances:", "dim"))
     for step, words in enumerate(LEGEND):
         line.append(" ")
-        line.append_text(cell(BOUNDS[step - 1] * 2 if step else 0.0, False, plain))
+        line.append_text(cell(BOUNDS[step - 1] * 2 if step else 0.0, False, styles))
         line.append(words, style="dim")
     return line
 

@@ -7,28 +7,35 @@ from io import StringIO
 from rich.console import Console, Group
 from rich.text import Text
 
-from theinference.output.report import UNLIMITED, case_details, diagnosis_lines
+from theinference.output.cases import not_started
+from theinference.output.consoles import UNLIMITED
+from theinference.output.report import case_details, diagnosis_lines
 from theinference.results import StageResult, Status
 from theinference.results.text import inert_copy, terminal_text
 
 
-def not_started(stage: StageResult) -> str:
-    """What a todo stage says in the log form: its first case's message."""
-    first = stage.cases[0].message if stage.cases else ""
-    return f"not started: {terminal_text(first)}"
+def not_started_text(stage: StageResult) -> str:
+    """What a todo stage says in the log form (its stub's message), made inert."""
+    return not_started(inert_copy(stage, terminal_text))
 
 
-def case_text(stage: StageResult, name: str) -> str:
+def case_text(stage: StageResult, name: str, told_under: str = "") -> str:
     """The case's details (its error or allclose tables, its hint, its output) and the stage's
-    diagnosis (worst case, suspected bug or the error's lesson, hint), as the log form says
-    them under the case's line, without colour and never hard-wrapped. The first line says
-    what went wrong: pytest's summary and junit.xml's message show it."""
+    diagnosis (suspected bug or the error's lesson, hint, worst case), as the log form says
+    them, without colour and never hard-wrapped. The first line is what pytest's summary and
+    junit.xml's message show: the suspected bug where one is named, else what went wrong.
+    `told_under`: the case whose text already gave the diagnosis (then only the bug is said)."""
     stage = inert_copy(stage, terminal_text)  # the student's text shown, never acted on
     case = stage.case(name)
     if case is None or case.status == Status.TODO:
         return not_started(stage)
-    parts = [plain(case_details(case)), plain(diagnosis_lines(stage))]
-    return "\n".join(part for part in parts if part)
+    first = f"suspected bug: {stage.bug_name}" if stage.bug_name else ""
+    if told_under:
+        diagnosis = f"the stage's diagnosis: under {told_under}"
+    else:
+        diagnosis = plain(diagnosis_lines(stage, with_bug=not first))
+    details = plain(case_details(case, show_hint=not stage.bug_name))
+    return "\n".join(part for part in (first, details, diagnosis) if part)
 
 
 def plain(renderables: list) -> str:

@@ -36,10 +36,11 @@ class Comparison:
 
     @property
     def noise_multiple(self) -> float | None:
-        """The largest difference as a multiple of the honest float32 drift."""
-        if self.noise is None:
+        """The largest difference as a multiple of the honest float32 drift; none where a
+        correct path has no drift (one token: the cached path is the recompute itself)."""
+        if not self.noise:
             return None
-        return self.max_abs / max(self.noise, 1e-12)
+        return self.max_abs / self.noise
 
     @property
     def passed(self) -> bool:
