@@ -1,0 +1,131 @@
+"""Checks from a running kernel: the kernel's course, rewritten from its cells before each check
+and graded by the same session as `theinference test`.
+
+No notebook file and no course directory are needed (Colab's case): the cells come from the
+kernel's input history, the stages and the weights from the installed package. The student's
+functions never run in the kernel: they run in the grader's student process, so one that
+raises, loops or returns garbage costs its case, never the kernel.
+"""
+
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from theinference.course.directory import CourseError, init_course
+from theinference.course.notebook import Extracted, course_files, extract
+from theinference.curriculum.stages import StageError, load_stages, select
+from theinference.oracle.checkpoint import WeightsError
+from theinference.results import RunResult
+from theinference.student.sandbox import SandboxError
+
+Cells = Callable[[], list[tuple[str, str]]]  # the kernel's code cells, (label, source)
+PROBLEMS = (CourseError, StageError, WeightsError, SandboxError)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How the kernel's checks grade. No sandbox by default: it is the student's own code on
+    their own machine; every report says which mode ran."""
+
+    weights: str = "synthetic"  # or "gpt2" (the Hub), or a .safetensors path
+    sandbox: str = "none"
+    timeout: float | None = None  # seconds per call; None: each stage's
+    quick: bool = False  # leave out the long cases (the check then says it is partial)
+
+
+class Checked:
+    """A check's outcome; a notebook shows it as HTML, a console as the report's text."""
+
+    def __init__(self, run: RunResult | None, notes: list[str], problem: str = ""):
+        self.run, self.notes, self.problem = run, notes, problem
+
+    @property
+    def passed(self) -> bool:
+        return self.run is not None and self.run.passed
+
+    def _repr_html_(self) -> str:
+        from theinference.output.notebook import check_html, problem_html
+
+        return problem_html(self.problem) if self.run is None else check_html(self.run,
+                                                                                self.notes)
+
+    def __repr__(self) -> str:
+        from theinference.output.notebook import check_text
+
+        return f"theinference: {self.problem}" if self.run is None else check_text(self.run)
+
+
+class KernelCourse:
+    """The kernel's course directory (made from the template, in a folder of its own), the
+    settings its checks use and their sessions, kept so a rerun reuses the oracle's answers."""
+
+    def __init__(self, cells: Cells):
+        self.cells = cells
+        self.root = Path(tempfile.mkdtemp(prefix="theinference-notebook-")) / "course"
+        self.root.parent.chmod(0o755)  # a root grader's student uid reads it
+        init_course(self.root)
+        self.settings = Settings()
+        self.sessions: dict = {}
+        if str(self.root) not in sys.path:  # `from src.gpt2 import ...` in the kernel too
+            sys.path.append(str(self.root))
+
+    def configure(self, **changes) -> Settings:
+        """Change how the kernel's checks grade (weights, sandbox, timeout, quick)."""
+        self.settings = self.with_settings(changes)
+        if "weights" in changes:
+            self.point_weights()
+        return self.settings
+
+    def with_settings(self, changes: dict) -> Settings:
+        unknown = set(changes) - set(Settings.__dataclass_fields__)
+        if unknown:
+            raise TypeError(f"no setting {', '.join(sorted(unknown))}: the settings are "
+                            f"{', '.join(Settings.__dataclass_fields__)}")
+        return replace(self.settings, **changes)
+
+    def point_weights(self) -> None:
+        """THEINFERENCE_WEIGHTS for the kernel, so `load_weights()` reads in a cell the
+        weights the checks grade against."""
+        from theinference.oracle.weights import load_weights
+        from theinference.output.report import print_notice
+
+        weights = load_weights(self.settings.weights, Path.cwd(), print_notice)
+        os.environ["THEINFERENCE_WEIGHTS"] = str(weights.path)
+
+    def check(self, *stages: str, case: str | None = None, **asked) -> Checked:
+        """Grade the stages named (none: every stage) on the kernel's cells as they are now;
+        `asked` settings (e.g. quick=True) are for this check only."""
+        found = self.write_course()
+        notes = [f"{label} was left out: it is not valid Python" for label in found.unparsable]
+        try:
+            session = self.session(tuple(stages), self.with_settings(asked), case)
+            from theinference.grading.session import run
+
+            return Checked(run(session), notes)
+        except PROBLEMS as exc:
+            return Checked(None, notes, str(exc))
+
+    def write_course(self) -> Extracted:
+        found = extract(self.cells())
+        for path, data in course_files(found).items():
+            (self.root / path).write_bytes(data)
+        return found
+
+    def session(self, stages: tuple[str, ...], settings: Settings, case: str | None):
+        from theinference.grading.policy import RunPolicy
+        from theinference.grading.session import LimitRequest, Presentation, RunRequest, prepare
+        from theinference.output.report import print_notice
+
+        select(load_stages(), list(stages))  # an unknown stage is told before any wait
+        key = (stages, settings, case)
+        if key not in self.sessions:
+            request = RunRequest(
+                stages=stages, weights=settings.weights, sandbox=settings.sandbox,
+                policy=RunPolicy(quick=settings.quick, cases=(case,) if case else ()),
+                limits=LimitRequest(timeout=settings.timeout),
+            )
+            self.sessions[key] = prepare(self.root, request, Presentation(notice=print_notice))
+        return self.sessions[key]
