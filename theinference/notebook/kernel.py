@@ -92,7 +92,7 @@ class KernelCourse:
         from theinference.oracle.weights import load_weights
         from theinference.output.report import print_notice
 
-        weights = load_weights(self.settings.weights, Path.cwd(), print_notice)
+        weights = load_weights(weights_here(self.settings.weights), Path.cwd(), print_notice)
         os.environ["THEINFERENCE_WEIGHTS"] = str(weights.path)
 
     def check(self, *stages: str, case: str | None = None, **asked) -> Checked:
@@ -123,9 +123,17 @@ class KernelCourse:
         key = (stages, settings, case)
         if key not in self.sessions:
             request = RunRequest(
-                stages=stages, weights=settings.weights, sandbox=settings.sandbox,
+                stages=stages, weights=weights_here(settings.weights), sandbox=settings.sandbox,
                 policy=RunPolicy(quick=settings.quick, cases=(case,) if case else ()),
                 limits=LimitRequest(timeout=settings.timeout),
             )
             self.sessions[key] = prepare(self.root, request, Presentation(notice=print_notice))
         return self.sessions[key]
+
+
+def weights_here(spec: str) -> str:
+    """A weights file's path as the kernel means it: from its working directory, not the
+    course's folder it grades in."""
+    if spec in ("synthetic", "gpt2"):
+        return spec
+    return str(Path(spec).expanduser().resolve())
