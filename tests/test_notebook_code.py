@@ -33,23 +33,30 @@ STUDENT_CELLS = [
     ("cell 7", "%%check single-step-attention\ndef prefill(ids, w, mc):\n    return 1"),
     ("cell 8", 'check("single-step-attention")\n'),
     ("cell 9", "def run_prefill(prompt_ids):\n    return [0.0]"),
+    ("cell 10", "try:\n    import torch\nexcept ImportError:\n    torch = None\n"
+                "try:\n    print(1)\nexcept Exception:\n    pass"),
+    ("cell 11", "logits = prefill([1, 2], W, None)\nW = load_weights()\nSIZES = sizes(W)\n"
+                "def last(ids, mc):\n    logits = prefill(ids, W, mc)\n    return logits[SIZES]"),
 ]
 
 
 def test_the_rule_keeps_definitions_and_constants_and_nothing_that_runs():
     """Would catch grading running a notebook's experiments (a call, a print, a loop, a
-    weights load), a magic or shell line breaking its cell, theinference imported into the
-    student's process, or a definition lost (decorator, comment, a %%check cell's body)."""
+    weights load no definition reads, a top-level `logits` named like a function's local), a
+    magic or shell line breaking its cell, theinference imported into the student's process,
+    or a definition lost (decorator, comment, a %%check cell's body, a module-level value a
+    function reads, an import guarded by try)."""
     found = extract(STUDENT_CELLS)
     code = found.code
-    assert found.names == ["attn_step", "PrefixCache", "prefill", "run_prefill"]
+    assert found.names == ["attn_step", "PrefixCache", "prefill", "run_prefill", "last"]
     assert found.unparsable == ["cell 6"]
     for kept in ("import numpy as np", "from src.gpt2 import qkv", "EPS = 1e-5",
                  "scale = lambda d: d**-0.5", "@staticmethod\ndef attn_step", "# why",
-                 "class PrefixCache", "def prefill(ids, w, mc)", "# cell 3"):
+                 "class PrefixCache", "def prefill(ids, w, mc)", "# cell 3",
+                 "import torch\nexcept ImportError:", "W = load_weights()", "SIZES = sizes(W)"):
         assert kept in code, kept
-    for dropped in ("theinference", "attn_step(1, 2, 3, 4)", "print", "load_weights()",
-                    "range(3)", "pip", "echo", "broken", "check("):
+    for dropped in ("theinference", "attn_step(1, 2, 3, 4)", "print", "w = load_weights()",
+                    "range(3)", "pip", "echo", "broken", "check(", "logits = prefill([1, 2]"):
         assert dropped not in code, dropped
     compile(code, "kvcache", "exec")
 

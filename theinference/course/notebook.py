@@ -2,12 +2,13 @@
 
 The rule (docs/notebooks.md), the same for a kernel's cells and an .ipynb's: code cells in
 order (a kernel's in the order they ran), and from each, its top-level `def`, `class`, `import`
-and constant (an assignment whose value calls nothing, `EPS = 1e-5`). Everything else is left
-out: calls, prints, loops, experiments, `check(...)` cells, magics and shell lines, so grading
-never runs what a notebook tries out. A `%%check` cell counts its body; another cell magic
-(`%%bash`, `%%time`...) is not Python and is skipped, and so is a cell that does not parse, as
-the kernel ran none of it. Imports of theinference, IPython and google.colab are left out (the
-student's process has none of them).
+(a `try` of imports too) and constant (an assignment whose value calls nothing, `EPS = 1e-5`),
+and any assignment to a name those read (`W = load_weights()` that a function uses). Everything
+else is left out: calls, prints, loops, experiments, `check(...)` cells, magics and shell
+lines, so grading never runs what a notebook only tries out. A `%%check` cell counts its body;
+another cell magic (`%%bash`, `%%time`...) is not Python and is skipped, and so is a cell that
+does not parse, as the kernel ran none of it. Imports of theinference, IPython and google.colab
+are left out (the student's process has none of them).
 
 What is kept goes after the template's stubs, as src/kvcache.py: a definition replaces the stub
 of its name, a function the notebook does not define stays a stub (`todo`). The adapters are
@@ -47,26 +48,68 @@ def extract(cells: list[tuple[str, str]]) -> Extracted:
     """The rule, over (label, source) code cells in order; a label names the cell in the
     code kept (`# cell 3`), so a traceback's line can be found in the notebook."""
     found = Extracted()
-    chunks = []
+    parsed = []  # (label, lines, top-level statements)
     for label, source in cells:
         python = cell_python(source)
         if python is None:
             continue
         try:
-            tree = ast.parse(python)
+            parsed.append((label, python.splitlines(), ast.parse(python).body))
         except (SyntaxError, ValueError):
             found.unparsable.append(label)
-            continue
-        lines = python.splitlines()
-        kept = [statement_source(node, lines) for node in tree.body if kept_statement(node)]
-        found.names += [n.name for n in tree.body if isinstance(n, DEFINITIONS)]
-        if kept:
-            chunks.append(f"# {label}\n" + "\n\n".join(kept))
+    statements = [node for _, _, body in parsed for node in body]
+    kept = kept_statements(statements)
+    chunks = []
+    for label, lines, body in parsed:
+        sources = [statement_source(node, lines) for node in body if id(node) in kept]
+        found.names += [n.name for n in body if isinstance(n, DEFINITIONS)]
+        if sources:
+            chunks.append(f"# {label}\n" + "\n\n".join(sources))
     found.code = "\n\n\n".join(chunks)
     return found
 
 
 DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def kept_statements(statements: list[ast.stmt]) -> set[int]:
+    """The ids of the statements kept: definitions, imports and constants, then every
+    assignment to a name they (or an assignment so kept) read, until none is added."""
+    kept = {id(node) for node in statements if kept_statement(node)}
+    assignments = [n for n in statements if isinstance(n, ast.Assign | ast.AnnAssign)
+                   and n.value is not None and id(n) not in kept]
+    while True:
+        read = {name for node in statements if id(node) in kept for name in names_read(node)}
+        used = [n for n in assignments if id(n) not in kept and assigned(n) & read]
+        if not used:
+            return kept
+        kept |= {id(n) for n in used}
+
+
+def names_read(node: ast.AST) -> set[str]:
+    """The names a statement reads from the module: a function's own parameters and locals
+    are its own (`logits` inside prefill is not the notebook's `logits = prefill(...)`)."""
+    if isinstance(node, ast.Name):
+        return {node.id} if isinstance(node.ctx, ast.Load) else set()
+    if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+        return set().union(*map(names_read, ast.iter_child_nodes(node)))
+    args = node.args
+    at_definition = [*getattr(node, "decorator_list", []), *args.defaults,
+                     *(d for d in args.kw_defaults if d is not None)]
+    body = node.body if isinstance(node.body, list) else [node.body]
+    params = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
+    own = {a.arg for a in params if a is not None} | {
+        n.id if isinstance(n, ast.Name) else n.name
+        for statement in body for n in ast.walk(statement)
+        if (isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load))
+        or isinstance(n, DEFINITIONS)}
+    inside = set().union(*map(names_read, body)) - own
+    return inside | set().union(*map(names_read, at_definition))
+
+
+def assigned(node: ast.Assign | ast.AnnAssign) -> set[str]:
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
 
 
 def cell_python(source: str) -> str | None:
@@ -90,6 +133,10 @@ def kept_statement(node: ast.stmt) -> bool:
         return node.level == 0 and not left_out(node.module or "")
     if isinstance(node, ast.Assign | ast.AnnAssign):
         return node.value is not None and not calls(node.value)
+    if isinstance(node, ast.Try):  # try: import torch / except ImportError: ...
+        parts = [*node.body, *node.orelse, *node.finalbody,
+                 *(s for handler in node.handlers for s in handler.body)]
+        return all(isinstance(s, ast.Pass) or kept_statement(s) for s in parts)
     return False
 
 

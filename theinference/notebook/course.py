@@ -19,8 +19,9 @@ check cell after it: it grades your functions as this notebook defines them now,
 cases as `theinference test`, and shows where your numbers depart and the bug it recognises.
 Fix, rerun your cell, rerun the check.
 
-What is graded: every code cell's `def`, `class`, `import` and constant (`EPS = 1e-5`), in the
-order the cells ran; calls, prints and experiments are not, so try things out freely. A
+What is graded: every code cell's `def`, `class`, `import` and constant (`EPS = 1e-5`), and
+what your functions read from the notebook, in the order the cells ran; calls, prints and
+experiments are not, so try things out freely. A
 function you have not written yet stays a stub (`todo`). Your functions run in a separate
 process: one that raises or never returns costs its check, never this kernel. The guidance
 speaks of a course directory: its `src/kvcache.py` is this notebook's code cells, and the

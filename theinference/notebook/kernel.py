@@ -7,7 +7,9 @@ functions never run in the kernel: they run in the grader's student process, so 
 raises, loops or returns garbage costs its case, never the kernel.
 """
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable
@@ -67,8 +69,10 @@ class KernelCourse:
         self.root = Path(tempfile.mkdtemp(prefix="theinference-notebook-")) / "course"
         self.root.parent.chmod(0o755)  # a root grader's student uid reads it
         init_course(self.root)
+        atexit.register(shutil.rmtree, self.root.parent, ignore_errors=True)
         self.settings = Settings()
         self.sessions: dict = {}
+        self.answers: dict = {}  # (weights' sha256, sandbox) -> the oracle's, for every session
         if str(self.root) not in sys.path:  # `from src.gpt2 import ...` in the kernel too
             sys.path.append(str(self.root))
 
@@ -104,7 +108,7 @@ class KernelCourse:
             session = self.session(tuple(stages), self.with_settings(asked), case)
             from theinference.grading.session import run
 
-            return Checked(run(session), notes)
+            return Checked(run(session, listener=progress), notes)
         except PROBLEMS as exc:
             return Checked(None, notes, str(exc))
 
@@ -127,8 +131,19 @@ class KernelCourse:
                 policy=RunPolicy(quick=settings.quick, cases=(case,) if case else ()),
                 limits=LimitRequest(timeout=settings.timeout),
             )
-            self.sessions[key] = prepare(self.root, request, Presentation(notice=print_notice))
+            session = prepare(self.root, request, Presentation(notice=print_notice))
+            shared = (session.weights.sha256, session.setup.sandbox.kind)
+            session.answers = self.answers.setdefault(shared, session.answers)
+            self.sessions[key] = session
         return self.sessions[key]
+
+
+def progress(event) -> None:
+    """A line per stage as it starts: a long check is seen to be working."""
+    from theinference.results.events import StageStarted
+
+    if isinstance(event, StageStarted):
+        print(f"checking {event.slug} ({event.cases} cases)...", flush=True)
 
 
 def weights_here(spec: str) -> str:
