@@ -79,7 +79,8 @@ def check_outputs(nb: nbformat.NotebookNode) -> list[tuple[str, str, str]]:
     """Each check cell's (source, HTML, text) in order."""
     found = []
     for cell in nb.cells:
-        if cell.cell_type != "code" or "check(" not in cell.source:
+        if cell.cell_type != "code" or not ("check(" in cell.source
+                                            or cell.source.startswith("%%check")):
             continue
         shown = [o for o in cell.outputs if o.output_type == "execute_result"]
         assert shown, (cell.source, cell.outputs)

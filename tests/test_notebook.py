@@ -22,36 +22,47 @@ BUG = "prefill-position-zero"  # planted in `prefill`: the fix is one cell
 FIX = "prefill"
 NAMED = "every prompt token embedded at wpe[0]"  # the bug table's words for it
 QUICK = "configure(quick=True)"  # the long cases left out: a partial check, in seconds
-ONE_CASE = 'check("single-step-attention", case="two tokens"'
-HOSTILE = {  # a body of layer_attn_incremental -> its check's options, the status it gets
-    "raise RuntimeError('a student bug')": ("", "ERROR"),
-    "while True:\n        pass": (", timeout=2", "TIMEOUT"),
-    "return 'garbage'": ("", "FAILED"),
+# the bug's check: its small cases, the cache's with its map among them (the diagnosis replays
+# every bug of the stage on each failing case, the 300-token one included: seconds each)
+SMALL = 'check("build-prefill", case=["short prompt", "token ids"])'
+ONE_CASE = 'check("single-step-attention", case="two tokens")'
+HOSTILE = {  # a body of layer_attn_incremental -> its check, the status it gets
+    "raise RuntimeError('a student bug')": (ONE_CASE, "ERROR"),
+    # every case, but the stage stops at its first timeout
+    "while True:\n        pass": ('check("single-step-attention", timeout=2, first_failure=True)',
+                                   "TIMEOUT"),
+    "return 'garbage'": (ONE_CASE, "FAILED"),
 }
 
 
 def with_fix_and_hostile(nb):
-    """After the planted bug's check: the fixed `prefill` and a check, then each hostile
+    """After the planted bug's check: the fixed `prefill` in a `%%check` cell, then each hostile
     layer_attn_incremental and a check of one case, then a cell showing the kernel lives."""
     _, named = nh.definitions(REFERENCE.read_text())
-    nb.cells += [new_code_cell(named[FIX]), new_code_cell(f'check("{STAGE}")')]
-    for body, (options, _) in HOSTILE.items():
+    nb.cells.append(new_code_cell(f"%%check {STAGE}\n{named[FIX]}"))
+    for body, (check, _) in HOSTILE.items():
         nb.cells.append(new_code_cell(f"def layer_attn_incremental(X, w, layer):\n    {body}"))
-        nb.cells.append(new_code_cell(ONE_CASE + options + ")"))
+        nb.cells.append(new_code_cell(check))
     nb.cells.append(new_code_cell("print('kernel alive', 6 * 7)"))
+    return nb
+
+
+def with_small_cases(nb):
+    (cell,) = [c for c in nb.cells if c.source == f'check("{STAGE}")']
+    cell.source = SMALL
     return nb
 
 
 @pytest.fixture(scope="module")
 def from_memory(weights, tmp_path_factory):
     """The course notebook built in memory, run in an empty folder."""
-    nb = nh.filled(nh.in_memory(), planted(BUG), through=STAGE, setup=QUICK)
+    nb = with_small_cases(nh.filled(nh.in_memory(), planted(BUG), through=STAGE, setup=QUICK))
     return nh.execute(with_fix_and_hostile(nb), tmp_path_factory.mktemp("empty"))
 
 
 def test_a_planted_bug_is_named_with_its_map_and_a_fix_regrades(from_memory):
-    """Would catch a check that grades stale code (the fix not seen), a bug not named inline,
-    or the error map missing from the check's output."""
+    """Would catch a check that grades stale code (the fix, in a %%check cell, not seen), a bug
+    not named inline, or the error map missing from the check's output."""
     (_, first_html, _), (_, bug_html, bug_text), (_, fixed_html, _), *_ = nh.check_outputs(
         from_memory)
     assert nh.verdict(first_html) == "PASSED"  # the stage before, the reference's
@@ -73,6 +84,7 @@ def test_the_kernel_survives_a_function_that_raises_loops_or_returns_garbage(fro
         assert f"single-step-attention · Single-token cached attention · {status}" in html, (
             source, html)
     assert "a student bug" in checks[0][1]
+    assert "TIMEOUT · 0/1 cases" in checks[1][1]  # first_failure: one timeout, not one a case
     last = from_memory.cells[-1].outputs
     assert last[0].text == "kernel alive 42\n"
 
@@ -85,7 +97,7 @@ def test_the_same_notebook_from_disk_checks_the_same(from_memory, tmp_path):
     assert result.exit_code == 0, result.output
     on_disk = nbformat.read(tmp_path / "course" / "kvcache.ipynb", as_version=4)
     nbformat.validate(on_disk)
-    nb = nh.filled(on_disk, planted(BUG), through=STAGE, setup=QUICK)
+    nb = with_small_cases(nh.filled(on_disk, planted(BUG), through=STAGE, setup=QUICK))
     _, named = nh.definitions(REFERENCE.read_text())
     nb.cells += [new_code_cell(named[FIX]), new_code_cell(f'check("{STAGE}")')]
     disk = nh.check_outputs(nh.execute(nb, tmp_path / "course"))

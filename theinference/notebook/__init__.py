@@ -58,5 +58,5 @@ def check(*stages: str, **settings) -> Checked:
 
 
 def configure(**settings):
-    """Change how later checks grade: weights, sandbox, timeout, quick."""
+    """Change how later checks grade: weights, sandbox, timeout, quick, first_failure."""
     return _course(_shell()).configure(**settings)

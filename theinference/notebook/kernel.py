@@ -36,6 +36,10 @@ class Settings:
     sandbox: str = "none"
     timeout: float | None = None  # seconds per call; None: each stage's
     quick: bool = False  # leave out the long cases (the check then says it is partial)
+    # as `test --watch`: each stage stops at its first failing case (a second confirms a bug),
+    # so a function that loops costs one timeout, not one per case; by default every case
+    # runs, as `theinference test` does, and a failure's map is drawn where any case has one
+    first_failure: bool = False
 
 
 class Checked:
@@ -77,7 +81,8 @@ class KernelCourse:
             sys.path.append(str(self.root))
 
     def configure(self, **changes) -> Settings:
-        """Change how the kernel's checks grade (weights, sandbox, timeout, quick)."""
+        """Change how the kernel's checks grade (weights, sandbox, timeout, quick,
+        first_failure)."""
         self.settings = self.with_settings(changes)
         if "weights" in changes:
             self.point_weights()
@@ -99,13 +104,17 @@ class KernelCourse:
         weights = load_weights(weights_here(self.settings.weights), Path.cwd(), print_notice)
         os.environ["THEINFERENCE_WEIGHTS"] = str(weights.path)
 
-    def check(self, *stages: str, case: str | None = None, **asked) -> Checked:
-        """Grade the stages named (none: every stage) on the kernel's cells as they are now;
-        `asked` settings (e.g. quick=True) are for this check only."""
+    def check(self, *stages: str, case: str | list[str] | None = None, **asked) -> Checked:
+        """Grade the stages named (none: every stage) on the kernel's cells as they are now:
+        only the cases whose name contains `case` (or one of several), if given; `asked`
+        settings (e.g. quick=True) are for this check only."""
+        if len(stages) == 1 and isinstance(stages[0], list | tuple):  # check(["a", "b"])
+            stages = tuple(stages[0])
         found = self.write_course()
         notes = [f"{label} was left out: it is not valid Python" for label in found.unparsable]
         try:
-            session = self.session(tuple(stages), self.with_settings(asked), case)
+            cases = (case,) if isinstance(case, str) else tuple(case or ())
+            session = self.session(tuple(stages), self.with_settings(asked), cases)
             from theinference.grading.session import run
 
             return Checked(run(session, listener=progress), notes)
@@ -118,17 +127,18 @@ class KernelCourse:
             (self.root / path).write_bytes(data)
         return found
 
-    def session(self, stages: tuple[str, ...], settings: Settings, case: str | None):
+    def session(self, stages: tuple[str, ...], settings: Settings, cases: tuple[str, ...]):
         from theinference.grading.policy import RunPolicy
         from theinference.grading.session import LimitRequest, Presentation, RunRequest, prepare
         from theinference.output.report import print_notice
 
         select(load_stages(), list(stages))  # an unknown stage is told before any wait
-        key = (stages, settings, case)
+        key = (stages, settings, cases)
         if key not in self.sessions:
             request = RunRequest(
                 stages=stages, weights=weights_here(settings.weights), sandbox=settings.sandbox,
-                policy=RunPolicy(quick=settings.quick, cases=(case,) if case else ()),
+                policy=RunPolicy(stop_at_first_failure=settings.first_failure,
+                                 quick=settings.quick, cases=cases),
                 limits=LimitRequest(timeout=settings.timeout),
             )
             session = prepare(self.root, request, Presentation(notice=print_notice))
