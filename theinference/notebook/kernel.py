@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from theinference.course.directory import CourseError, init_course
+from theinference.course.directory import SETTINGS_FILE, CourseError, init_course
 from theinference.course.notebook import Extracted, course_files, extract
 from theinference.curriculum.stages import StageError, load_stages, select
 from theinference.oracle.checkpoint import WeightsError
@@ -75,8 +75,7 @@ class KernelCourse:
         init_course(self.root)
         atexit.register(shutil.rmtree, self.root.parent, ignore_errors=True)
         self.settings = Settings()
-        self.sessions: dict = {}
-        self.answers: dict = {}  # (weights' sha256, sandbox) -> the oracle's, for every session
+        self.sessions: dict = {}  # (weights, sandbox, timeout) -> the session they prepare
         if str(self.root) not in sys.path:  # `from src.gpt2 import ...` in the kernel too
             sys.path.append(str(self.root))
 
@@ -97,12 +96,11 @@ class KernelCourse:
 
     def point_weights(self) -> None:
         """THEINFERENCE_WEIGHTS for the kernel, so `load_weights()` reads in a cell the
-        weights the checks grade against."""
-        from theinference.oracle.weights import load_weights
-        from theinference.output.report import print_notice
-
-        weights = load_weights(weights_here(self.settings.weights), Path.cwd(), print_notice)
-        os.environ["THEINFERENCE_WEIGHTS"] = str(weights.path)
+        weights the checks grade against (loaded once, for the checks too)."""
+        try:
+            os.environ["THEINFERENCE_WEIGHTS"] = str(self.prepared(self.settings).weights.path)
+        except PROBLEMS as exc:  # told again by the first check
+            print(f"theinference: {exc}", file=sys.stderr)
 
     def check(self, *stages: str, case: str | list[str] | None = None, **asked) -> Checked:
         """Grade the stages named (none: every stage) on the kernel's cells as they are now:
@@ -127,25 +125,38 @@ class KernelCourse:
             (self.root / path).write_bytes(data)
         return found
 
-    def session(self, stages: tuple[str, ...], settings: Settings, cases: tuple[str, ...]):
-        from theinference.grading.policy import RunPolicy
+    def prepared(self, settings: Settings):
+        """The session of every check with these weights, sandbox and timeout, prepared once:
+        the weights are checked once and the oracle's answers kept across checks."""
         from theinference.grading.session import LimitRequest, Presentation, RunRequest, prepare
         from theinference.output.report import print_notice
 
-        select(load_stages(), list(stages))  # an unknown stage is told before any wait
-        key = (stages, settings, cases)
+        key = (settings.weights, settings.sandbox, settings.timeout)
         if key not in self.sessions:
-            request = RunRequest(
-                stages=stages, weights=weights_here(settings.weights), sandbox=settings.sandbox,
-                policy=RunPolicy(stop_at_first_failure=settings.first_failure,
-                                 quick=settings.quick, cases=cases),
-                limits=LimitRequest(timeout=settings.timeout),
-            )
-            session = prepare(self.root, request, Presentation(notice=print_notice))
-            shared = (session.weights.sha256, session.setup.sandbox.kind)
-            session.answers = self.answers.setdefault(shared, session.answers)
-            self.sessions[key] = session
+            request = RunRequest(weights=weights_here(settings.weights), sandbox=settings.sandbox,
+                                 limits=LimitRequest(timeout=settings.timeout))
+            self.sessions[key] = prepare(self.root, request, Presentation(notice=print_notice))
         return self.sessions[key]
+
+    def session(self, stages: tuple[str, ...], settings: Settings, cases: tuple[str, ...]):
+        """The prepared session narrowed to a check's stages, cases and policy, as `prepare`
+        narrows it for `theinference test --stage S --case C`."""
+        from theinference.grading.policy import RunPolicy
+        from theinference.grading.provenance import provenance
+        from theinference.grading.seed import NO_SEED
+        from theinference.grading.session import filtered
+
+        select(load_stages(), list(stages))  # an unknown stage is told before any wait
+        base = self.prepared(settings)
+        chosen = select(base.all_stages, list(stages))
+        if cases:
+            chosen = filtered(chosen, cases, named=bool(stages))
+        policy = RunPolicy(stop_at_first_failure=settings.first_failure, quick=settings.quick,
+                           cases=cases)
+        settings_toml = (self.root / SETTINGS_FILE).read_bytes()
+        produced = provenance([s.slug for s in chosen], settings_toml, base.weights.sha256,
+                              NO_SEED)
+        return replace(base, stages=chosen, policy=policy, provenance=produced)
 
 
 def progress(event) -> None:
