@@ -138,3 +138,20 @@ def test_a_check_that_cannot_run_says_why_in_html_and_text():
     assert not checked.passed
     assert "cannot check" in checked._repr_html_() and "&lt;nope&gt;" in checked._repr_html_()
     assert repr(checked) == "theinference: unknown stage '<nope>'"
+
+
+def test_a_check_notes_a_cell_its_magic_lines_break_and_names_an_unknown_stage(monkeypatch):
+    """Would catch definitions silently lost from a cell the kernel ran but the rule cannot
+    parse once its magic lines are blanked (an indented `%time`), a note repeated for a cell
+    the kernel itself refused, or an unknown stage graded as anything."""
+    import sys
+
+    from theinference.notebook.kernel import KernelCourse
+
+    cells = [("In [1]", "def f():\n    %time g()"), ("In [2]", "def h(:\n"),
+             ("In [3]", "def k():\n    %time g()\n    return 1")]  # parses, blanked
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the course's folder is added to it
+    checked = KernelCourse(lambda: cells).check("no-such-stage")
+    assert "no-such-stage" in checked.problem and checked.run is None
+    assert len(checked.notes) == 1 and checked.notes[0].startswith("In [1] was left out")
+    assert "In [1] was left out" in checked._repr_html_()

@@ -26,7 +26,7 @@ KVCACHE = "src/kvcache.py"
 ADAPTERS = "tests/adapters.py"
 NOTEBOOK_SUFFIX = ".ipynb"
 LEFT_OUT_IMPORTS = ("theinference", "IPython", "google")
-MAGIC_LINE = re.compile(r"^\s*[%!]")
+MAGIC_LINE = re.compile(r"^\s*[%!]", re.MULTILINE)
 CHECK_MAGIC = "%%check"
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from theinference.course.directory import SETTINGS_FILE, CourseError, init_course
-from theinference.course.notebook import Extracted, course_files, extract
+from theinference.course.notebook import MAGIC_LINE, Extracted, course_files, extract
 from theinference.curriculum.stages import StageError, load_stages, select
 from theinference.oracle.checkpoint import WeightsError
 from theinference.results import RunResult
@@ -55,8 +55,9 @@ class Checked:
     def _repr_html_(self) -> str:
         from theinference.output.notebook import check_html, problem_html
 
-        return problem_html(self.problem) if self.run is None else check_html(self.run,
-                                                                                self.notes)
+        if self.run is None:
+            return problem_html(self.problem, self.notes)
+        return check_html(self.run, self.notes)
 
     def __repr__(self) -> str:
         from theinference.output.notebook import check_text
@@ -108,8 +109,12 @@ class KernelCourse:
         settings (e.g. quick=True) are for this check only."""
         if len(stages) == 1 and isinstance(stages[0], list | tuple):  # check(["a", "b"])
             stages = tuple(stages[0])
-        found = self.write_course()
-        notes = [f"{label} was left out: it is not valid Python" for label in found.unparsable]
+        found, notes = self.write_course(), []
+        magic = {label for label, source in self.cells() if MAGIC_LINE.search(source)}
+        for label in found.unparsable:  # the kernel told the rest when they ran
+            if label in magic:
+                notes.append(f"{label} was left out: without its magic and shell lines (%..., "
+                             "!...) it is not valid Python")
         try:
             cases = (case,) if isinstance(case, str) else tuple(case or ())
             session = self.session(tuple(stages), self.with_settings(asked), cases)

@@ -93,7 +93,8 @@ def check_text(run: RunResult) -> str:
     return report_text(run)
 
 
-def problem_html(message: str) -> str:
+def problem_html(message: str, notes: list[str]) -> str:
     """A check that could not run (an unknown stage, weights missing), and why."""
+    said = "".join(f'<p class="note">note: {html_text(n)}</p>' for n in notes)
     return (f'<div class="{SCOPE}"><style>{STYLE}</style><p><b class="error">theinference: '
-            f"cannot check</b>: {html_text(message)}</p></div>")
+            f"cannot check</b>: {html_text(message)}</p>{said}</div>")
