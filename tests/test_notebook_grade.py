@@ -45,6 +45,8 @@ def make_class(folder):
     ch.add(folder, "dir-stubs", None)
     write_notebook(folder / "nb-ref.ipynb", ref)
     write_notebook(folder / "nb-in-folder" / "submission" / "work.ipynb", ref)
+    checkpoints = folder / "nb-in-folder" / "submission" / ".ipynb_checkpoints"
+    write_notebook(checkpoints / "work-checkpoint.ipynb", None)  # Jupyter's autosave
     write_notebook(folder / "nb-bug.ipynb", bug)
     write_notebook(folder / "nb-untouched.ipynb", None)
     (folder / "nb-malformed.ipynb").write_text('{"cells": [{"cell_type": "code", ')
@@ -77,7 +79,8 @@ def comparable(row: dict) -> dict:
 def test_a_notebook_grades_to_the_row_of_its_course_directory(gradebook):
     """Would catch a notebook's code graded differently from the same code in a course
     directory: a lost definition, stubs that win over it, a bug not named, an untouched
-    notebook that errors instead of being todo."""
+    notebook that errors instead of being todo, Jupyter's autosaved copy taken for a second
+    notebook."""
     assert gradebook["dir-ref"]["status"] == "graded"
     assert gradebook["dir-ref"]["single-step-attention"] == "1"
     assert BUG in gradebook["dir-bug"]["suspected_bugs"]

@@ -29,7 +29,8 @@ from theinference.course.notebook import NOTEBOOK_SUFFIX, NotebookError, noteboo
 MAX_FILES = 2000
 MAX_BYTES = 64 << 20  # a whole submission, unpacked
 ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz")
-IGNORED_PARTS = {"__pycache__", ".git", ".theinference", ".venv", "node_modules", "__MACOSX"}
+IGNORED_PARTS = {"__pycache__", ".git", ".theinference", ".venv", "node_modules", "__MACOSX",
+                 ".ipynb_checkpoints"}  # Jupyter's autosaves: never a second notebook
 OWN_CODE = tuple(path for language in languages.ALL for path in language.own_code)
 KVCACHE_NAMES = {PurePosixPath(path).name for language in languages.ALL
                  for path in language.own_code if "kvcache" in path}
