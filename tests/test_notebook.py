@@ -26,6 +26,9 @@ QUICK = "configure(quick=True)"  # the long cases left out: a partial check, in 
 # every bug of the stage on each failing case, the 300-token one included: seconds each)
 SMALL = 'check("build-prefill", case=["short prompt", "token ids"])'
 ONE_CASE = 'check("single-step-attention", case="two tokens")'
+# a student's try-out in the kernel: the weights the checks grade with, never run by a check
+EXPERIMENT = ("from src.gpt2 import embed, load_weights\nw = load_weights()\n"
+              "layer_attn_incremental(embed([1, 2, 3], w), w, 0).shape")
 HOSTILE = {  # a body of layer_attn_incremental -> its check, the status it gets
     "raise RuntimeError('a student bug')": (ONE_CASE, "ERROR"),
     # every case, but the stage stops at its first timeout
@@ -40,6 +43,7 @@ def with_fix_and_hostile(nb):
     layer_attn_incremental and a check of one case, then a cell showing the kernel lives."""
     _, named = nh.definitions(REFERENCE.read_text())
     nb.cells.append(new_code_cell(f"%%check {STAGE}\n{named[FIX]}"))
+    nb.cells.append(new_code_cell(EXPERIMENT))
     for body, (check, _) in HOSTILE.items():
         nb.cells.append(new_code_cell(f"def layer_attn_incremental(X, w, layer):\n    {body}"))
         nb.cells.append(new_code_cell(check))
@@ -75,8 +79,9 @@ def test_a_planted_bug_is_named_with_its_map_and_a_fix_regrades(from_memory):
 
 
 def test_the_kernel_survives_a_function_that_raises_loops_or_returns_garbage(from_memory):
-    """Would catch student code run in the kernel (a loop would hang it, an exception end the
-    cell) or a hostile function graded as anything but its own failure."""
+    """Would catch student code run in the kernel by a check (a loop would hang it, an
+    exception end the cell), a hostile function graded as anything but its own failure, or
+    `load_weights()` in a cell not reading the weights the checks grade with."""
     checks = nh.check_outputs(from_memory)[3:]
     assert len(checks) == len(HOSTILE)
     for (source, html, _), (status) in zip(checks, [s for _, s in HOSTILE.values()],
@@ -87,6 +92,8 @@ def test_the_kernel_survives_a_function_that_raises_loops_or_returns_garbage(fro
     assert "TIMEOUT · 0/1 cases" in checks[1][1]  # first_failure: one timeout, not one a case
     last = from_memory.cells[-1].outputs
     assert last[0].text == "kernel alive 42\n"
+    (tried,) = [c for c in from_memory.cells if c.source == EXPERIMENT]
+    assert tried.outputs[0].data["text/plain"] == "(3, 768)"  # load_weights() in the kernel
 
 
 @pytest.mark.slow  # a second kernel over the same checks: ~40 s
