@@ -13,6 +13,8 @@ SHARED = {"__init__", "__version__", "exits", "atomic"}  # the package's own sma
 ALLOWED: dict[str, set[str] | None] = {
     "cli": None,
     "__main__": None,
+    "notebook": None,  # a front end, as the command line is: checks from a notebook's kernel
+    "__init__": {"notebook"},  # `%load_ext theinference` hands over to the notebook's
     "commands": None,
     "classroom": {"results", "grading", "curriculum", "course", "oracle", "student", "diagnosis"},
     "output": {"results", "grading", "course", "curriculum"},

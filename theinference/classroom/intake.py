@@ -1,5 +1,7 @@
-"""Submissions as they arrive (a course directory, a .zip or .tar.gz of one, or a folder of
-loose files) turned into a course directory to grade, without trusting their contents.
+"""Submissions as they arrive (a course directory, a .zip or .tar.gz of one, a folder of
+loose files, or a notebook) turned into a course directory to grade, without trusting their
+contents. A notebook (an .ipynb, or one alone in a folder or archive that holds no kvcache.py)
+is graded as the course directory its code makes (course/notebook.py: docs/notebooks.md).
 
 Archives are read member by member: no absolute path, no `..`, no link or device, and caps on
 the file count and on the bytes actually read (a declared size can lie). A directory's symlinks
@@ -22,12 +24,16 @@ from pathlib import Path, PurePosixPath
 from theinference.course import languages
 from theinference.course.directory import SETTINGS_FILE, TEMPLATE_DIR, init_course, template_files
 from theinference.course.languages import Language, LanguageError
+from theinference.course.notebook import NOTEBOOK_SUFFIX, NotebookError, notebook_course_files
 
 MAX_FILES = 2000
 MAX_BYTES = 64 << 20  # a whole submission, unpacked
 ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz")
-IGNORED_PARTS = {"__pycache__", ".git", ".theinference", ".venv", "node_modules", "__MACOSX"}
+IGNORED_PARTS = {"__pycache__", ".git", ".theinference", ".venv", "node_modules", "__MACOSX",
+                 ".ipynb_checkpoints"}  # Jupyter's autosaves: never a second notebook
 OWN_CODE = tuple(path for language in languages.ALL for path in language.own_code)
+KVCACHE_NAMES = {PurePosixPath(path).name for language in languages.ALL
+                 for path in language.own_code if "kvcache" in path}
 OWN_CODE_CHARS = 200_000  # per file kept in the record, for the similarity check
 
 
@@ -62,7 +68,7 @@ def discover(folder: Path) -> tuple[list[Submission], list[str]]:
 def student_id(entry: Path) -> str | None:
     if entry.is_dir() and not entry.is_symlink():
         return entry.name
-    for suffix in ARCHIVE_SUFFIXES:
+    for suffix in (*ARCHIVE_SUFFIXES, NOTEBOOK_SUFFIX):
         if entry.name.endswith(suffix) and entry.is_file() and not entry.is_symlink():
             return entry.name[: -len(suffix)]
     return None
@@ -74,10 +80,29 @@ def read_files(sub: Submission) -> dict[str, bytes]:
         files = _read_directory(sub.path)
     elif sub.path.name.endswith(".zip"):
         files = _read_zip(sub.path)
+    elif sub.path.name.endswith(NOTEBOOK_SUFFIX):
+        with sub.path.open("rb") as stream:
+            files = {sub.path.name: _read_capped(stream, sub.path.name, _Budget())}
     else:
         files = _read_tar(sub.path)
     files = {k: v for k, v in files.items() if not IGNORED_PARTS & set(k.split("/"))}
-    return _strip_wrapper(files)
+    return _from_notebook(_strip_wrapper(files))
+
+
+def _from_notebook(files: dict[str, bytes]) -> dict[str, bytes]:
+    """A submission of one notebook, and no kvcache.py, as the course files its code makes."""
+    notebooks = [name for name in files if name.endswith(NOTEBOOK_SUFFIX)]
+    if not notebooks or any(name.rsplit("/", 1)[-1] in KVCACHE_NAMES for name in files):
+        return files
+    if len(notebooks) > 1:
+        raise IntakeError(f"{len(notebooks)} notebooks and no kvcache.py: submit one notebook "
+                          f"({', '.join(sorted(notebooks))})")
+    try:
+        made = notebook_course_files(files[notebooks[0]])
+    except NotebookError as exc:
+        raise IntakeError(f"{notebooks[0]}: {exc}") from None
+    others = {k: v for k, v in files.items() if k != notebooks[0]}
+    return others | made
 
 
 def content_hash(files: dict[str, bytes]) -> str:

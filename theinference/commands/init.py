@@ -10,8 +10,14 @@ def init(
     ci: Annotated[
         str | None, typer.Option("--ci", help="Also add a CI workflow: github (grades on push).")
     ] = None,
+    notebook: Annotated[
+        bool,
+        typer.Option("--notebook", help="Write the course as one notebook (Jupyter, Colab)."),
+    ] = False,
 ) -> None:
     """Create a course directory: provided src/gpt2.py, stubs in src/kvcache.py, the adapters."""
+    if notebook:
+        return init_notebook(directory, lang)
     from theinference.course.directory import CourseError, init_course
     from theinference.course.languages import LanguageError, by_name
     from theinference.curriculum.stages import load_stages
@@ -33,4 +39,27 @@ def init(
     typer.echo(
         f"Created {directory} ({len(files)} files). Next:\n"
         f"  cd {directory}\n{language.first_steps}  theinference test --stage {first} --watch"
+    )
+
+
+def init_notebook(directory: Path, lang: str) -> None:
+    """DIR/kvcache.ipynb: the stages in order, a check cell after each (notebook/course.py)."""
+    from theinference.course.directory import CourseError
+    from theinference.exits import Abort
+    from theinference.notebook.course import NOTEBOOK_NAME, notebook_json
+
+    if lang != "python":
+        raise Abort("--notebook writes a Python notebook: it cannot be used with --lang " + lang)
+    path = directory / NOTEBOOK_NAME
+    if path.exists():
+        raise CourseError(f"{path} already exists: not overwriting a student's notebook")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        path.write_text(notebook_json())
+    except OSError as exc:
+        raise CourseError(f"cannot create {path}: {exc.strerror}") from None
+    typer.echo(
+        f"Created {path}. Open it in Jupyter, VS Code or Colab (a kernel with theinference "
+        "installed: pip install 'theinference[notebook]'), run its cells in order; each "
+        "stage's check cell grades it."
     )
