@@ -9,7 +9,7 @@ import textwrap
 from rich.console import Console, Group
 
 from theinference.output.heatmap import map_case
-from theinference.output.html_page import REPORT_WIDTH, map_figure
+from theinference.output.html_page import map_figure
 from theinference.output.plain import not_started
 from theinference.output.report import case_details, print_run
 from theinference.results import RunResult, StageResult, Status, where_text
@@ -23,6 +23,8 @@ STYLE = f""".{SCOPE}{{font-family:system-ui,sans-serif;line-height:1.4}}
 .{SCOPE} .todo{{color:#a76d00}}.{SCOPE} .skipped{{color:#777}}.{SCOPE} dt{{font-weight:bold}}
 .{SCOPE} svg text{{font:11px monospace}}.{SCOPE} .note{{color:#a76d00}}"""
 SHOWN = {Status.FAILED, Status.ERROR, Status.TIMEOUT}
+
+TEXT_WIDTH = 100  # columns of a check's text report
 
 
 def check_html(run: RunResult, notes: list[str]) -> str:
@@ -84,7 +86,7 @@ def as_text(renderable) -> str:
 
 def text_console() -> Console:
     """A console writing plain text to a string: in a kernel rich would display instead."""
-    return Console(file=io.StringIO(), width=REPORT_WIDTH, color_system=None, highlight=False,
+    return Console(file=io.StringIO(), width=TEXT_WIDTH, color_system=None, highlight=False,
                    force_jupyter=False, force_terminal=False, emoji=False)
 
 
