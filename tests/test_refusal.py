@@ -98,3 +98,29 @@ def test_a_refusal_after_the_work_fails_and_one_up_front_passes(language, where,
     else:
         assert other.status.value == "failed", other.message
         assert "refuses too late" in other.message and "one forward" in other.message
+
+
+LAZY_ADAPTER = '''
+
+_loaded = []
+
+
+def run_generate(prompt_ids, max_new_tokens):  # noqa: F811
+    if not _loaded:  # a model built on the first call: a forward's worth of work, no request's
+        w = load_weights()
+        prefill(list(range(1000)), w, fresh_cache(w))
+        _loaded.append(w)
+    return generate(prompt_ids, max_new_tokens, _loaded[0])
+'''
+
+
+def test_a_model_loaded_on_the_first_call_is_not_work_on_the_refused_request(tmp_path, weights):
+    """Catches a refusal judged with the adapter's own first-call loading counted as work on
+    the request (a lazily built model, then the check up front, failed as "the work had
+    begun"), and a warm-up that would hide a refusal made after the work (the late guard of
+    test_a_refusal_after_the_work_fails_and_one_up_front_passes still fails)."""
+    course = make_course(tmp_path / "lazy", reference_text())
+    adapters = course / "tests" / "adapters.py"
+    adapters.write_text(adapters.read_text() + LAZY_ADAPTER)
+    result = refusal(course, weights)
+    assert result.status.value == "passed", result.message

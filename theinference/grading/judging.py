@@ -51,7 +51,7 @@ def grade_case(
     if measured:
         outcome = measured_call(stage, check, args, process, answers)
     elif case.inputs.get("must_raise"):
-        outcome = refusal_call(stage, check, args, process, answers)
+        outcome = refusal_call(stage, case, args, process, answers)
     else:
         on_hook = fixed.answer if isinstance(fixed, SwapPlan) else None
         probe = Probe(check.hook, check.watch, on_hook)
@@ -129,21 +129,27 @@ def measured_call(stage: Stage, check: Check, args: list, process, answers: Answ
     stage's fraction of the floor: the CPU time a recompute's arithmetic needs at this
     machine's rate, measured just before it (checks/floor.py)."""
     flop = check.flop(args, answers.recompute.config)
-    outcome = cpu_bounded_call(check.adapter, args, stage, process, flop, "floor_fraction")
+    outcome = cpu_bounded_call((check.adapter, args, None), stage, process, flop, "floor_fraction")
     if outcome.kind == "cpu_limit":
         outcome.kind = "returned"  # judged: a call stopped at the limit recomputes
     return outcome
 
 
-def refusal_call(stage: Stage, check: Check, args: list, process, answers: Answers) -> Outcome:
+def refusal_call(stage: Stage, case: Case, args: list, process, answers: Answers) -> Outcome:
     """A request that must be refused up front, judged by what it cost: alone in a fresh
     process, stopped at a fraction of one forward's floor over its prompt (a guard met once
-    the work has begun costs about that much at least; a refusal up front, almost nothing)."""
-    flop = forward_flop(answers.recompute.config, len(args[0]))
-    return cpu_bounded_call(check.adapter, args, stage, process, flop, "refusal_fraction")
+    the work has begun costs about that much at least; a refusal up front, almost nothing).
+    The case's `warm_up` request, a small valid one, goes first, unmeasured: an adapter that
+    loads its model on its first call has not begun the request by loading it."""
+    check, config = CHECKS[case.check], answers.recompute.config
+    warm = case.inputs.get("warm_up")
+    warm_args = check.arguments(replace(case, inputs=warm), config) if warm else None
+    flop = forward_flop(config, len(args[0]))
+    return cpu_bounded_call((check.adapter, args, warm_args), stage, process, flop,
+                            "refusal_fraction")
 
 
-def cpu_bounded_call(adapter: str, args: list, stage: Stage, process, flop: float, fraction: str):
+def cpu_bounded_call(call: tuple, stage: Stage, process, flop: float, fraction: str):
     """The call alone (StudentProcess.call_alone) under `flop` at this machine's rate times the
     stage's `fraction`; its probe holds what was measured, or why nothing could be (an
     `error`), or why the call fails whatever it returned (a `failure`)."""
@@ -154,7 +160,8 @@ def cpu_bounded_call(adapter: str, args: list, stage: Stage, process, flop: floa
         return outcome
     share = float(stage.words.get(fraction, REFUSAL_FRACTION))
     floor, limit = budget(flop, rate, share)
-    outcome = process.call_alone(adapter, args, stage.timeout, limit)
+    adapter, args, warm_args = call  # the adapter, its arguments, a warm-up's (or None)
+    outcome = process.call_alone(adapter, args, stage.timeout, limit, warm_args)
     if outcome.kind in UNACCOUNTED:
         failure = outcome.message
         outcome = Outcome("returned")

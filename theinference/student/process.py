@@ -123,12 +123,15 @@ class StudentProcess:
         self._import_output = ("", "")
         return outcome
 
-    def call_alone(self, adapter: str, args: list, timeout: float, cpu_limit: float) -> Outcome:
+    def call_alone(self, adapter: str, args: list, timeout: float, cpu_limit: float,
+                   warm_up: list | None = None) -> Outcome:
         """The call alone in a fresh process whose every CPU-second is accounted (account.py):
         placed in its own cgroup, or forbidden to start a process; stopped after it, so nothing
         of it is at hand later. Stopped past `cpu_limit` CPU-seconds. Where no account can be
         had, the outcome is `unaccounted` and says why; a guarded worker that started a
-        process, `started_process`."""
+        process, `started_process`. `warm_up`: arguments the adapter is called with first, in
+        the same process and unmeasured (what the adapter loads on its first call is not the
+        request's work); an outcome that stops the process is the call's."""
         self.stop()
         if self.account.kind == "none":
             return Outcome("unaccounted", message=accounts.no_account(self.account))
@@ -138,6 +141,10 @@ class StudentProcess:
             proc = self._proc
             if proc is not None and proc.unaccounted:
                 return Outcome("unaccounted", message=proc.unaccounted)
+            if warm_up is not None:
+                warmed = self.call(adapter, warm_up, timeout)
+                if warmed.kind in STOPPING:
+                    return warmed
             return self.call(adapter, args, timeout, cpu_limit=cpu_limit)
         finally:
             self.stop()
