@@ -38,6 +38,11 @@ def one_cache(kv: list[LayerKV]) -> list[LayerKV]:
     return [LayerKV(k, v)] * len(kv)
 
 
+def last_layer_everywhere(kv: list[LayerKV]) -> list[LayerKV]:
+    # [LayerCache()] * n with a prefill that assigns: each layer writes over the one before
+    return [kv[-1]] * len(kv)
+
+
 def reshape_split(x: np.ndarray) -> np.ndarray:
     # [n, d] -> [n_head, n, head_dim] by reshape alone: rows and heads scrambled
     n, d = x.shape
@@ -60,6 +65,10 @@ VARIANTS: dict[str, Variant] = {
     "causal-mask-in-step": Variant(step_mask=top_left),
     "shared-cache": Variant(prompt_cache=one_cache, cache_slot=lambda layer: 0),
     "shared-cache-layer0": Variant(cache_slot=lambda layer: 0),
+    "shared-cache-assigned": Variant(
+        prompt_cache=last_layer_everywhere, cache_slot=lambda layer: 0
+    ),
+    "missing-attn-residual": Variant(attn_residual=False),
     "missing-ln-f": Variant(ln_f=False),
     "missing-scale": Variant(scale=lambda hd: F32(1.0)),
     "scale-by-head-dim": Variant(scale=lambda hd: F32(1.0 / hd)),

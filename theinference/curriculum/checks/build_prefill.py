@@ -89,7 +89,9 @@ def as_layer_pairs(value, n_layer: int) -> list[tuple[np.ndarray, np.ndarray]]:
 
 
 def localise(pairs, expected: list[oracle.LayerKV], tol) -> Verdict:
-    """Walk the cache layer by layer (K, then V) and name where it first departs."""
+    """Walk the cache layer by layer (K, then V) and name where it first departs; a cache
+    whose every layer holds one layer's K/V is named for what it is."""
+    held = one_layer_everywhere(pairs, expected, tol)
     fine = []
     for layer, ((k, v), ref) in enumerate(zip(pairs, expected, strict=True)):
         for name, got, want in (("K", k, ref.k), ("V", v, ref.v)):
@@ -97,12 +99,14 @@ def localise(pairs, expected: list[oracle.LayerKV], tol) -> Verdict:
             if not c.passed:
                 head, pos = first_departure(got, want, tol)
                 before = f"{fine[-1]} and everything before it match; " if fine else ""
+                shared = say("cache_one_layer", layer=held) + " " if held is not None else ""
                 return Verdict(
                     Status.FAILED,
-                    hint=departing_hint(layer, name),
+                    hint=departing_hint(layer, name) if held is None else say("cache_shared"),
                     comparisons=[c],
-                    message=f"{before}layer {layer} {name} departs at position {pos}, head "
-                    f"{head}: {mismatch_message(c)}",
+                    message=f"{shared}{before}layer {layer} {name} departs at position {pos}, "
+                    f"head {head}: {mismatch_message(c)}",
+                    suspected_bug="shared-cache" if held is not None else None,
                     where={"layer": layer, "tensor": name, "position": pos, "head": head},
                     error_map=cache_map(pairs, expected, tol),
                 )
@@ -114,6 +118,19 @@ def localise(pairs, expected: list[oracle.LayerKV], tol) -> Verdict:
         tol,
     )
     return Verdict(Status.PASSED, comparisons=[everything])
+
+
+def one_layer_everywhere(pairs, expected: list[oracle.LayerKV], tol) -> int | None:
+    """The layer whose K/V every layer holds (one cache shared by every layer, each layer's
+    prefill assigning over the one before: the last layer's, right there alone), or None."""
+    if len(pairs) < 2:
+        return None
+    k0, v0 = pairs[0]
+    if not all(np.array_equal(k, k0) and np.array_equal(v, v0) for k, v in pairs[1:]):
+        return None
+    return next((layer for layer, ref in enumerate(expected)
+                 if compare("", k0, ref.k, tol).passed and compare("", v0, ref.v, tol).passed),
+                None)
 
 
 def cache_map(pairs, expected: list[oracle.LayerKV], tol) -> dict | None:
