@@ -109,7 +109,7 @@ def wanted_again(case, failing: int) -> bool:
     student's own cache, for the diagnosis: the catalogue confirms a bug on MIN_CASES failing
     answers and tells candidates apart on up to MAX_CASES of the smallest; a long case past
     the first MIN_CASES would double a failing try's cost for little it does not know."""
-    return failing < MIN_CASES or (failing < MAX_CASES and case_size(case) > LONG_CASE_TOKENS)
+    return failing < MIN_CASES or (failing < MAX_CASES and case_size(case) <= LONG_CASE_TOKENS)
 
 
 def serialized(listener: Listener) -> Listener:
