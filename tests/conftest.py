@@ -1,10 +1,11 @@
 """Shared fixtures: one weights cache per test session, outside the repository, the oracle's
 answers shared by every in-process grade, and course directories made from the real template.
 
-The suite runs on every core (pytest-xdist, `--dist loadgroup` in pyproject.toml): each test
-goes to whichever worker is free, but for a module marked `xdist_group` (one whose
-module-scoped fixture grades or starts something its tests share), whose tests run together on
-one worker. The slow tests are handed out first, so that no long test starts last."""
+The suite runs on every core (pytest-xdist, `--dist loadgroup --no-loadscope-reorder` in
+pyproject.toml): each test goes to whichever worker is free, in the order collected, but for a
+module marked `xdist_group` (one whose module-scoped fixture grades or starts something its
+tests share), whose tests run together on one worker. The slow tests are collected first, so
+that no long test starts last."""
 
 import os
 import secrets
