@@ -1,9 +1,19 @@
 """Helpers the tests share: course directories from the real template, grading as the CLI does."""
 
+import importlib.util
 from dataclasses import replace
 from pathlib import Path
 
 SOLUTIONS = Path(__file__).parent / "solutions"
+
+
+def installed(module: str) -> bool:
+    """Whether `module` can be imported here, found without importing it (collection must
+    not need torch: the tests that do skip where it is absent)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def make_course(root: Path, kvcache: str | None = None) -> Path:
@@ -26,8 +36,10 @@ def grade_course(
     timeout: float = 60,
     oracle=None,
     listener=None,
+    seed: int | None = None,
 ):
-    """Grade through the same path as the CLI, returning the RunResult."""
+    """Grade through the same path as the CLI, returning the RunResult (`oracle`: the answers
+    to share, `seed`: the drawn cases', as the `answers` and `run_seed` fixtures give them)."""
     from theinference.curriculum.stages import load_stages, select
     from theinference.grading.grader import RunPlan, grade
     from theinference.student.setup import Limits, ProcessSetup
@@ -36,7 +48,7 @@ def grade_course(
     from theinference.results.events import ignore
 
     return grade(ProcessSetup(course, weights.path, Limits(timeout=timeout)),
-                 RunPlan(stages, weights, oracle), listener or ignore)
+                 RunPlan(stages, weights, oracle, seed=seed), listener or ignore)
 
 
 def statuses(run) -> dict[str, str]:

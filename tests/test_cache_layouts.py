@@ -1,8 +1,11 @@
 """Correct caches in every layout a strong student writes pass every cache-use proof and
 every stage, in every sandbox mode: the proofs rest on evidence every correct cache shows
-(its K/V rows, found by content; its CPU time), never on its layout or its names. Each
-solution's numbers are checked against the oracle outside the grader by
-tests/solutions/check_layouts.py."""
+(its K/V rows, found by content; its CPU time), never on its layout or its names. Every
+layout passes the swaps; every stage, the full-size proofs and the other sandbox modes are
+graded on the layouts furthest from the reference (the reference's own: tests/test_grading.py).
+The in-process grades share the run's seed and the oracle's answers (tests/conftest.py), so
+a case two layouts are asked is answered once. Each solution's numbers are checked against
+the oracle outside the grader by tests/solutions/check_layouts.py."""
 
 import os
 from dataclasses import replace
@@ -10,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import SOLUTIONS, make_course
-from tests.test_cache_use import FLOORED, SWAPPED, grade_proof, grade_proofs
+from tests.helpers import SOLUTIONS, installed, make_course
+from tests.test_cache_use import FLOORED, SWAPPED, grade_proofs
 from theinference.curriculum.stages import load_stages
 from theinference.results import Status
 from theinference.student import sandbox
@@ -36,10 +39,25 @@ LAYOUTS = [
     "transformers_kvcache.py",  # transformers' GPT-2 and DynamicCache: no function named prefill
 ]
 OWN_ADAPTERS = {"transformers_kvcache.py": "transformers_adapters.py"}  # its tests/adapters.py
-# graded at the stages' full sizes too, and in every sandbox mode: the original layouts and
-# those furthest from them
-FULL_SIZE = [*LAYOUTS[:4], "linked_kvcache.py", "transformers_kvcache.py"]
+NEEDS = {"torch_kvcache.py": ["torch"], "torch_module_kvcache.py": ["torch"],
+         "transformers_kvcache.py": ["torch", "transformers"]}
+# every stage (not only its swaps), the full-size proofs and every sandbox mode: the layouts
+# furthest from the reference. The reference's every stage and full-size proof:
+# tests/test_grading.py; the independent solution's: tests/test_class_grade_slow.py's class
+EVERY_STAGE = ["paged_kvcache.py", "linked_kvcache.py", "transformers_kvcache.py"]
+FULL_SIZE = ["preallocated_kvcache.py", "torch_kvcache.py", "linked_kvcache.py",
+             "transformers_kvcache.py"]
 EVERY_MODE = ["paged_kvcache.py", "torch_module_kvcache.py", "transformers_kvcache.py"]
+
+
+def layouts(names: list[str]) -> list:
+    """The layouts as parameters, those kept in PyTorch skipped where it is not installed."""
+    return [
+        pytest.param(name, marks=pytest.mark.skipif(
+            not all(installed(m) for m in NEEDS.get(name, [])),
+            reason=f"{name} needs {' and '.join(NEEDS.get(name, []))} (.ci/run installs them)"))
+        for name in names
+    ]
 
 
 def layout_course(root: Path, layout: str) -> Path:
@@ -51,22 +69,26 @@ def layout_course(root: Path, layout: str) -> Path:
     return course
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_a_correct_cache_in_any_layout_passes_the_swaps(layout, tmp_path, weights):
+@pytest.mark.parametrize("layout", layouts(LAYOUTS))
+def test_a_correct_cache_in_any_layout_passes_the_swaps(
+    layout, tmp_path, weights, answers, run_seed
+):
     """Catches a swap that only finds the reference's layout: float64 buffers, a preallocated
     buffer behind copying properties, PyTorch tensors, fused K|V, blocks behind a table,
     read-only arrays, linked nodes, pre-scaled keys, an arena, per-token rows, interleaved
     heads, a module's buffers, transformers' DynamicCache with no function named prefill."""
     course = layout_course(tmp_path / "c", layout)
-    cases = grade_proofs(course, weights, SWAPPED, small=True)
+    cases = grade_proofs(course, weights, SWAPPED, True, answers=answers, seed=run_seed)
     assert len(cases) == len(SWAPPED)
     for slug, case in zip(SWAPPED, cases, strict=True):
         assert case.status == Status.PASSED, (slug, case.message)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("layout", LAYOUTS[2:])  # the first two: tests/test_grading.py
-def test_a_correct_cache_in_any_layout_passes_every_stage(layout, tmp_path, weights):
+@pytest.mark.parametrize("layout", layouts(EVERY_STAGE))
+def test_a_correct_cache_in_any_layout_passes_every_stage(
+    layout, tmp_path, weights, answers, run_seed
+):
     """Catches a verdict that depends on the layout anywhere in the curriculum: every stage's
     short graded cases (every decode among them swapped) and its swap proofs, as a quick run
     grades them."""
@@ -76,31 +98,38 @@ def test_a_correct_cache_in_any_layout_passes_every_stage(layout, tmp_path, weig
     course = layout_course(tmp_path / "c", layout)
     stages = [replace(s, timeout=300) for s in load_stages()]
     run = grade(ProcessSetup(course, weights.path, Limits(timeout=300)),
-                RunPlan(stages, weights, policy=RunPolicy(quick=True)))
+                RunPlan(stages, weights, answers, RunPolicy(quick=True), run_seed))
     for stage in run.stages:
         bad = [(c.name, c.message) for c in stage.cases if c.status != Status.PASSED]
         assert stage.status == Status.PASSED and not bad, (stage.slug, bad)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("layout", FULL_SIZE)
-def test_a_correct_cache_in_any_layout_passes_every_full_size_proof(layout, tmp_path, weights):
+@pytest.mark.parametrize("layout", layouts(FULL_SIZE))
+def test_a_correct_cache_in_any_layout_passes_every_full_size_proof(
+    layout, tmp_path, weights, answers, run_seed
+):
     """Catches a proof that a correct cache fails at the sizes the stages draw (a floor too
     tight, a swap lost in a 1000-token cache)."""
     course = layout_course(tmp_path / "c", layout)
-    for slug in SWAPPED + FLOORED:
-        case = grade_proof(course, weights, slug)
+    cases = grade_proofs(course, weights, SWAPPED + FLOORED, answers=answers, seed=run_seed)
+    assert len(cases) == len(SWAPPED + FLOORED)
+    for slug, case in zip(SWAPPED + FLOORED, cases, strict=True):
         assert case.status == Status.PASSED, (slug, case.message)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["unprivileged-user", "none"])
-@pytest.mark.parametrize("layout", EVERY_MODE)
-def test_a_correct_cache_passes_the_swaps_in_every_sandbox_mode(layout, mode, tmp_path, weights):
+@pytest.mark.parametrize("layout", layouts(EVERY_MODE))
+def test_a_correct_cache_passes_the_swaps_in_every_sandbox_mode(
+    layout, mode, tmp_path, weights, answers, run_seed
+):
     """Catches a swap that works only inside bubblewrap (the default elsewhere): a uid of the
     student's own, and the grader's own user."""
     chosen = sandbox.choose("none") if mode == "unprivileged-user" else sandbox.Sandbox("none")
     assert chosen.kind == mode or os.geteuid() != 0, chosen
     course = layout_course(tmp_path / "c", layout)
-    for case in grade_proofs(course, weights, SWAPPED, small=True, sandbox=chosen):
+    cases = grade_proofs(course, weights, SWAPPED, True, chosen, answers, run_seed)
+    assert len(cases) == len(SWAPPED)
+    for case in cases:
         assert case.status == Status.PASSED, (mode, case.name, case.message)

@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.helpers import SOLUTIONS, make_course, reference_text
+from tests.helpers import SOLUTIONS, installed, make_course, reference_text
 from theinference.curriculum.checks import CHECKS
-from theinference.curriculum.checks.common import Words
-from theinference.curriculum.checks.floor import floor_verdict, forward_flop
+from theinference.curriculum.checks.common import Verdict, Words
+from theinference.curriculum.checks.floor import floor_verdict, forward_flop, with_cost
 from theinference.curriculum.stages import load_stages, with_run_draws
 from theinference.grading.answer_cache import ORACLE_VERSION, read_or_make_secret
 from theinference.oracle.config import ModelConfig
@@ -55,21 +55,25 @@ def proof_stage(slug: str, small: bool = False):
     return replace(stage, cases=(case,), timeout=900)
 
 
-def grade_proof(course: Path, weights, slug: str, small: bool = False, seed: int | None = None):
-    (case,) = grade_proofs(course, weights, [slug], small, seed)
+def grade_proof(
+    course: Path, weights, slug: str, small: bool = False, answers=None, seed=None
+):
+    (case,) = grade_proofs(course, weights, [slug], small, answers=answers, seed=seed)
     return case
 
 
 def grade_proofs(
-    course: Path, weights, slugs: list, small: bool = False, seed=None, sandbox=None
+    course: Path, weights, slugs: list, small: bool = False, sandbox=None, answers=None,
+    seed=None,
 ) -> list:
-    """Each stage's proof case, graded in one run (one student process for them all)."""
+    """Each stage's proof case, graded in one run (one student process for them all), with
+    the session's answers and seed where given (the `answers` and `run_seed` fixtures)."""
     from theinference.grading.grader import RunPlan, grade
 
     stages = [proof_stage(slug, small) for slug in slugs]
     limits = Limits(timeout=900)
     setup = ProcessSetup(course, weights.path, limits, sandbox=sandbox)
-    run = grade(setup, RunPlan(stages, weights, seed=seed))
+    run = grade(setup, RunPlan(stages, weights, answers, seed=seed))
     return [case for stage in run.stages for case in stage.cases]
 
 
@@ -107,12 +111,10 @@ def kv(seed: int) -> np.ndarray:
 
 
 def layouts(k: np.ndarray, v: np.ndarray) -> dict:
-    """The same K/V kept in many ways; each value a (holder, read back as [h, n, hd])."""
-    import torch
-
+    """The same K/V kept in many ways; each value a (holder, read back as [h, n, hd]). The
+    PyTorch ones (TORCH_LAYOUTS) only where torch is installed."""
     stacked = np.zeros((1, 2, H, 16, HD))  # [layers, K|V, h, capacity, hd], float64
     stacked[0, 0, :, :N], stacked[0, 1, :, :N] = k, v
-    as_torch = [torch.from_numpy(k.copy())[None], torch.from_numpy(v.copy())[None]]
     rows = [[k[:, p].reshape(-1).copy() for p in range(N)], [v[:, p].copy() for p in range(N)]]
     return {
         "[h, n, hd]": ({"k": k.copy(), "v": v.copy()}, lambda c: (c["k"], c["v"])),
@@ -129,12 +131,12 @@ def layouts(k: np.ndarray, v: np.ndarray) -> dict:
             lambda c: (np.stack(c["k"]), np.stack(c["v"])),
         ),
         "preallocated stack": (stacked, lambda c: (c[0, 0, :, :N], c[0, 1, :, :N])),
-        "torch [1, h, n, hd]": (as_torch, lambda c: (c[0][0].numpy(), c[1][0].numpy())),
         "a list of rows": (
             rows,
             lambda c: (np.stack(c[0]).reshape(N, H, HD).transpose(1, 0, 2), np.stack(c[1], 1)),
         ),
         **more_layouts(k, v),
+        **(torch_layouts(k, v) if installed("torch") else {}),
     }
 
 
@@ -157,8 +159,6 @@ def more_layouts(k: np.ndarray, v: np.ndarray) -> dict:
     """Layouts strong students write, each a correct cache of the same K/V."""
     import collections
 
-    import torch
-
     fused = np.concatenate([merged(k), merged(v)], axis=1)  # [n, 2d]
     pool = np.zeros((2, 4, H, 16, HD), dtype=np.float32)  # K|V pools of 4 blocks of 16
     table = [2, 0]  # this layer's block table: positions 0..15 in block 2
@@ -173,10 +173,6 @@ def more_layouts(k: np.ndarray, v: np.ndarray) -> dict:
     arena[:N], arena[16 : 16 + N] = merged(k), merged(v)
     per_token = [np.stack([merged(k)[p], merged(v)[p]]) for p in range(N)]  # [2, d] each
     interleaved = np.concatenate([k, v], axis=2)  # [h, n, 2 hd]
-    module = torch.nn.Module()  # a module is callable: its buffers are searched too
-    module.register_buffer("cache_k", torch.from_numpy(k.copy())[None], persistent=False)
-    module.register_buffer("cache_v", torch.from_numpy(v.copy())[None], persistent=False)
-    bf16 = [torch.from_numpy(a.copy()).to(torch.bfloat16) for a in (k, v)]
     kept = {"k": k.copy(), "v": v.copy()}
 
     def closure():
@@ -216,24 +212,60 @@ def more_layouts(k: np.ndarray, v: np.ndarray) -> dict:
             interleaved,
             lambda c: (c[:, :, :HD], c[:, :, HD:]),
         ),
+        "float16 arrays": ([k.astype(np.float16), v.astype(np.float16)], lambda c: c),
+        "a closure's cell": (closure, lambda c: (c()["k"], c()["v"])),
+    }
+
+
+def torch_layouts(k: np.ndarray, v: np.ndarray) -> dict:
+    """The layouts of a cache kept in PyTorch."""
+    import torch
+
+    as_torch = [torch.from_numpy(k.copy())[None], torch.from_numpy(v.copy())[None]]
+    module = torch.nn.Module()  # a module is callable: its buffers are searched too
+    module.register_buffer("cache_k", torch.from_numpy(k.copy())[None], persistent=False)
+    module.register_buffer("cache_v", torch.from_numpy(v.copy())[None], persistent=False)
+    bf16 = [torch.from_numpy(a.copy()).to(torch.bfloat16) for a in (k, v)]
+    return {
+        "torch [1, h, n, hd]": (as_torch, lambda c: (c[0][0].numpy(), c[1][0].numpy())),
         "a PyTorch module's buffers": (
             module,
             lambda c: (c.cache_k[0].numpy(), c.cache_v[0].numpy()),
         ),
-        "float16 arrays": ([k.astype(np.float16), v.astype(np.float16)], lambda c: c),
         "bfloat16 tensors": (bf16, lambda c: tuple(t.float().numpy() for t in c)),
-        "a closure's cell": (closure, lambda c: (c()["k"], c()["v"])),
     }
+
+
+# every layout by name, so that collection needs no torch (the PyTorch ones skip without it)
+TORCH_LAYOUTS = ["torch [1, h, n, hd]", "a PyTorch module's buffers", "bfloat16 tensors"]
+LAYOUTS = [
+    "[h, n, hd]", "keys transposed, [n, h, hd] values", "merged [n, d]", "one array per head",
+    "preallocated stack", "a list of rows", "fused K|V [n, 2d]", "paged pool and block table",
+    "read-only arrays", "linked nodes (slots)", "keys pre-scaled by 1/8",
+    "arena [(K|V) x capacity, d]", "one [2, d] array per token, in a deque",
+    "heads with K|V interleaved [h, n, 2 hd]", "float16 arrays", "a closure's cell",
+    *TORCH_LAYOUTS,
+]
 
 
 def swap_blobs(finds, writes) -> list[bytes]:
     return [a.tobytes() for f, w in zip(finds, writes, strict=True) for a in (*f, *w)]
 
 
-@pytest.mark.parametrize("layout", list(layouts(kv(0), kv(1))))
+def test_every_layout_is_named_for_the_swap_test():
+    """Catches a layout added to layouts() that the swap test below never runs (or a name
+    there that no layout has)."""
+    built = list(layouts(kv(0), kv(1)))
+    expected = LAYOUTS if installed("torch") else [n for n in LAYOUTS if n not in TORCH_LAYOUTS]
+    assert sorted(built) == sorted(expected) and len(set(LAYOUTS)) == len(LAYOUTS)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_the_swap_finds_and_overwrites_kv_in_any_layout(layout):
     """Catches a swap that knows only the reference's layout (a correct cache would fail), that
     copies instead of writing in place, or that touches the weights."""
+    if layout in TORCH_LAYOUTS and not installed("torch"):
+        pytest.skip("torch is not installed (.ci/run installs it)")
     k, v = kv(0), kv(1)
     holder, read = layouts(k, v)[layout]
     weights = {"wte.weight": np.ones((4, HD), dtype=np.float32), "copy": k.copy()}
@@ -348,10 +380,19 @@ def test_a_call_stopped_at_its_budget_fails_and_says_what_was_measured():
 
 
 def test_a_call_well_under_the_floor_is_the_cost_of_a_cache():
-    """Catches a correct cache failed for the cost its own prefill already has."""
+    """Catches a correct cache failed for the cost its own prefill already has, a cost that
+    passes a wrong answer, or a verdict that does not say what was measured."""
     measured = {"cpu_seconds": 1.5, "floor": 30.0, "limit": 7.5, "stopped": False}
-    said = floor_verdict(measured, say_for("prefix-caching"), {"prompts": 32, "total": 574})
-    assert isinstance(said, str) and "20x under" in said
+    figures = {"prompts": 32, "total": 574}
+    said = floor_verdict(measured, say_for("prefix-caching"), figures)
+    right = with_cost(said, lambda: Verdict(Status.PASSED, message="logits match"))
+    assert right.status == Status.PASSED, right.message
+    assert right.message.startswith("logits match (") and "20x under" in right.message
+    wrong = with_cost(said, lambda: Verdict(Status.FAILED, message="logits depart"))
+    assert wrong.status == Status.FAILED and "logits depart" in wrong.message
+    over = floor_verdict({**measured, "cpu_seconds": 9.0}, say_for("prefix-caching"), figures)
+    judged = with_cost(over, lambda: Verdict(Status.PASSED, message="logits match"))
+    assert judged.status == Status.FAILED and "9.00 s of CPU" in judged.message, judged.message
 
 
 @pytest.mark.parametrize("measured", [None, {}, {"error": "the calibration failed: crashed"}])
@@ -422,26 +463,30 @@ def cheat_params():
 
 
 @pytest.mark.parametrize("cheat", cheat_params())
-def test_a_forger_fails_its_stage_saying_it_recomputes(cheat, tmp_path, weights):
+def test_a_forger_fails_its_stage_saying_it_recomputes(
+    cheat, tmp_path, weights, answers, run_seed
+):
     """Catches a submission that gets the right numbers without using its cache, however it
     was written against the grader's proofs."""
     course = make_course(tmp_path / "c", reference_text() + cheat["code"])
     if cheat.get("scope") == "stage":  # graded on its stage's cases (a swap's: the short ones)
         quick = cheat["stage"] in SWAPPED
         for timeout in (None, 3600):  # the stage's own, and long enough for any recompute
-            cases = grade_stage(course, weights, cheat["stage"], 7, quick, timeout)
+            cases = grade_stage(course, weights, cheat["stage"], 7, quick, timeout, answers)
             assert any(c.status == Status.FAILED for c in cases), cases
             assert all(c.status in (Status.PASSED, Status.FAILED) for c in cases), cases
             messages = [c.message for c in cases if c.status == Status.FAILED]
             assert all("recompute" in m for m in messages), messages
         return
-    case = grade_proof(course, weights, cheat["stage"], small=True)
+    case = grade_proof(course, weights, cheat["stage"], True, answers, run_seed)
     assert case.status == Status.FAILED, case
     said = ("recompute", "could not swap", "the call started a process")
     assert any(words in case.message for words in said), case.message
 
 
-def grade_stage(course: Path, weights, slug: str, seed: int, quick: bool, timeout) -> list:
+def grade_stage(
+    course: Path, weights, slug: str, seed: int, quick: bool, timeout, answers=None
+) -> list:
     """A stage's graded cases (not its proofs), as a quick run grades them (the long ones
     left out) or every one, at the stage's own timeout (None) or another."""
     from theinference.grading.grader import RunPlan, grade
@@ -453,18 +498,22 @@ def grade_stage(course: Path, weights, slug: str, seed: int, quick: bool, timeou
     policy = RunPolicy(quick=quick)
     limits = Limits(timeout=stage.timeout)
     run = grade(ProcessSetup(course, weights.path, limits),
-                RunPlan([stage], weights, policy=policy, seed=seed))
+                RunPlan([stage], weights, answers, policy=policy, seed=seed))
     return [case for s in run.stages for case in s.cases if case.status != Status.SKIPPED]
 
 
-def test_a_prefill_by_any_name_is_swapped_after_it_returns(tmp_path, weights):
+def test_a_prefill_by_any_name_is_swapped_after_it_returns(
+    tmp_path, weights, answers, run_seed
+):
     """Catches a swap that waits for a function named `prefill`: a correct cache whose
     prefill has another name (or an adapter around a library's model) must pass, the moment
     after its prefill found by the return that left every K/V in memory."""
     course = make_course(tmp_path / "c", reference_text().replace("prefill", "fill_cache"))
     adapters = course / "tests" / "adapters.py"
     adapters.write_text(adapters.read_text().replace("prefill", "fill_cache"))
-    cases = grade_proofs(course, weights, ["full-decode-step", "per-step-identity"], small=True)
+    slugs = ["full-decode-step", "per-step-identity"]
+    cases = grade_proofs(course, weights, slugs, small=True, answers=answers, seed=run_seed)
+    assert len(cases) == len(slugs)
     for case in cases:
         assert case.status == Status.PASSED, case.message
 
@@ -486,13 +535,15 @@ def decode_step(token_id, position, w, mc):
 """
 
 
-def test_an_answer_that_departs_over_the_swapped_cache_fails_and_says_so(tmp_path, weights):
+def test_an_answer_that_departs_over_the_swapped_cache_fails_and_says_so(
+    tmp_path, weights, answers, run_seed
+):
     """Catches a decode that reads its cache for part of its answer and recomputes the rest
     (right over its own cache, wrong over the swapped one) passing, or failing with a message
     that blames a bug it does not have: it is asked again unswapped, found right there, and
     told that its answer departs over the swapped cache."""
     course = make_course(tmp_path / "c", reference_text() + HALF_RECOMPUTED)
-    case = grade_proof(course, weights, "full-decode-step", small=True)
+    case = grade_proof(course, weights, "full-decode-step", True, answers, run_seed)
     assert case.status == Status.FAILED, case
     assert "though over the original it is right" in case.message, case.message
 

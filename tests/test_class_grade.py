@@ -20,6 +20,9 @@ from tests.test_hostile import SUBMISSIONS
 from theinference.cli import app
 from theinference.output.formats import SCHEMA
 
+# one worker runs this file: the class graded once (`graded`) serves every test here
+pytestmark = pytest.mark.xdist_group("test_class_grade")
+
 runner = CliRunner()
 SETTINGS = '[grading]\ntimeout = 10\nscores = { "single-step-attention" = 2 }\n'
 OPTIONS = ["-s", "single-step-attention", "--case", "one token repeated 16 times", "--jobs", "2"]

@@ -223,10 +223,26 @@ def test_a_guarded_worker_starts_isolated_from_home(tmp_path):
     """Catches a guarded worker started without -I: a usercustomize.py or .pth the student's
     code left in its user site (HOME, in `--sandbox none` the grader's own; a venv ignores it,
     a system Python does not) would run before the filter, free to fork."""
+    import subprocess
+    import sys
+
     from theinference.student import launch
 
     argv = launch.worker_argv(tmp_path, (3, 4), 2**30, PYTHON, mode="guarded")
-    assert argv[1:3] == ["-I", "-B"] and argv[-2] == "guarded", argv
+    assert argv[-2] == "guarded", argv
+    flags = argv[1:next(i for i, a in enumerate(argv) if a.endswith("worker.py"))]
+    python = getattr(sys, "_base_executable", sys.executable)  # a venv has no user site
+    env = {"HOME": str(tmp_path / "home"), "PATH": os.environ.get("PATH", "")}
+    site = subprocess.run([python, "-c", "import site; print(site.getusersitepackages())"],
+                          env=env, capture_output=True, text=True, check=True).stdout.strip()
+    Path(site).mkdir(parents=True)
+    ran = tmp_path / "usercustomize-ran"
+    (Path(site) / "usercustomize.py").write_text(f"open({str(ran)!r}, 'w').close()\n")
+    subprocess.run([python, "-c", "pass"], env=env, check=True)
+    assert ran.exists(), "this Python runs a user site's usercustomize.py: the check can tell"
+    ran.unlink()
+    subprocess.run([python, *flags, "-c", "pass"], env=env, check=True)
+    assert not ran.exists(), f"the worker's flags {flags} let HOME's usercustomize.py run"
 
 
 @needs_cgroup

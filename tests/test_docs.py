@@ -100,6 +100,26 @@ def test_readme_is_the_students_page():
     assert first_blocks[1].strip() == "bash .ci/run"
 
 
+def test_ci_runs_the_suite_once_as_the_docs_say():
+    """Catches .ci/run running pytest otherwise than docs/development.md and README.md say it
+    does (a second run, the slow cases left out of its one run)."""
+    ci = [re.sub(r"\s+#.*$", "", line).strip()
+          for line in (ROOT / ".ci" / "run").read_text().splitlines()
+          if line.strip().startswith("python -m pytest")]
+    assert len(ci) == 1, ci
+    assert ci[0] in shell_lines(ROOT / "docs" / "development.md"), ci[0]
+    assert f"`{ci[0].removeprefix('python -m ')}`" in " ".join(
+        (ROOT / "README.md").read_text().split()), ci[0]
+    # its one run leaves out neither half: test_docs_run.py holds slow tests and others
+    whole = subprocess.run([sys.executable, *shlex.split(ci[0])[1:], "--collect-only", "-q",
+                            "-n", "0", "-p", "no:cacheprovider", "tests/test_docs_run.py"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert whole.returncode == 0, whole.stdout[-2000:] + whole.stderr[-2000:]
+    assert "::test_the_instructors_page_runs" in whole.stdout, whole.stdout[-2000:]
+    assert "::test_every_command_of_the_pages_is_run_or_checked" in whole.stdout
+    assert "deselected" not in whole.stdout.splitlines()[-1], whole.stdout[-500:]
+
+
 def test_every_doc_page_is_linked_from_the_readme():
     """Catches a page of docs/ that no reader can find from the front page."""
     readme = (ROOT / "README.md").read_text()

@@ -34,6 +34,9 @@ from theinference.output.screen import focus_block
 from theinference.results import CaseResult, RunResult, StageResult, Status, finding_of
 from theinference.results.error_map import MAX_COLUMNS, MAX_ROWS, error_map, numbered
 
+# one worker runs this file: each planted bug graded once (`planted`) serves every test here
+pytestmark = pytest.mark.xdist_group("test_error_map")
+
 PROMPT = [464, 2068, 7586, 21831, 18045, 625]  # six tokens
 CONTINUATION = [262, 16931, 3290, 13, 198]  # five steps
 WIDTH = 72  # the terminal the report is drawn for
@@ -210,13 +213,6 @@ def dump_dom(chromium: str, page: Path, tmp: Path) -> str:
     assert run.returncode == 0, run.stderr[-2000:]
     assert "net::ERR" not in run.stderr, run.stderr[-2000:]
     return run.stdout
-
-
-@pytest.fixture(scope="module")
-def answers(weights):
-    from theinference.grading.answers import Answers
-
-    return Answers(weights)
 
 
 @pytest.mark.slow

@@ -4,15 +4,15 @@ bug fails the stage it breaks, an untouched template is todo everywhere."""
 import pytest
 
 from tests.bugs import BUGS, REFERENCE, planted
-from tests.helpers import SOLUTIONS, STAGES, grade_course, make_course, statuses
+from tests.helpers import STAGES, grade_course, make_course, statuses
 from theinference.curriculum.checks import CHECKS
 from theinference.curriculum.stages import load_stages, with_run_draws
 
 ALL = STAGES
 
 
-def test_reference_solution_passes_every_stage(reference_course, weights):
-    run = grade_course(reference_course, weights)
+def test_reference_solution_passes_every_stage(reference_course, weights, answers, run_seed):
+    run = grade_course(reference_course, weights, oracle=answers, seed=run_seed)
     assert not any(c.suspected_bug or c.lesson for s in run.stages for c in s.cases)
     assert not any(s.suspected_bug or s.bug_name or s.hint for s in run.stages)
     assert statuses(run) == {slug: "passed" for slug in ALL}
@@ -34,30 +34,19 @@ def measured(stage, case) -> bool:
     return is_measured(check, case, check.arguments(case, GPT2_124M), GPT2_124M)
 
 
-@pytest.mark.slow
-def test_independent_solution_passes_every_stage(tmp_path, weights):
-    course = make_course(tmp_path / "c", (SOLUTIONS / "independent_kvcache.py").read_text())
-    run = grade_course(course, weights)
-    assert statuses(run) == {slug: "passed" for slug in ALL}
+# the independent solution passes every stage in tests/test_class_grade_slow.py's class
 
 
-def test_untouched_template_is_todo_everywhere(template_course, weights):
-    run = grade_course(template_course, weights)
+def test_untouched_template_is_todo_everywhere(template_course, weights, answers):
+    run = grade_course(template_course, weights, oracle=answers)
     assert statuses(run) == {slug: "todo" for slug in ALL}
     first = run.stages[0].cases[0]
     assert "single-step-attention" in first.message and "kvcache.py" in first.message
     assert not run.passed
 
 
-@pytest.fixture(scope="module")
-def shared_oracle(weights):
-    from theinference.grading.answers import Answers
-
-    return Answers(weights)
-
-
 @pytest.mark.parametrize("bug", BUGS, ids=[b.id for b in BUGS])
-def test_planted_bug_fails_its_stage_and_is_named(bug, weights, shared_oracle):
+def test_planted_bug_fails_its_stage_and_is_named(bug, weights, answers):
     # exactly what `theinference verify --quick` runs for each bug
     from theinference.curriculum.stages import load_stages
     from theinference.grading.verify import Grounds, quick, verify_bug
@@ -70,7 +59,7 @@ def test_planted_bug_fails_its_stage_and_is_named(bug, weights, shared_oracle):
         if isinstance(event, StageFinished):
             finished.append(event.result)
 
-    grounds = Grounds(weights, shared_oracle)
+    grounds = Grounds(weights, answers)
     row = verify_bug(bug, REFERENCE.read_text(), quick(stage), grounds, keep)
     assert row.status.value in ("failed", "error"), row
     assert row.named == bug.fingerprint, row  # named exactly, or (no fingerprint) not guessed
@@ -97,9 +86,9 @@ def assert_localised_cases_carry_their_map(bug_id: str, stage) -> None:
                 assert str(case.where[axis]) == label.split()[0], (bug_id, case.name)
 
 
-def test_failed_prerequisite_skips_dependents_with_reason(tmp_path, weights):
+def test_failed_prerequisite_skips_dependents_with_reason(tmp_path, weights, answers):
     course = make_course(tmp_path / "c", planted("causal-mask-in-step"))
-    run = grade_course(course, weights)
+    run = grade_course(course, weights, oracle=answers)
     assert statuses(run) == {"single-step-attention": "failed"} | {
         slug: "skipped" for slug in ALL[1:]
     }

@@ -21,6 +21,9 @@ from theinference.cli import app
 from theinference.grading.answer_cache import KEY_FILE, MAC_BYTES
 from theinference.oracle import synthetic
 
+# one worker runs this file: `caches_stay_intact` checks the cache every test here graded with
+pytestmark = pytest.mark.xdist_group("test_hostile")
+
 runner = CliRunner()
 TIMEOUT = "3"
 # the name a submission's leftover process gives itself (/proc/*/comm), this test process's

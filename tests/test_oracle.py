@@ -10,6 +10,9 @@ from tests.helpers import hf_gpt2, oracle_answer
 from theinference.curriculum.stages import token_ids
 from theinference.oracle import gpt2 as oracle
 
+# one worker runs this file: the transformers model built once (`hf_model`) serves every test here
+pytestmark = pytest.mark.xdist_group("test_oracle")
+
 
 def import_transformers():
     # CI installs torch and transformers (.ci/run), where a skip would hide a broken oracle

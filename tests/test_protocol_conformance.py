@@ -32,6 +32,9 @@ from theinference.student.channel import encode_frame
 from theinference.student.replies import decode_reply, split_frame
 from theinference.student.worker import protocol
 
+# one worker runs this file: both workers (`workers`) serve every test here
+pytestmark = pytest.mark.xdist_group("test_protocol_conformance")
+
 FIXTURES = Path(__file__).parent / "fixtures" / "protocol"
 WAIT = 60.0  # seconds for one reply: a cold Node with tsx on a loaded machine
 

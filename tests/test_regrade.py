@@ -16,6 +16,9 @@ from theinference.classroom.regrade import diff_records
 from theinference.cli import app
 from theinference.grading.provenance import flatten
 
+# one worker runs this file: the class graded twice once (`regraded`) serves every test here
+pytestmark = pytest.mark.xdist_group("test_regrade")
+
 runner = CliRunner()
 BEFORE = '[grading]\nseed = "none"\n'
 AFTER = '[grading]\nseed = 7\nscores = { "single-step-attention" = 3 }\n'  # hidden: 208, 230 tokens

@@ -15,7 +15,8 @@ import pytest
 from tests import slurm_cluster
 from tests.test_workflows import assert_class_merged
 
-pytestmark = pytest.mark.slow
+# one cluster (`cluster`) for both tests: two at once would share its ports
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_slurm_real")]
 
 WAIT = 600  # seconds a whole submission may take before the test fails
 

@@ -347,36 +347,30 @@ def test_watch_reacts_to_typescript_files():
     assert not is_watched(Path("node_modules/tsx/dist/index.ts"))
 
 
-def test_typescript_reference_passes_every_stage_on_small_cases(weights):
+def test_typescript_reference_passes_every_stage_on_small_cases(weights, answers):
     """Catches the Node worker or template mangling correct answers (shapes, dtypes, pairs),
     and the probe flagging a decode that does read its cache."""
-    from theinference.grading.answers import Answers
-
     stages = [quick(s) for s in load_stages()]
-    rows = verify_reference(REFERENCE_TS, stages, Grounds(weights, Answers(weights), SOLUTIONS_TS))
+    rows = verify_reference(REFERENCE_TS, stages, Grounds(weights, answers, SOLUTIONS_TS))
     assert [r.stage for r in rows] == [s.slug for s in stages]
     assert all(r.ok for r in rows), [(r.stage, r.status.value, r.named) for r in rows]
 
 
 @pytest.mark.parametrize("bug_id", CLASSIC)
-def test_classic_typescript_bug_fails_and_is_named(bug_id, weights):
+def test_classic_typescript_bug_fails_and_is_named(bug_id, weights, answers):
     """Catches a TypeScript bug that passes, or is named differently from Python's, because of
     the worker's encoding (the fingerprints run on the returned numbers only)."""
-    from theinference.grading.answers import Answers
-
     bug = BUGS_TS[bug_id]
     (stage,) = select(load_stages(), [bug.stage])
-    grounds = Grounds(weights, Answers(weights), SOLUTIONS_TS)
+    grounds = Grounds(weights, answers, SOLUTIONS_TS)
     row = verify_bug(bug, REFERENCE_TS, quick(stage), grounds)
     assert row.ok, (row.status.value, row.named, bug.fingerprint)
 
 
 @pytest.mark.slow
-def test_typescript_reference_passes_every_full_stage(weights):
+def test_typescript_reference_passes_every_full_stage(weights, answers):
     """Catches the full cases (1024 tokens, position 1023) timing out or failing in TS."""
-    from theinference.grading.answers import Answers
-
-    grounds = Grounds(weights, Answers(weights), SOLUTIONS_TS)
+    grounds = Grounds(weights, answers, SOLUTIONS_TS)
     rows = verify_reference(REFERENCE_TS, load_stages(), grounds)
     assert all(r.ok for r in rows), [(r.stage, r.status.value) for r in rows]
 
@@ -429,13 +423,14 @@ def test_the_node_swap_finds_every_layout_and_writes_all_or_nothing():
     assert found["partial"] == [False, 0], found["partial"]
 
 
-def test_the_swap_reaches_a_typescript_cache(tmp_path, weights):
+def test_the_swap_reaches_a_typescript_cache(tmp_path, weights, answers, run_seed):
     """Catches a swap that cannot reach a TypeScript cache (Float32Array rows per head), so the
     swapped-cache proofs could not apply to a correct TypeScript solution."""
-    from tests.test_cache_use import grade_proof
+    from tests.test_cache_use import SWAPPED, grade_proofs
     from theinference.results import Status
 
     course = ts_course(tmp_path / "c", REFERENCE_TS)
-    for slug in ("single-step-attention", "full-decode-step", "per-step-identity"):
-        case = grade_proof(course, weights, slug, small=True)
+    cases = grade_proofs(course, weights, SWAPPED, True, answers=answers, seed=run_seed)
+    assert len(cases) == len(SWAPPED) == 3  # one TypeScript process for the three
+    for slug, case in zip(SWAPPED, cases, strict=True):
         assert case.status == Status.PASSED, (slug, case.message)
