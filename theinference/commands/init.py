@@ -44,11 +44,12 @@ def init(
 
 def init_notebook(directory: Path, lang: str) -> None:
     """DIR/kvcache.ipynb: the stages in order, a check cell after each (notebook/course.py)."""
+    from theinference.course import languages
     from theinference.course.directory import CourseError
     from theinference.exits import Abort
     from theinference.notebook.course import NOTEBOOK_NAME, notebook_json
 
-    if lang != "python":
+    if not languages.by_name(lang).notebook:
         raise Abort("--notebook writes a Python notebook: it cannot be used with --lang " + lang)
     path = directory / NOTEBOOK_NAME
     if path.exists():

@@ -36,6 +36,7 @@ class Language:
     setup_lines: str = ""  # the Gradescope image's setup.sh lines for the runtime
     provided_kernel: tuple[str, ...] = ()  # calibration multiplies through these, if any
     earlier_kernels: frozenset = frozenset()  # digests of earlier releases' kernel pairs
+    notebook: bool = False  # `init --notebook` writes its course as a Jupyter notebook
 
     @property
     def own_code(self) -> tuple[str, ...]:

@@ -6,6 +6,7 @@ from theinference.course.languages.language import TEMPLATES, Language
 
 PYTHON = Language(
     name="python",
+    notebook=True,  # the kernel's definitions are the course's (notebook/)
     title="Python",
     template=TEMPLATES / "python",
     adapters=Path("tests/adapters.py"),
