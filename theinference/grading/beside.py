@@ -12,12 +12,9 @@ from collections.abc import Callable
 from theinference.curriculum.checks import CHECKS
 from theinference.curriculum.stages import Case
 from theinference.grading.judging import is_measured
-from theinference.grading.policy import case_size
+from theinference.grading.policy import LONG_CASE_TOKENS, case_size
 from theinference.student.process import StudentProcess
 from theinference.student.setup import ProcessSetup
-
-BESIDE_TOKENS = 300  # a case handing the student's code more tokens than this is long
-
 
 class Workers:
     """The run's student processes: the first serves every case in turn; the others, started
@@ -56,7 +53,7 @@ def long_run(cases: list[Case], start: int, config) -> int:
 
 def goes_beside(case: Case, config) -> bool:
     check = CHECKS[case.check]
-    if case_size(case) <= BESIDE_TOKENS or case.inputs.get("must_raise"):
+    if case_size(case) <= LONG_CASE_TOKENS or case.inputs.get("must_raise"):
         return False
     return not is_measured(check, case, check.arguments(case, config), config)
 
