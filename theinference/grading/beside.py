@@ -16,6 +16,7 @@ from theinference.grading.policy import LONG_CASE_TOKENS, case_size
 from theinference.student.process import StudentProcess
 from theinference.student.setup import ProcessSetup
 
+
 class Workers:
     """The run's student processes: the first serves every case in turn; the others, started
     when a stage first has long cases for them, take those beside it. Use as a context."""
