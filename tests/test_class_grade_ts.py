@@ -21,9 +21,10 @@ from typer.testing import CliRunner
 
 from tests import classroom_helpers as ch
 from tests.test_typescript import BUGS_TS, NODE_MODULES, REFERENCE_TS, ts_course
-from theinference.classroom import runner as ts_runner
+from theinference.classroom import autograder, batch
 from theinference.cli import app
 from theinference.course.languages import TYPESCRIPT
+from theinference.course.languages import runner as ts_runner
 
 runner = CliRunner()
 SETTINGS = 'language = "ts"\n[grading]\ntimeout = 60\nscores = { "single-step-attention" = 2 }\n'
@@ -49,7 +50,8 @@ def fake_npm(tmp_path, monkeypatch):
     (bin_dir / "npm").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.delenv(ts_runner.READY_ENV, raising=False)
-    monkeypatch.setattr(ts_runner, "cache_dir", lambda: tmp_path / "cache")
+    for module in (batch, autograder):  # the runner's home: the grader's cache directory
+        monkeypatch.setattr(module, "cache_dir", lambda: tmp_path / "cache")
     return calls
 
 
@@ -116,7 +118,8 @@ def test_the_runner_is_installed_once_and_copied_without_the_compiler(tmp_path, 
     """Catches concurrent graders each running npm ci, a half-installed runner being used, or
     a course given the 30 MB compiler it never needs for grading."""
     found: list[Path] = []
-    threads = [threading.Thread(target=lambda: found.append(ts_runner.runner_modules(TYPESCRIPT)))
+    cache = tmp_path / "cache"
+    threads = [threading.Thread(target=lambda: found.append(TYPESCRIPT.runner.shared(cache)))
                for _ in range(4)]
     for t in threads:
         t.start()
@@ -139,7 +142,7 @@ def test_a_failed_install_is_the_submissions_row_not_a_crash(tmp_path, monkeypat
     (bin_dir / "npm").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.delenv(ts_runner.READY_ENV, raising=False)
-    monkeypatch.setattr(ts_runner, "cache_dir", lambda: tmp_path / "cache")
+    monkeypatch.setattr(batch, "cache_dir", lambda: tmp_path / "cache")
     subs = tmp_path / "subs"
     subs.mkdir()
     (subs / "ts").mkdir()

@@ -28,6 +28,7 @@ from theinference.course import languages
 from theinference.course.directory import SETTINGS_FILE, TEMPLATE_DIR
 from theinference.course.settings import Settings
 from theinference.grading.provenance import seed_label
+from theinference.oracle.weights import cache_dir
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 SOURCE_DIR = "theinference-src"  # in the bundle: this theinference, installed by setup.sh
@@ -99,7 +100,6 @@ def warm(settings: Settings, points: dict[str, float]) -> tuple[int, float]:
     into the answer cache, and a TypeScript course's runner; returns (answers, seconds)."""
     import time
 
-    from theinference.classroom.runner import runner_modules
     from theinference.curriculum.checks import CHECKS
     from theinference.curriculum.stages import drawn_per_run, load_stages
     from theinference.grading.answers import Answers
@@ -107,8 +107,7 @@ def warm(settings: Settings, points: dict[str, float]) -> tuple[int, float]:
 
     started = time.monotonic()
     language = settings.language or languages.DEFAULT
-    if language.runner_entry:
-        runner_modules(language)  # installed now, so each submission only copies it
+    language.runner.shared(cache_dir())  # installed now, so each submission only copies it
     weights = load_weights(settings.weights, Path.cwd())
     answers = Answers.cached(weights)
     count = 0

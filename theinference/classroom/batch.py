@@ -29,11 +29,12 @@ from theinference.classroom.intake import (
     submission_language,
 )
 from theinference.classroom.records import FINAL, SCHEMA, read_record, record_path, stage_rows
-from theinference.classroom.runner import RunnerError, give_runner, runner_modules
+from theinference.course.languages.runner import RunnerError
 from theinference.course.settings import Grading
 from theinference.grading.allocation import Allocation, read_allocation
 from theinference.grading.provenance import provenance, with_run
 from theinference.grading.seed import NO_SEED, SEED_VAR, Seed
+from theinference.oracle.weights import cache_dir
 
 STDERR_KEPT = 4000
 
@@ -208,9 +209,7 @@ def run_test(files: dict[str, bytes], plan: Plan, jobs: int,
     try:
         language = submission_language(files, plan.settings_toml)
         course = lay_over_template(files, work / "course", plan.settings_toml, language)
-        if language.runner_entry:
-            # installed once for the class, then copied
-            give_runner(course, runner_modules(language))
+        language.runner.give(course, cache_dir())  # installed once for the class, then copied
         output, errors = work / "results.json", work / "stderr.txt"
         with errors.open("wb") as err:
             code = run_bounded(plan.test_command(course, output), err, plan.submission_timeout,

@@ -6,7 +6,7 @@ from typing import Annotated
 import typer
 
 from theinference import exits
-from theinference.commands.grade import CourseOpt, fail, instructor_settings, stage_points
+from theinference.commands.grade import CourseOpt, fail
 from theinference.commands.options import command_group
 
 gradescope_app = command_group("A Gradescope autograder for the course.")
@@ -22,6 +22,7 @@ def build(
     """Write the autograder zip: setup.sh, run_autograder, the course's theinference.toml and
     this theinference (setup.sh installs it and precomputes the oracle's answers)."""
     from theinference.classroom.autograder import build_bundle
+    from theinference.classroom.class_run import instructor_settings, stage_points
 
     settings, toml = instructor_settings(course_dir)
     stage_points(settings, [])  # refuse unknown stages now, not on Gradescope
@@ -37,6 +38,7 @@ def warm(
 ) -> None:
     """Make the weights and the oracle's answers for every public case (setup.sh runs this)."""
     from theinference.classroom.autograder import warm as warm_answers
+    from theinference.classroom.class_run import instructor_settings, stage_points
     from theinference.oracle.weights import WeightsError
 
     settings, _ = instructor_settings(settings_file.parent, settings_file.name)
@@ -56,6 +58,7 @@ def run(
     """Grade ROOT/submission with ROOT/source's settings; write ROOT/results/results.json."""
     from theinference.classroom.autograder import grade_submission, write_results
     from theinference.classroom.batch import Plan
+    from theinference.classroom.class_run import instructor_settings, stage_points
     from theinference.output.gradescope import failure_results, gradescope_results
     from theinference.student.sandbox import SandboxError, choose
 

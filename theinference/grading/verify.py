@@ -7,7 +7,6 @@ students, nor in the package): a folder holding reference_kvcache.py and bugs.to
 default the source checkout's tests/solutions; an installed package needs --solutions.
 """
 
-import os
 import tempfile
 import tomllib
 from dataclasses import dataclass, replace
@@ -16,6 +15,7 @@ from pathlib import Path
 from theinference.course import languages
 from theinference.course.directory import init_course
 from theinference.course.languages import Language
+from theinference.course.languages.runner import RunnerError
 from theinference.curriculum.stages import Stage
 from theinference.grading.answers import Answers
 from theinference.grading.grader import RunPlan, grade
@@ -119,8 +119,7 @@ def grade_text(kvcache: str, stages: list[Stage], grounds: Grounds, listener=ign
         course = Path(tmp) / "course"
         init_course(course, language)
         (course / language.kvcache).write_text(kvcache)
-        if language.runner_entry:
-            (course / "node_modules").symlink_to(ts_node_modules(solutions))
+        language.runner.link(course, solutions)
         chosen = None  # guardable: the grader's own user, measured calls guarded (account.py)
         if not language.guardable:
             # a uid of its own (a root grader), whose cgroup holds every process it starts
@@ -139,19 +138,6 @@ def solutions_language(solutions: Path) -> Language:
 
 def reference_name(language: Language) -> str:
     return f"reference_{language.kvcache.name}"
-
-
-def ts_node_modules(solutions: Path) -> Path:
-    """The TypeScript runner verify links into each course: $THEINFERENCE_NODE_MODULES, else
-    the one `npm ci` prepares in tests/fixtures/ts_runner beside the solutions."""
-    fixture = solutions.resolve().parent / "fixtures" / "ts_runner"
-    found = Path(os.environ.get("THEINFERENCE_NODE_MODULES") or fixture / "node_modules")
-    if not (found / "tsx" / "package.json").is_file():
-        raise VerifyError(
-            f"no TypeScript runner at {found}: run `npm ci --prefix {fixture}` once "
-            "(or point THEINFERENCE_NODE_MODULES at a node_modules holding tsx)"
-        )
-    return found
 
 
 def verify_reference(
@@ -207,8 +193,10 @@ def verify(
             "solutions, which the package does not ship: pass --solutions DIR (a folder with "
             "reference_kvcache.py or .ts and bugs.toml; a source checkout has tests/solutions)"
         )
-    if language.runner_entry:
-        ts_node_modules(solutions)  # refused up front, not once per bug
+    try:
+        language.runner.beside(solutions)  # refused up front, not once per bug
+    except RunnerError as exc:
+        raise VerifyError(str(exc)) from None
     reference = reference_path.read_text()
     bugs = load_bugs(solutions / "bugs.toml")
     unknown = set(only) - {b.id for b in bugs}

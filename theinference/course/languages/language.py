@@ -7,6 +7,8 @@ from dataclasses import dataclass, field, fields, is_dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
+from theinference.course.languages.runner import NO_RUNNER, NoRunner, Runner
+
 TEMPLATES = Path(__file__).parents[1] / "templates"
 LOCALIZED_FIELDS = ("message", "hint", "reason", "bug_name")
 
@@ -32,7 +34,7 @@ class Language:
     # Python exceptions -> the ones thrown here instead (in `names` too, for the reports)
     exceptions: dict[str, str] = field(default_factory=dict)
     first_steps: str = ""  # what `init` tells the student to run before the first test
-    runner_entry: Path | None = None  # in the course: the runner a class installs once
+    runner: Runner | NoRunner = NO_RUNNER  # what a course needs installed beside it to run
     setup_lines: str = ""  # the Gradescope image's setup.sh lines for the runtime
     provided_kernel: tuple[str, ...] = ()  # calibration multiplies through these, if any
     earlier_kernels: frozenset = frozenset()  # digests of earlier releases' kernel pairs

@@ -5,6 +5,7 @@ import shutil
 from pathlib import Path
 
 from theinference.course.languages.language import TEMPLATES, Language, LanguageError
+from theinference.course.languages.runner import Runner
 
 TSX_ENTRY = Path("node_modules/tsx/package.json")
 
@@ -112,7 +113,7 @@ TYPESCRIPT = Language(
     names=NAMES,
     exceptions=EXCEPTIONS,
     first_steps="  npm install   # once: the TypeScript runner (tsx) and compiler, pinned\n",
-    runner_entry=TSX_ENTRY,
+    runner=Runner(TSX_ENTRY, TEMPLATES / "ts"),
     setup_lines=SETUP_NODE,
     provided_kernel=KERNEL,
     earlier_kernels=EARLIER_KERNELS,
