@@ -1,7 +1,7 @@
 """Shared fixtures: one weights cache per test session, outside the repository, the oracle's
 answers shared by every in-process grade, and course directories made from the real template.
 
-The suite runs on two workers a core (pytest-xdist, `--dist loadgroup --no-loadscope-reorder` in
+The suite runs on every core (pytest-xdist, `--dist loadgroup --no-loadscope-reorder` in
 pyproject.toml): each test goes to whichever worker is free, in the order collected, but for a
 module marked `xdist_group` (one whose module-scoped fixture grades or starts something its
 tests share), whose tests run together on one worker. The slow tests are collected first, so
@@ -68,14 +68,6 @@ def answers(weights, weights_cache):
     from theinference.grading.answers import Answers
 
     return Answers.cached(weights)
-
-
-def pytest_xdist_auto_num_workers(config) -> int:
-    """`-n auto`: two workers a CPU. Half of the suite's wall time is spent waiting (on a
-    student process's timeout, a watcher's debounce, a kernel, a cluster, a browser), so one
-    worker a CPU leaves the CPUs idle about half the time; the CPU-time checks compare CPU
-    seconds, not wall, and every timeout a test relies on is many times its work."""
-    return 2 * len(os.sched_getaffinity(0))
 
 
 def pytest_collection_modifyitems(config, items) -> None:

@@ -44,7 +44,7 @@ NEEDS = {"torch_kvcache.py": ["torch"], "torch_module_kvcache.py": ["torch"],
 # every stage (not only its swaps), the full-size proofs and every sandbox mode: the layouts
 # furthest from the reference. The reference's every stage and full-size proof:
 # tests/test_grading.py; the independent solution's: tests/test_class_grade_slow.py's class
-EVERY_STAGE = ["paged_kvcache.py", "linked_kvcache.py", "transformers_kvcache.py"]
+EVERY_STAGE = ["paged_kvcache.py", "transformers_kvcache.py"]  # NumPy blocks, and PyTorch
 # at full size: the swaps in a buffer of the whole context, a chain of a thousand nodes and
 # PyTorch; the floors on the slowest correct cache here, transformers' (the reference's
 # every full-size proof: tests/test_grading.py)
