@@ -117,7 +117,9 @@ class StudentProcess:
         if look is not None and proc is not None and self._proc is proc:
             outcome.cpu_seconds = look()[0]
             # nothing the call started outlives it: the next call starts from the worker alone
-            reaper.kill_tree(proc.root, proc.since, proc.keep)
+            # (or from a fresh one, where only stopping this one is sure to end all it started)
+            if reaper.end_of_call(proc.root, proc.since, proc.keep, proc.cgroup):
+                self.stop()
         printed_out, printed_err = self._import_output
         outcome.stdout, outcome.stderr = printed_out + outcome.stdout, printed_err + outcome.stderr
         self._import_output = ("", "")
@@ -194,6 +196,8 @@ class StudentProcess:
         if self._proc is None:
             return
         proc, self._proc = self._proc, None
+        if self.uid is not None:  # its uid emptied in one pass, the worker with it
+            reaper.empty_uid(self.uid)
         reaper.kill_tree(proc.root, proc.since, uid=self.uid)
         for fd in (proc.requests, proc.replies):
             try:
