@@ -79,6 +79,16 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 
 @pytest.fixture
+def install_out_of_reach(monkeypatch):
+    """The grader's installation taken as out of the student's reach (student/reach.py), for
+    tests of another check in a process running as the grader's own user (`none`: here root,
+    who can write anything, so every cost proof would fail saying it cannot apply)."""
+    from theinference.student import reach
+
+    monkeypatch.setattr(reach, "writable_install", lambda kind: ())
+
+
+@pytest.fixture
 def template_course(tmp_path) -> Path:
     return make_course(tmp_path / "course")
 

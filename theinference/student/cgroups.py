@@ -184,9 +184,13 @@ class Cgroup:
 
     def pids(self) -> set[int]:
         try:
-            return {int(p) for p in self.procs.read_text().split()}
+            return self.members()
         except (OSError, ValueError):
             return set()
+
+    def members(self) -> set[int]:
+        """The processes in it, read in one pass; OSError where it cannot be read."""
+        return {int(p) for p in self.procs.read_text().split()}
 
     def kill_all(self) -> None:
         """SIGKILL every process in it (cgroup.kill where the kernel has it), until none is."""

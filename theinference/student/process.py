@@ -22,7 +22,7 @@ from dataclasses import replace
 
 from theinference.course import directory
 from theinference.student import account as accounts
-from theinference.student import channel, reaper, startup
+from theinference.student import channel, reach, reaper, startup
 from theinference.student.cpu import WORKER_ROOTS
 from theinference.student.placement import Placement
 from theinference.student.replies import Outcome
@@ -60,7 +60,11 @@ class StudentProcess:
         self.account = accounts.choose(self.sandbox, self.language)
         self.cpu_account = self.account.kind  # what this run had: account.py
         self.notes = [*chosen.notes, *filter(None, [self.account.note])]
-        self._guarded = False  # the next start is a guarded worker's
+        # what of the grader's installation the student's process could write (reach.py)
+        self.install_reach = reach.writable_install(self.sandbox)
+        if self.install_reach:
+            self.notes.append(reach.note(self.install_reach))
+        self._alone = ""  # the next start is a measured call's: guarded or measured (launch.py)
         self._import_output = ("", "")  # what the student's code printed while it loaded
         token = (RUN_TOKEN_VAR, self.token)
         self._place = Placement(
@@ -133,11 +137,15 @@ class StudentProcess:
         had, the outcome is `unaccounted` and says why; a guarded worker that started a
         process, `started_process`. `warm_up`: arguments the adapter is called with first, in
         the same process and unmeasured (what the adapter loads on its first call is not the
-        request's work); an outcome that stops the process is the call's."""
+        request's work); an outcome that stops the process is the call's. Where the student's
+        process can write the grader's installation (reach.py), `unaccounted` too."""
         self.stop()
         if self.account.kind == "none":
             return Outcome("unaccounted", message=accounts.no_account(self.account))
-        self._guarded = self.account.kind == "seccomp"
+        if self.install_reach:
+            why = reach.why(self.install_reach)
+            return Outcome("unaccounted", message=f"{why}: {accounts.CANNOT_APPLY}")
+        self._alone = "guarded" if self.account.kind == "seccomp" else "measured"
         try:
             self._start()
             proc = self._proc
@@ -150,7 +158,7 @@ class StudentProcess:
             return self.call(adapter, args, timeout, cpu_limit=cpu_limit)
         finally:
             self.stop()
-            self._guarded = False
+            self._alone = ""
 
     def _watchdog(self, proc: Worker, look: Look, cpu_limit: float | None) -> Watchdog:
         files = lambda: self._place.file_bytes(proc.worker)  # noqa: E731
@@ -231,7 +239,7 @@ class StudentProcess:
         self.stop()
         reaper.become_subreaper()
         started = time.monotonic()
-        spawned = startup.spawn(self._command, self.account, self._guarded)
+        spawned = startup.spawn(self._command, self.account, self._alone == "guarded")
         if isinstance(spawned, Outcome):  # it could not even start
             self._early_death = spawned
             return
@@ -247,7 +255,7 @@ class StudentProcess:
         """argv, environment, the user to run as (Popen's arguments) and the course folder
         the process works in, per sandbox (placement.py)."""
         fds = [str(req_read), str(resp_write)]
-        mode = "guarded" if self._guarded and self.mode == "adapters" else self.mode
+        mode = self._alone if self._alone and self.mode == "adapters" else self.mode
         return self._place.command(fds, str(self.limits.memory_bytes), mode)
 
     def _await_ready(self, started: float) -> bool:

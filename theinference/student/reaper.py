@@ -7,11 +7,12 @@ tree but the worker itself (and bwrap's own two) is killed; when the worker stop
 
 A process that changes pid every few milliseconds (fork, the parent exits) can be between two
 pids while the tree is read: one look may find nothing. So where the worker has a cgroup v2 of
-its own, the sweep freezes it first (nothing in it can fork then) and kills all but the worker
-from its member list, which no fork escapes; elsewhere the looks go on until several in a row
-find nothing. A uid of the student's own (identity.py) is emptied whole when its worker stops:
-kill(-1) sent by a process of that uid reaches every process of it in one pass of the kernel,
-and a fork racing it fails.
+its own, the sweep reads its member list (in which a forking process's child is added behind
+it) and, when it holds more than the worker, freezes it (nothing in it can fork then) and kills
+all but the worker; elsewhere the looks go on until several in a row find nothing, and a call
+that left a process stops the worker. A uid of the student's own (identity.py) is emptied
+whole when its worker stops: kill(-1) sent by a process of that uid reaches every process of
+it in one pass of the kernel, and a fork racing it fails.
 The grader reaps only the processes it killed or found ended under it, by pid: never
 waitpid(-1), which would take the worker's exit status from its Popen.
 """
@@ -83,19 +84,36 @@ def kill_tree(
 
 
 def end_of_call(root: int, since: int, keep: frozenset[int], cgroup=None) -> bool:
-    """Kill everything the call started but the worker (`keep`): from the worker's frozen
-    cgroup where it has one that freezes (cgroups.Cgroup), exactly; else from looks at its
-    tree, which a process hopping pids faster than a look may outrun. True when that could
-    be so (no freezer, and a process was found): the caller then stops the worker, whose
-    stop is exact where the sandbox gives a way (the uid emptied, bwrap's PID namespace)."""
-    frozen = cgroup is not None and cgroup.freeze()
-    if frozen:
-        try:
-            cgroup.kill_but(keep)
-        finally:
-            cgroup.thaw()
-    found = kill_tree(root, since, keep, looks=1 if frozen else QUIET_LOOKS)
-    return found and not frozen
+    """Kill everything the call started but the worker (`keep`): exactly where the worker has
+    a cgroup that can be read and frozen (cgroups.Cgroup: `emptied`); else from looks at its
+    tree, which a process hopping pids faster than a look may outrun. True when that could be
+    so (no such cgroup, and a process was found): the caller then stops the worker, whose stop
+    is exact where the sandbox gives a way (the uid emptied, bwrap's PID namespace)."""
+    contained = cgroup is not None and emptied(cgroup, keep)
+    found = kill_tree(root, since, keep, looks=1 if contained else QUIET_LOOKS)
+    return found and not contained
+
+
+def emptied(cgroup, keep: frozenset[int]) -> bool:
+    """Whether the cgroup now holds nothing but `keep`: read in one pass of the kernel's list,
+    where a child is added behind the process that forks it (so a process hopping pids always
+    has one of its pids listed); where it holds more, frozen (nothing in it can fork) and all
+    but `keep` killed. False where it cannot be read or frozen, or does not hold the worker."""
+    try:
+        members = cgroup.members()
+    except (OSError, ValueError):
+        return False
+    if not keep <= members:  # the worker is not in it (it could not join): it holds nothing
+        return False
+    if not members - keep:
+        return True
+    if not cgroup.freeze():
+        return False
+    try:
+        cgroup.kill_but(keep)
+    finally:
+        cgroup.thaw()
+    return True
 
 
 KILL_ALL = "import os, signal\ntry:\n    os.kill(-1, signal.SIGKILL)\nexcept OSError:\n    pass"
