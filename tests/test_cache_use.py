@@ -402,7 +402,6 @@ def test_nothing_measured_is_never_a_pass(measured):
     assert verdict.status == Status.FAILED and "does not pass" in verdict.message
 
 
-@pytest.mark.usefixtures("install_out_of_reach")
 def test_the_rate_is_measured_without_loading_the_students_code(tmp_path):
     """Catches a calibration the student's code could run in (and so slow down, to raise the
     floor), or one that measures nothing."""

@@ -145,7 +145,6 @@ def test_the_student_cannot_leave_its_cgroup_and_it_is_removed(tmp_path):
     assert not list(NO_CGROUP.path.glob(f"{cgroups.PREFIX}{os.getpid()}-*"))
 
 
-@pytest.mark.usefixtures("install_out_of_reach")
 @pytest.mark.parametrize("adapter", ["auto_reaped", "double_forked", "execd"])
 def test_a_guarded_worker_that_starts_a_process_fails_saying_so(adapter, tmp_path):
     """Catches a guarded worker (no cgroup it cannot leave: here the grader's own user) whose
@@ -160,7 +159,6 @@ def test_a_guarded_worker_that_starts_a_process_fails_saying_so(adapter, tmp_pat
     assert threaded.kind == "returned", threaded.message  # threads still start
 
 
-@pytest.mark.usefixtures("install_out_of_reach")
 def test_a_worker_whose_filter_is_not_on_is_never_trusted(tmp_path, monkeypatch):
     """Catches a grader that trusts the worker's own word (or nothing) for its filter, as on a
     kernel without seccomp (gVisor may refuse it): the call cannot apply, and says so."""
@@ -212,7 +210,6 @@ def x32_fork(_):
 """
 
 
-@pytest.mark.usefixtures("install_out_of_reach")
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="x32 numbers are x86_64's")
 def test_a_fork_by_its_x32_number_is_refused_too(tmp_path):
     """Catches a filter that reads only the 64-bit numbers: the x32 one starts a process too."""

@@ -128,6 +128,7 @@ def test_a_pth_file_planted_in_the_graders_install_fails_by_the_proof(trust, tmp
         assert any("can write the grader's installation" in n for n in seen["notes"]), seen
 
 
+@pytest.mark.install_reach
 def test_what_the_student_can_write_is_read_per_sandbox(tmp_path, monkeypatch):
     """Catches a reach check that trusts an install a fresh uid could write (a folder writable
     by others), that blames one it cannot, or that blames bwrap's read-only binds."""
@@ -160,6 +161,7 @@ def test_the_measured_workers_start_without_site_processing():
     assert "-S" not in launch.worker_argv(Path("/c"), (3, 4), 2**30, PYTHON)[1:3]
 
 
+@pytest.mark.install_reach
 def test_a_class_is_never_graded_where_a_submission_can_write_the_grader(monkeypatch):
     """Catches `grade` running a class where one submission's code could change the grader of
     the next (its install writable by the student's process): it refuses, saying why."""
@@ -171,3 +173,26 @@ def test_a_class_is_never_graded_where_a_submission_can_write_the_grader(monkeyp
     assert "refusing to grade a class" in str(refused.value), refused.value
     monkeypatch.setattr(reach, "writable_install", lambda kind: ())
     assert grade.grading_sandbox(None).kind == "none"
+
+
+@pytest.mark.install_reach
+def test_where_the_student_can_write_the_install_no_cost_proof_is_measured(tmp_path):
+    """Catches a calibration or a measured call made where the student's process can write
+    the grader's installation (here the grader's own user's, as `--sandbox none` runs it):
+    both must fail saying the check cannot apply, and the run's notes must say why."""
+    from theinference.student import calibration
+    from theinference.student.process import StudentProcess
+    from theinference.student.setup import Limits, ProcessSetup
+
+    if not reach.writable_install("none"):
+        pytest.skip("this user cannot write the grader's installation: nothing to refuse")
+    course = course_with_planter(tmp_path / "c")
+    setup = ProcessSetup(course, Path("/nonexistent"), Limits(timeout=60),
+                         sandbox=Sandbox("none"))
+    with StudentProcess(setup) as student:
+        rate, why = calibration.measure(student)
+        alone = student.call_alone("work", [[1]], 60, 30.0)
+        notes = student.notes
+    assert rate is None and "can write the grader's installation" in why, why
+    assert alone.kind == "unaccounted" and "cannot apply" in alone.message, alone.message
+    assert any("the cost checks fail saying they cannot apply" in n for n in notes), notes
