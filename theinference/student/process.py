@@ -60,10 +60,8 @@ class StudentProcess:
         self.account = accounts.choose(self.sandbox, self.language)
         self.cpu_account = self.account.kind  # what this run had: account.py
         self.notes = [*chosen.notes, *filter(None, [self.account.note])]
-        # what of the grader's installation the student's process could write (reach.py)
-        self.install_reach = reach.writable_install(self.sandbox)
-        if self.install_reach:
-            self.notes.append(reach.note(self.install_reach))
+        self.install_reach = reach.writable_install(self.sandbox)  # of the grader's: reach.py
+        self.notes += [reach.note(self.install_reach)] if self.install_reach else []
         self._alone = ""  # the next start is a measured call's: guarded or measured (launch.py)
         self._import_output = ("", "")  # what the student's code printed while it loaded
         token = (RUN_TOKEN_VAR, self.token)
@@ -120,8 +118,7 @@ class StudentProcess:
         outcome.exception = self.language.grader_exception(outcome.exception)
         if look is not None and proc is not None and self._proc is proc:
             outcome.cpu_seconds = look()[0]
-            # nothing the call started outlives it: the next call starts from the worker alone
-            # (or from a fresh one, where only stopping this one is sure to end all it started)
+            # nothing the call started outlives it (where only a stop makes sure, a stop)
             if reaper.end_of_call(proc.root, proc.since, proc.keep, proc.cgroup):
                 self.stop()
         printed_out, printed_err = self._import_output
@@ -134,31 +131,38 @@ class StudentProcess:
         """The call alone in a fresh process whose every CPU-second is accounted (account.py):
         placed in its own cgroup, or forbidden to start a process; stopped after it, so nothing
         of it is at hand later. Stopped past `cpu_limit` CPU-seconds. Where no account can be
-        had, the outcome is `unaccounted` and says why; a guarded worker that started a
-        process, `started_process`. `warm_up`: arguments the adapter is called with first, in
-        the same process and unmeasured (what the adapter loads on its first call is not the
-        request's work); an outcome that stops the process is the call's. Where the student's
-        process can write the grader's installation (reach.py), `unaccounted` too."""
+        had, or the student's process can write the grader's installation (reach.py), the
+        outcome is `unaccounted` and says why; a guarded worker that started a process,
+        `started_process`. `warm_up`: arguments the adapter is called with first, in the same
+        process and unmeasured (what the adapter loads on its first call is not the request's
+        work); an outcome that stops the process is the call's."""
         self.stop()
         if self.account.kind == "none":
             return Outcome("unaccounted", message=accounts.no_account(self.account))
         if self.install_reach:
-            why = reach.why(self.install_reach)
-            return Outcome("unaccounted", message=f"{why}: {accounts.CANNOT_APPLY}")
+            return Outcome("unaccounted", message=reach.refusal(self.install_reach))
         self._alone = "guarded" if self.account.kind == "seccomp" else "measured"
         try:
-            self._start()
-            proc = self._proc
-            if proc is not None and proc.unaccounted:
-                return Outcome("unaccounted", message=proc.unaccounted)
+            if refused := self._accounted_start():
+                return refused
             if warm_up is not None:
                 warmed = self.call(adapter, warm_up, timeout)
                 if warmed.kind in STOPPING:
                     return warmed
+                # a warm-up that left a process may have stopped it: a fresh one, checked
+                if self._proc is None and (refused := self._accounted_start()):
+                    return refused
             return self.call(adapter, args, timeout, cpu_limit=cpu_limit)
         finally:
             self.stop()
             self._alone = ""
+
+    def _accounted_start(self) -> Outcome | None:
+        """Start a measured call's worker; why its calls cannot be trusted, if they cannot."""
+        self._start()
+        if self._proc is not None and self._proc.unaccounted:
+            return Outcome("unaccounted", message=self._proc.unaccounted)
+        return None
 
     def _watchdog(self, proc: Worker, look: Look, cpu_limit: float | None) -> Watchdog:
         files = lambda: self._place.file_bytes(proc.worker)  # noqa: E731
@@ -204,8 +208,7 @@ class StudentProcess:
         if self._proc is None:
             return
         proc, self._proc = self._proc, None
-        if self.uid is not None:  # its uid emptied in one pass, the worker with it
-            reaper.empty_uid(self.uid)
+        reaper.empty_uid(self.uid)  # a uid of its own, emptied in one pass (worker and all)
         reaper.kill_tree(proc.root, proc.since, uid=self.uid)
         for fd in (proc.requests, proc.replies):
             try:

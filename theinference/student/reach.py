@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 
 from theinference.student import launch, sandbox
+from theinference.student.account import CANNOT_APPLY
 
 
 def writable_install(kind: str) -> tuple[str, ...]:
@@ -65,6 +66,11 @@ def why(paths: tuple[str, ...]) -> str:
         f"the student's process can write the grader's installation ({paths[0]}{more}), and a "
         "file it leaves there would run in the grader's own measurements"
     )
+
+
+def refusal(paths: tuple[str, ...]) -> str:
+    """Why a measured call is not made there."""
+    return f"{why(paths)}: {CANNOT_APPLY}"
 
 
 def note(paths: tuple[str, ...]) -> str:
