@@ -29,7 +29,8 @@ def worker_argv(
 ) -> list[str]:
     """The command that starts the student's process for this course's language. fds: the
     request and reply pipes' descriptors; worker_dir: where the worker scripts are seen from
-    inside the process (a sandbox mounts them); mode: adapters, guarded (adapters, with
+    inside the process (a sandbox mounts them); mode: adapters, measured (adapters, for a
+    measured call: started without site processing, ISOLATION), guarded (measured, with
     starting a process forbidden: worker/guard.py), or calibrate (the grader's own matrix
     product, no student code loaded). Every worker is given the same six arguments: the two
     descriptors, the course, the memory limit, the mode, and the functions a hook may wrap,
