@@ -78,6 +78,19 @@ def pytest_collection_modifyitems(config, items) -> None:
         items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
+@pytest.fixture(autouse=True)
+def install_out_of_reach(request, monkeypatch):
+    """The grader's installation taken as out of the student's reach (student/reach.py) in
+    this process, unless the test is marked `install_reach`: the suite runs its students as
+    the grader's own user (`Sandbox("none")`) as root, who can write anything, so every cost
+    proof of those tests would fail saying it cannot apply. The rule itself is tested in
+    tests/test_grader_install.py (marked, or in a grader process of its own)."""
+    if request.node.get_closest_marker("install_reach") is None:
+        from theinference.student import reach
+
+        monkeypatch.setattr(reach, "writable_install", lambda kind: ())
+
+
 @pytest.fixture
 def template_course(tmp_path) -> Path:
     return make_course(tmp_path / "course")

@@ -8,6 +8,8 @@ hostile catalogue, at the level of the student's process; test_containment_cli.p
 import json
 import os
 import pwd
+import shutil
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -135,6 +137,85 @@ def test_a_daemon_that_reexecs_with_a_clean_environment_dies_with_its_call(kind,
         assert second.value.tolist() == first.value.tolist()  # the same worker
     time.sleep(0.3)
     assert not escapees()
+
+
+HOPPER = f"""
+import ctypes, os, select, sys, time
+
+def hop(beats):
+    # a daemon that changes pid every 2 ms (it forks, the parent exits), writes how many times
+    # it hopped to `beats` (where the test can read it), and takes whatever the worker is asked
+    # next from its request pipe (inherited): alive at a later call, it answers it
+    requests = int(sys.argv[1])
+    if os.fork() == 0:
+        os.setsid()
+        {NAME_ME}
+        hops = 0
+        while True:
+            time.sleep(0.002)
+            if os.fork() != 0:
+                os._exit(0)
+            hops += 1
+            if beats:
+                try:
+                    with open(beats, "w") as f:
+                        f.write(str(hops))
+                except OSError:
+                    pass
+            if select.select([requests], [], [], 0)[0]:
+                os.read(requests, 1 << 16)
+    time.sleep(0.3)  # it hops during the call
+    return [float(os.getpid())]
+
+def pid(ids):
+    return [float(os.getpid())]
+"""
+
+
+def hopping(beats: Path | None) -> bool:
+    """Whether the hopper still runs: its count moves (where it can write where the test
+    reads), or a look at /proc finds it in one of several tries (a single look can miss a
+    process that is between two pids)."""
+    if beats is not None:
+        before = beats.read_text() if beats.exists() else ""
+        time.sleep(0.2)
+        if (beats.read_text() if beats.exists() else "") != before:
+            return True
+    for _ in range(20):
+        if escapees():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+@pytest.mark.parametrize("cgroup", ["a cgroup", "no cgroup"])
+@pytest.mark.parametrize("kind", MODES)
+def test_a_daemon_that_hops_pids_is_gone_after_its_call(kind, cgroup, tmp_path, monkeypatch):
+    """Catches a daemon that changes pid every 2 ms outliving the call that started it (an
+    end-of-call sweep whose look finds nothing while it is between two pids) and taking a
+    later call's request: in each mode, with the worker in a cgroup (frozen, then emptied) and
+    without one (the worker is then stopped: its uid emptied, bwrap's namespace ended)."""
+    from theinference.student import cgroups
+
+    if cgroup == "no cgroup":
+        monkeypatch.setattr(cgroups, "home", lambda: (None, "switched off by the test"))
+    elif cgroups.home()[0] is None:
+        pytest.skip(f"no cgroup can be made here: {cgroups.home()[1]}")
+    course = course_with(tmp_path / "c", HOPPER)
+    shared = Path(tempfile.mkdtemp(prefix="ti-hop-"))  # one the student's uid can write
+    shared.chmod(0o777)
+    beats = None if kind == "bwrap" else shared / "beats"  # bwrap's /tmp is its own
+    try:
+        with process(course, kind, timeout=10) as student:
+            for _ in range(3):
+                out = student.call("hop", [str(beats or "")])
+                assert out.kind == "returned", out.message
+                assert not hopping(beats), "the daemon outlived the call that started it"
+                later = student.call("pid", [[1]])
+                assert later.kind == "returned", (later.kind, later.message)
+        assert not hopping(beats)
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
 
 
 SHARED_MAPPING = """

@@ -140,14 +140,23 @@ def instructor_settings(course_dir: Path | None, name: str = "") -> tuple[Settin
 
 def grading_sandbox(minimum: str | None) -> Sandbox:
     """The sandbox every submission will be graded in: the strongest this machine has,
-    refused (exit 2) when that is below [grading] sandbox."""
+    refused (exit 2) when that is below [grading] sandbox, or when a submission's code could
+    write the grader's installation there (student/reach.py): it could change the grader of
+    every submission after it."""
+    from theinference.student.reach import why, writable_install
     from theinference.student.sandbox import SandboxError, choose
 
     try:
-        return choose(minimum or "auto")
+        chosen = choose(minimum or "auto")
     except SandboxError as exc:
         raise exits.Abort(f"refusing to grade below [grading] sandbox = {minimum!r}: {exc}",
                           exits.USAGE) from None
+    if reachable := writable_install(chosen.kind):
+        raise exits.Abort(
+            f"refusing to grade a class in sandbox {chosen.kind}: {why(reachable)}, and in the "
+            "grader of every submission after it; install bubblewrap, or grade as root from an "
+            "installation only root can write", exits.USAGE)
+    return chosen
 
 
 def stage_points(settings: Settings, slugs: list[str]) -> dict[str, float]:

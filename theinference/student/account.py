@@ -36,6 +36,14 @@ class Account:
     kind: str
     cgroup_home: cgroups.Home | None  # where workers' cgroups are made (cgroup kinds only)
     why_no_cgroup: str  # "" for a cgroup kind
+    # where a worker's cgroup is made only to hold its processes (no account: the student's
+    # process could leave it), so that the end of a call can freeze and empty it (reaper.py)
+    containment: cgroups.Home | None = None
+
+    @property
+    def cgroup_place(self) -> cgroups.Home | None:
+        """Where each worker's cgroup is made, for its account or only to hold it."""
+        return self.cgroup_home or self.containment
 
     @property
     def note(self) -> str:
@@ -64,7 +72,7 @@ def choose(sandbox_kind: str, language: Language) -> Account:
     if place is not None:
         why = "the student's process runs as the grader's own user and could move itself out"
     kind = "seccomp" if language.guardable else "none"  # its worker installs the filter
-    return Account(kind, None, why)
+    return Account(kind, None, why, containment=place)
 
 
 def no_account(account: Account) -> str:

@@ -1,7 +1,8 @@
 """This machine's float32 matrix-product rate, as the student's process would see it.
 
 Measured in a fresh process started exactly like the student's (the same sandbox, limits and
-worker, in its calibration mode, which never loads the student's code), timed from outside
+worker, in its calibration mode, which never loads the student's code and starts without site
+processing: launch.py), timed from outside
 with the same CPU measure as the student's calls: a fixed product of the shapes a GPT-2
 forward multiplies, repeated, the best of a few tries. Under load both are slowed alike. A
 TypeScript course multiplies through its provided kernel (src/kernel.ts, kernel.wasm,
@@ -9,11 +10,13 @@ kernel-fma.wasm), as its gpt2.ts does: measured only when those are the template
 byte, with relaxed SIMD switched on (the kernel at its fastest, whatever flags the student's
 process sets), and failed, never replaced, when the kernel does not load. An earlier
 release's kernel is not trusted either (a slower kernel measured would make a more lenient
-floor): the student is told to copy the current one.
+floor): the student is told to copy the current one. Where the student's process can write the
+grader's installation (reach.py), nothing is measured: the rate could be its.
 """
 
 import hashlib
 
+from theinference.student import reach
 from theinference.student.process import StudentProcess
 
 TRIES = 3
@@ -37,6 +40,8 @@ def measure(process: StudentProcess) -> tuple[float | None, str]:
                 "(the floor is measured only with the current kernel)"
             )
         return None, f"{changed} is not the provided one: the rate it gives cannot be trusted"
+    if process.install_reach:  # a .pth file or a changed NumPy would run in it
+        return None, reach.why(process.install_reach)
     m, k, n, repeat = language.calibration
     flop = 2.0 * m * k * n * repeat
     best = 0.0

@@ -21,6 +21,7 @@ from pathlib import Path
 
 PREFIX = "theinference-"
 EMPTY_WAIT = 2.0  # seconds for killed processes to leave the cgroup before it is removed
+FREEZE_WAIT = 1.0  # seconds for every task of a cgroup to stop (one in a syscall may take a moment)
 
 
 @dataclass(frozen=True)
@@ -183,9 +184,13 @@ class Cgroup:
 
     def pids(self) -> set[int]:
         try:
-            return {int(p) for p in self.procs.read_text().split()}
+            return self.members()
         except (OSError, ValueError):
             return set()
+
+    def members(self) -> set[int]:
+        """The processes in it, read in one pass; OSError where it cannot be read."""
+        return {int(p) for p in self.procs.read_text().split()}
 
     def kill_all(self) -> None:
         """SIGKILL every process in it (cgroup.kill where the kernel has it), until none is."""
@@ -200,6 +205,41 @@ class Cgroup:
                     except (ProcessLookupError, PermissionError):
                         pass
             time.sleep(0.01)
+
+    def freeze(self) -> bool:
+        """Stop every task in it (cgroup v2's freezer: a frozen task cannot fork, and a fork
+        in flight lands frozen); False where this kernel or cgroup has no freezer, or the
+        tasks did not all stop in time (then it is thawed again)."""
+        if self.place.version != 2:
+            return False
+        try:
+            (self.path / "cgroup.freeze").write_text("1")
+        except OSError:
+            return False
+        deadline = time.monotonic() + FREEZE_WAIT
+        while time.monotonic() < deadline:
+            try:
+                if "frozen 1" in (self.path / "cgroup.events").read_text().splitlines():
+                    return True
+            except OSError:
+                break
+            time.sleep(0.001)
+        self.thaw()
+        return False
+
+    def thaw(self) -> None:
+        try:
+            (self.path / "cgroup.freeze").write_text("0")
+        except OSError:
+            pass
+
+    def kill_but(self, keep: frozenset[int]) -> None:
+        """SIGKILL every process in it but `keep` (frozen, they die when thawed)."""
+        for pid in self.pids() - keep:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def remove(self) -> None:
         """Remove it, once its processes are gone (a killed one may take a moment to leave)."""

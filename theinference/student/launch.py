@@ -3,9 +3,12 @@ Python worker, or the Node worker under the course's own tsx; both in student/wo
 sandbox binds whole), and the environment it starts in."""
 
 import functools
+import os
 import shutil
+import site
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 from theinference.course import languages
@@ -26,7 +29,8 @@ def worker_argv(
 ) -> list[str]:
     """The command that starts the student's process for this course's language. fds: the
     request and reply pipes' descriptors; worker_dir: where the worker scripts are seen from
-    inside the process (a sandbox mounts them); mode: adapters, guarded (adapters, with
+    inside the process (a sandbox mounts them); mode: adapters, measured (adapters, for a
+    measured call: started without site processing, ISOLATION), guarded (measured, with
     starting a process forbidden: worker/guard.py), or calibrate (the grader's own matrix
     product, no student code loaded). Every worker is given the same six arguments: the two
     descriptors, the course, the memory limit, the mode, and the functions a hook may wrap,
@@ -41,8 +45,38 @@ def worker_argv(
 
 def python_argv(language: Language, worker: str, memory_bytes: int | str, mode: str) -> list:
     """The Python worker under this interpreter, kept from the user's site-packages as its
-    mode asks (ISOLATION)."""
-    return [sys.executable, *ISOLATION.get(mode, ["-P"]), worker]
+    mode asks (ISOLATION); where that is without site processing, the folders it imports from
+    named on its command line (PATH_OPTION)."""
+    flags = ISOLATION.get(mode, ["-P"])
+    if "-S" in flags:
+        flags = [*flags, "-X", f"{PATH_OPTION}={os.pathsep.join(worker_path())}"]
+    return [sys.executable, *flags, worker]
+
+
+PATH_OPTION = "theinference_path"  # -X option: the worker's folders to import from (worker.py)
+
+
+@functools.cache
+def worker_path() -> tuple[str, ...]:
+    """The folders this grader imports packages from (its site-packages, and what their .pth
+    files added when this grader started), for a worker started without site processing: the
+    same packages, and not one .pth file run. Not the standard library's (-S keeps them), the
+    user site (-I leaves it out), the folder the grader was started from, nor the grader's own
+    source folder where it is not a site-packages (the student's process imports nothing of
+    the grader)."""
+    stdlib = {sysconfig.get_path(name) for name in ("stdlib", "platstdlib")}
+    sites = set(site.getsitepackages())
+    source = str(Path(__file__).resolve().parents[2])  # the folder the package is in
+    left_out = {"", os.getcwd(), sys.path[0], site.getusersitepackages()}
+    left_out |= set() if source in sites else {source}
+    found = []
+    for entry in sys.path[1:]:
+        below_stdlib = any(entry == s or entry.startswith(s + os.sep) for s in stdlib)
+        if entry in left_out or entry in found or (below_stdlib and entry not in sites):
+            continue
+        if os.path.isdir(entry):
+            found.append(entry)
+    return tuple(found)
 
 
 def node_argv(language: Language, worker: str, memory_bytes: int | str, mode: str) -> list:
@@ -61,10 +95,14 @@ def node_argv(language: Language, worker: str, memory_bytes: int | str, mode: st
 RUNTIMES = {"python": python_argv, "node": node_argv}  # a language's runtime -> its command
 
 
-# -I: no user site-packages either (a usercustomize.py the student's process could leave in
-# HOME would run before the worker's first line: in a guarded worker, before its filter); -B
-# keeps the course free of __pycache__ where -I ignores PYTHONDONTWRITEBYTECODE
-ISOLATION = {"calibrate": ["-I"], "guarded": ["-I", "-B"]}
+# The calibration and a measured call's worker (guarded: starting a process forbidden; or
+# measured, in its cgroup) run nothing the student's code could have left for them: -I, no
+# user site-packages (a usercustomize.py left in HOME would run before the worker's first
+# line: in a guarded worker, before its filter); -S, no site processing at all (a .pth file
+# left in the grader's site-packages runs even under -I: it could slow the calibration, or
+# start a helper before the filter), the folders named instead (worker_path); -B keeps the
+# course free of __pycache__ where -I ignores PYTHONDONTWRITEBYTECODE
+ISOLATION = {mode: ["-I", "-S", "-B"] for mode in ("calibrate", "guarded", "measured")}
 
 # Relaxed SIMD (the course's kernel-fma.wasm) is behind this flag in Node 20, on by default from
 # 21 (where the flag may be gone: passing an unknown one stops Node)

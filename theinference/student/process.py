@@ -22,7 +22,7 @@ from dataclasses import replace
 
 from theinference.course import directory
 from theinference.student import account as accounts
-from theinference.student import channel, reaper, startup
+from theinference.student import channel, reach, reaper, startup
 from theinference.student.cpu import WORKER_ROOTS
 from theinference.student.placement import Placement
 from theinference.student.replies import Outcome
@@ -60,7 +60,9 @@ class StudentProcess:
         self.account = accounts.choose(self.sandbox, self.language)
         self.cpu_account = self.account.kind  # what this run had: account.py
         self.notes = [*chosen.notes, *filter(None, [self.account.note])]
-        self._guarded = False  # the next start is a guarded worker's
+        self.install_reach = reach.writable_install(self.sandbox)  # of the grader's: reach.py
+        self.notes += [reach.note(self.install_reach)] if self.install_reach else []
+        self._alone = ""  # the next start is a measured call's: guarded or measured (launch.py)
         self._import_output = ("", "")  # what the student's code printed while it loaded
         token = (RUN_TOKEN_VAR, self.token)
         self._place = Placement(
@@ -116,8 +118,9 @@ class StudentProcess:
         outcome.exception = self.language.grader_exception(outcome.exception)
         if look is not None and proc is not None and self._proc is proc:
             outcome.cpu_seconds = look()[0]
-            # nothing the call started outlives it: the next call starts from the worker alone
-            reaper.kill_tree(proc.root, proc.since, proc.keep)
+            # nothing the call started outlives it (where only a stop makes sure, a stop)
+            if reaper.end_of_call(proc.root, proc.since, proc.keep, proc.cgroup):
+                self.stop()
         printed_out, printed_err = self._import_output
         outcome.stdout, outcome.stderr = printed_out + outcome.stdout, printed_err + outcome.stderr
         self._import_output = ("", "")
@@ -128,27 +131,38 @@ class StudentProcess:
         """The call alone in a fresh process whose every CPU-second is accounted (account.py):
         placed in its own cgroup, or forbidden to start a process; stopped after it, so nothing
         of it is at hand later. Stopped past `cpu_limit` CPU-seconds. Where no account can be
-        had, the outcome is `unaccounted` and says why; a guarded worker that started a
-        process, `started_process`. `warm_up`: arguments the adapter is called with first, in
-        the same process and unmeasured (what the adapter loads on its first call is not the
-        request's work); an outcome that stops the process is the call's."""
+        had, or the student's process can write the grader's installation (reach.py), the
+        outcome is `unaccounted` and says why; a guarded worker that started a process,
+        `started_process`. `warm_up`: arguments the adapter is called with first, in the same
+        process and unmeasured (what the adapter loads on its first call is not the request's
+        work); an outcome that stops the process is the call's."""
         self.stop()
         if self.account.kind == "none":
             return Outcome("unaccounted", message=accounts.no_account(self.account))
-        self._guarded = self.account.kind == "seccomp"
+        if self.install_reach:
+            return Outcome("unaccounted", message=reach.refusal(self.install_reach))
+        self._alone = "guarded" if self.account.kind == "seccomp" else "measured"
         try:
-            self._start()
-            proc = self._proc
-            if proc is not None and proc.unaccounted:
-                return Outcome("unaccounted", message=proc.unaccounted)
+            if refused := self._accounted_start():
+                return refused
             if warm_up is not None:
                 warmed = self.call(adapter, warm_up, timeout)
                 if warmed.kind in STOPPING:
                     return warmed
+                # a warm-up that left a process may have stopped it: a fresh one, checked
+                if self._proc is None and (refused := self._accounted_start()):
+                    return refused
             return self.call(adapter, args, timeout, cpu_limit=cpu_limit)
         finally:
             self.stop()
-            self._guarded = False
+            self._alone = ""
+
+    def _accounted_start(self) -> Outcome | None:
+        """Start a measured call's worker; why its calls cannot be trusted, if they cannot."""
+        self._start()
+        if self._proc is not None and self._proc.unaccounted:
+            return Outcome("unaccounted", message=self._proc.unaccounted)
+        return None
 
     def _watchdog(self, proc: Worker, look: Look, cpu_limit: float | None) -> Watchdog:
         files = lambda: self._place.file_bytes(proc.worker)  # noqa: E731
@@ -194,6 +208,7 @@ class StudentProcess:
         if self._proc is None:
             return
         proc, self._proc = self._proc, None
+        reaper.empty_uid(self.uid)  # a uid of its own, emptied in one pass (worker and all)
         reaper.kill_tree(proc.root, proc.since, uid=self.uid)
         for fd in (proc.requests, proc.replies):
             try:
@@ -227,7 +242,7 @@ class StudentProcess:
         self.stop()
         reaper.become_subreaper()
         started = time.monotonic()
-        spawned = startup.spawn(self._command, self.account, self._guarded)
+        spawned = startup.spawn(self._command, self.account, self._alone == "guarded")
         if isinstance(spawned, Outcome):  # it could not even start
             self._early_death = spawned
             return
@@ -243,7 +258,7 @@ class StudentProcess:
         """argv, environment, the user to run as (Popen's arguments) and the course folder
         the process works in, per sandbox (placement.py)."""
         fds = [str(req_read), str(resp_write)]
-        mode = "guarded" if self._guarded and self.mode == "adapters" else self.mode
+        mode = self._alone if self._alone and self.mode == "adapters" else self.mode
         return self._place.command(fds, str(self.limits.memory_bytes), mode)
 
     def _await_ready(self, started: float) -> bool:

@@ -4,6 +4,15 @@ The grader makes itself a child subreaper (PR_SET_CHILD_SUBREAPER): a process th
 calls setsid or re-executes itself with a clean environment is re-parented to the grader, not
 to init, so it stays in the tree cpu.py measures. At the end of every call every process of the
 tree but the worker itself (and bwrap's own two) is killed; when the worker stops, all of them.
+
+A process that changes pid every few milliseconds (fork, the parent exits) can be between two
+pids while the tree is read: one look may find nothing. So where the worker has a cgroup v2 of
+its own, the sweep reads its member list (in which a forking process's child is added behind
+it) and, when it holds more than the worker, freezes it (nothing in it can fork then) and kills
+all but the worker; elsewhere the looks go on until several in a row find nothing, and a call
+that left a process stops the worker. A uid of the student's own (identity.py) is emptied
+whole when its worker stops: kill(-1) sent by a process of that uid reaches every process of
+it in one pass of the kernel, and a fork racing it fails.
 The grader reaps only the processes it killed or found ended under it, by pid: never
 waitpid(-1), which would take the worker's exit status from its Popen.
 """
@@ -11,7 +20,10 @@ waitpid(-1), which would take the worker's exit status from its Popen.
 import ctypes
 import functools
 import os
+import shutil
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -20,6 +32,8 @@ from theinference.student.cpu import WORKER_ROOTS, Stat, process_table, tree_tab
 
 PR_SET_CHILD_SUBREAPER = 36
 KILL_ROUNDS = 100  # a process forking as fast as it can is outrun in a few
+QUIET_LOOKS = 3  # looks in a row that find nothing before a tree is taken as empty
+LOOK_GAP = 0.003  # seconds between them: a process hopping pids is settled in one of them
 REAP_WAIT = 2.0  # seconds for a killed process to become a zombie (it may be in a syscall)
 
 
@@ -35,25 +49,90 @@ def become_subreaper() -> bool:
     return cpu.SUBREAPER
 
 
-def kill_tree(root: int, since: int, keep: frozenset[int] = frozenset(), uid: int | None = None):
+def kill_tree(
+    root: int,
+    since: int,
+    keep: frozenset[int] = frozenset(),
+    uid: int | None = None,
+    looks: int = QUIET_LOOKS,
+) -> bool:
     """SIGKILL every live process of root's tree (cpu.tree_members) but `keep`, and every
-    process running as `uid` (a uid of the student's own), until none is left; then reap those
-    that are the grader's children. A process that forks while it is killed is found in the
-    next round: its child is still in the tree."""
+    process running as `uid` (a uid of the student's own), until `looks` looks in a row find
+    none; then reap those that are the grader's children. A process that forks while it is
+    killed is found in a next look: its child is still in the tree. Whether any was found."""
+    quiet, found = 0, False
     for _ in range(KILL_ROUNDS):
         table = tree_table(root, since)
-        if uid is not None:  # a look at every process: only when the worker stops
+        if uid is not None:
             everything = process_table()
             table |= {pid: everything[pid] for pid in running_as(uid, everything)}
         victims = {pid for pid, stat in table.items() if stat.state not in "ZX"} - keep
         if not victims:
-            break
+            quiet += 1
+            if quiet >= looks:
+                break
+            time.sleep(LOOK_GAP)
+            continue
+        quiet, found = 0, True
         for pid in victims:
             try:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
     reap_orphans(root, since, keep)
+    return found
+
+
+def end_of_call(root: int, since: int, keep: frozenset[int], cgroup=None) -> bool:
+    """Kill everything the call started but the worker (`keep`): exactly where the worker has
+    a cgroup that can be read and frozen (cgroups.Cgroup: `emptied`); else from looks at its
+    tree, which a process hopping pids faster than a look may outrun. True when that could be
+    so (no such cgroup, and a process was found): the caller then stops the worker, whose stop
+    is exact where the sandbox gives a way (the uid emptied, bwrap's PID namespace)."""
+    contained = cgroup is not None and emptied(cgroup, keep)
+    found = kill_tree(root, since, keep, looks=1 if contained else QUIET_LOOKS)
+    return found and not contained
+
+
+def emptied(cgroup, keep: frozenset[int]) -> bool:
+    """Whether the cgroup now holds nothing but `keep`: read in one pass of the kernel's list,
+    where a child is added behind the process that forks it (so a process hopping pids always
+    has one of its pids listed); where it holds more, frozen (nothing in it can fork) and all
+    but `keep` killed. False where it cannot be read or frozen, or does not hold the worker."""
+    try:
+        members = cgroup.members()
+    except (OSError, ValueError):
+        return False
+    if not keep <= members:  # the worker is not in it (it could not join): it holds nothing
+        return False
+    if not members - keep:
+        return True
+    if not cgroup.freeze():
+        return False
+    try:
+        cgroup.kill_but(keep)
+    finally:
+        cgroup.thaw()
+    return True
+
+
+KILL_ALL = "import os, signal\ntry:\n    os.kill(-1, signal.SIGKILL)\nexcept OSError:\n    pass"
+
+
+def empty_uid(uid: int | None) -> None:
+    """SIGKILL every process running as `uid` (None: the grader's own user, or bwrap's: none
+    of this), from a process of that uid (kill(-1) spares only the sender): the kernel signals
+    them all in one pass, and a fork that races it fails, so nothing of the uid is left to
+    run. /bin/kill where there is one (a fast start), else this Python."""
+    if uid is None:
+        return
+    program = shutil.which("kill", path="/usr/bin:/bin")
+    argv = [program, "-9", "-1"] if program else [sys.executable, "-I", "-S", "-c", KILL_ALL]
+    try:
+        subprocess.run(argv, user=uid, group=uid, extra_groups=[], env={}, cwd="/",
+                       capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        pass  # the looks of kill_tree still ran
 
 
 def reap_orphans(root: int, since: int, keep: frozenset[int]) -> None:

@@ -90,7 +90,7 @@ def without_bwrap(notes: list[str]) -> Sandbox:
     readable by others (the course is copied where it is not); else the grader's own user."""
     if os.geteuid() != 0:
         return Sandbox("none", notes)
-    unreadable = [p for p in _python_roots() if not readable_by_others(p)]
+    unreadable = [p for p in python_roots() if not readable_by_others(p)]
     if not unreadable:
         return Sandbox("unprivileged-user", notes)
     notes.append(
@@ -149,7 +149,7 @@ def bwrap_command(inner: list[str], course: Path, weights: Path, hidden: list[Pa
     args += ["--ro-bind-try", str(weights), WEIGHTS_MOUNT]
     args += ["--ro-bind", str(WORKER_DIR), WORKER_MOUNT]
     for path in filter(Path.is_dir, hidden):  # a tmpfs over it where it would show
-        if any(_below(path, root) for root in _python_roots()):
+        if any(_below(path, root) for root in python_roots()):
             args += ["--tmpfs", str(path)]
         if _below(path, course):
             args += ["--tmpfs", str(Path(COURSE_MOUNT) / path.relative_to(course))]
@@ -199,13 +199,13 @@ def _system_binds() -> list[str]:
 
 def _python_binds() -> list[str]:
     args = []
-    for root in _python_roots():
+    for root in python_roots():
         args += ["--ro-bind", str(root), str(root)]
     return args
 
 
 @functools.cache
-def _python_roots() -> tuple[Path, ...]:
+def python_roots() -> tuple[Path, ...]:
     """The interpreter and the environment it imports from (venv and base installation),
     outside the system directories that are bound anyway; parents absorb their children."""
     candidates = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}

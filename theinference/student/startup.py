@@ -93,15 +93,16 @@ def spawn(command: Callable, account: Account, guarded: bool) -> Worker | Outcom
 
 
 def new_cgroup(account: Account) -> Cgroup | None:
-    """A cgroup for the next worker, where the run's account is one; None where it is not,
-    or where none can be made now (the worker's calls are then measured from /proc, and a
-    measured call is refused: account_for)."""
-    if account.cgroup_home is None:
+    """A cgroup for the next worker, where cgroups can be made (for the run's account, or only
+    to hold the worker's processes); None where none can be made now (a worker whose account
+    is a cgroup is then measured from /proc, and a measured call is refused: account_for)."""
+    if account.cgroup_place is None:
         return None
     try:
-        return Cgroup.make(account.cgroup_home)
+        return Cgroup.make(account.cgroup_place)
     except OSError:
         return None
+
 
 def account_for(account: Account, proc: Worker) -> str:
     """Why a measured call in this fresh worker cannot be trusted ("" when it can): its

@@ -14,6 +14,11 @@ import os
 import resource
 import sys
 
+# started without site processing (-S: the calibration and a measured call's worker, so that
+# no .pth file runs in them), the grader names the folders to import from (launch.py)
+if sys.flags.no_site:
+    sys.path += [p for p in sys._xoptions.get("theinference_path", "").split(os.pathsep) if p]
+
 
 def sibling(name: str):
     """A module of this folder, loaded by its path under a name no student module has (the
