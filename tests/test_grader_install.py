@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from theinference import exits
-from theinference.commands import grade
+from theinference.classroom import class_run as grade
 from theinference.student import reach, sandbox
 from theinference.student.sandbox import Sandbox
 
