@@ -97,7 +97,7 @@ def case_blocks(stage: StageResult, seen: dict[str, str]) -> list:
     one table under it. A case's own hint is shown once, and not where the stage's diagnosis
     speaks for the case (StageResult.speaks_for): the diagnosis above says what to do."""
     blocks, hints = [], {stage.hint}
-    for case, alike in grouped(stage.cases):
+    for case, alike in grouped(stage):
         show_hint = not stage.speaks_for(case) and case.hint not in hints
         blocks.append(case_block(case, seen.get(case.traceback), show_hint=show_hint))
         hints.add(case.hint)
