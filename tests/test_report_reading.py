@@ -323,3 +323,31 @@ def test_the_numbers_say_where_along_each_axis_they_depart():
     assert departing(steps, [2.0] * 4) == "every step departs"
     merged = {"name": "position", "labels": ["0–9", "10–19", "20–29"]}
     assert departing(merged, [0.5, 3.0, 3.0]) == "from position 10–19 on (position 0–9 match)"
+
+
+def test_a_blocked_stage_says_which_prerequisite_failed_in_plain_words():
+    """Would catch "requires build-prefill, which is failed" (a status pasted into a sentence),
+    or the reason missing from the terminal or the JSON; a chain says why the middle stage
+    could not run."""
+    import json
+
+    from theinference.grading.grader import first_blocker, skipped
+    from theinference.output.formats import render
+
+    stages = {s.slug: s for s in load_stages()}
+    decode, sequence = stages["full-decode-step"], stages["per-step-identity"]
+    words = {Status.FAILED: "failed", Status.ERROR: "raised an error",
+             Status.TIMEOUT: "timed out"}
+    for status, said in words.items():
+        prefill = StageResult("build-prefill", "Implement prefill", status)
+        assert first_blocker(decode, {"build-prefill": prefill}) == \
+            f"requires build-prefill, which {said}"
+    blocked = skipped(decode, first_blocker(decode, {"build-prefill": prefill}))
+    chain = first_blocker(sequence, {"full-decode-step": blocked})
+    assert chain == ("requires full-decode-step, which could not run (requires build-prefill, "
+                     "which timed out)")
+    run = RunResult([blocked], "synthetic", "0")
+    out = Console(file=io.StringIO(), width=100, color_system=None, highlight=False)
+    out.print(stage_block(blocked))
+    assert "requires build-prefill, which timed out" in out.file.getvalue()
+    assert json.loads(render(run, "json"))["stages"][0]["reason"] == blocked.reason
