@@ -51,8 +51,8 @@ def map_pattern(error_map: dict) -> str:
 
 
 def departing(axis: dict, worst: list[float]) -> str:
-    """"every layer departs", "layer 3 alone departs", "from step 2 on", "layers 0–10
-    depart, 11 matches", over the (perhaps merged) labels of one axis."""
+    """"every layer departs", "layer 3 alone departs", "from step 2 on (step 0–1 match)",
+    "layer 0–10 depart, 11 match", over the (perhaps merged) labels of one axis."""
     name, labels = axis["name"], axis["labels"]
     bad = [i for i, x in enumerate(worst) if x > 1]
     if len(labels) == 1:
