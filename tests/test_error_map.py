@@ -22,12 +22,13 @@ from tests.helpers import oracle_answer
 from theinference.curriculum.checks import CHECKS
 from theinference.curriculum.checks.generate_loop import greedy_tokens
 from theinference.curriculum.checks.per_step_identity import plain_sequence_verdict
+from theinference.curriculum.checks.swap import Seen
 from theinference.curriculum.stages import load_stages
 from theinference.diagnosis.variants import VARIANTS
 from theinference.oracle import gpt2 as oracle
 from theinference.oracle.cached_path import CachedPath
 from theinference.oracle.config import GPT2_124M
-from theinference.output import html_page
+from theinference.output import html_page, notebook
 from theinference.output.formats import SCHEMA_FILE, render
 from theinference.output.report import stage_block
 from theinference.output.screen import focus_block
@@ -74,9 +75,27 @@ def position_not_advancing(weights) -> CaseResult:
     return CaseResult(**finding_of(verdict), name="five steps after six tokens")
 
 
+def decode_position_zero(weights) -> CaseResult:
+    """position-zero: the decoded token embedded at wpe[0]; its logits depart at its position
+    (6, after six prompt tokens), across the vocabulary. Judged as full-decode-step judges a
+    case asked again over the student's own cache (a swapped answer that departs)."""
+    w, n_layer = weights.tensors, weights.config.n_layer
+    args = [PROMPT, CONTINUATION[0]]
+    actual = CachedPath(w, n_layer).answer(
+        CHECKS["decode_step"].simulate, args, VARIANTS["position-zero"]
+    )
+    expected = oracle_answer("decode_step", args, w, n_layer)
+    verdict = CHECKS["decode_step"].judge(
+        (actual, Seen(plan=None, report=None, rerun=True)), args, lambda q: expected,
+        tolerance_of("full-decode-step"), weights.config,
+    )
+    return CaseResult(**finding_of(verdict), name="one token after six")
+
+
 PLANTED = {  # map shape -> (the planted bug, its stage, the first departing cell expected)
     "layers x positions": (prefill_position_zero, "build-prefill", {"layer": "0", "position": "1"}),
     "steps x token ids": (position_not_advancing, "per-step-identity", {"step": "1"}),
+    "position x token ids": (decode_position_zero, "full-decode-step", {"position": "6"}),
 }
 
 
@@ -182,14 +201,38 @@ def test_json_carries_the_map_and_matches_the_schema(planted):
     assert mapped["first_at"].items() >= first_at.items()
 
 
-def test_the_html_page_shows_the_map_in_chromium(weights, tmp_path):
+def test_a_decode_maps_its_logits_departing_everywhere(weights):
+    """Would catch full-decode-step drawing no map for a position bug (the seed's own stage),
+    or one that does not show the departure across the whole vocabulary at its position."""
+    case = decode_position_zero(weights)
+    assert case.error_map["rows"] == {"name": "position", "labels": ["6"]}
+    assert case.error_map["columns"]["name"] == "token id"
+    assert len(case.error_map["cells"][0]) == MAX_COLUMNS and min(case.error_map["cells"][0]) > 1
+
+
+def test_the_notebook_draws_each_map_as_svg(planted):
+    """Would catch a notebook check's output without a stage's map (the decode's among them),
+    or with another cell marked first."""
+    stage, first_at = planted
+    page = notebook.check_html(RunResult([stage], "synthetic", "0"), [])
+    assert page.count('<svg xmlns="http://www.w3.org/2000/svg"') == 1
+    assert page.count('class="first"') == 1
+    first = ", ".join(f"{k} {v}" for k, v in stage.cases[0].error_map["first_at"].items())
+    assert f'<span class="first-at">{first}</span>' in page
+
+
+@pytest.mark.parametrize("plant", [prefill_position_zero, decode_position_zero],
+                         ids=["cache", "decode"])
+def test_the_html_page_shows_the_map_in_chromium(weights, tmp_path, plant):
     """Would catch a page Chromium cannot render, one that fetches anything, or an SVG map
     whose marked cell is not the first departure, or a page without the diagnosis."""
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         pytest.skip("chromium is not installed (Debian package `chromium`; .ci/run installs it)")
-    stage = stage_of(prefill_position_zero(weights), "build-prefill")
+    slug = "build-prefill" if plant is prefill_position_zero else "full-decode-step"
+    stage = stage_of(plant(weights), slug)
     stage.bug_name, stage.hint = "every prompt position at wpe[0]", "use positions 0..n-1"
+    first = ", ".join(f"{k} {v}" for k, v in stage.cases[0].error_map["first_at"].items())
     page = tmp_path / "run.html"
     page.write_text(render(RunResult([stage], "synthetic", "0"), "html"))
     text = page.read_text()
@@ -199,9 +242,9 @@ def test_the_html_page_shows_the_map_in_chromium(weights, tmp_path):
     row, column = stage.cases[0].error_map["first"]
     x, y, width = (int(v) for v in marked.groups())
     assert (y - html_page.TOP) // html_page.CELL == row and (x - html_page.LABEL) // width == column
-    assert '<span class="first-at">layer 0, position 1</span>' in dom
+    assert f'<span class="first-at">{first}</span>' in dom
     assert "every prompt position at wpe[0]" in dom and "use positions 0..n-1" in dom
-    assert "X first departs at layer 0, position 1" in dom  # the report's text, below
+    assert f"X first departs at {first}" in dom  # the report's text, below
 
 
 def dump_dom(chromium: str, page: Path, tmp: Path) -> str:

@@ -197,7 +197,7 @@ def test_a_failed_prerequisite_skips_the_stage_that_needs_it(tmp_path):
     done = pytest_in(course, later, earlier, "-rs")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "1 failed, 1 skipped" in done.stdout
-    assert "requires build-prefill, which is failed" in done.stdout
+    assert "requires build-prefill, which failed" in done.stdout
 
 
 def test_a_course_that_cannot_be_graded_fails_each_case_with_the_reason(tmp_path):

@@ -146,6 +146,42 @@ def test_a_stage_with_one_bug_fits_a_100x45_terminal(one_bug):
     assert f"suspected bug: {stage.bug_name}" in "\n".join(shown[:12])
 
 
+@pytest.fixture(scope="module", params=[("build-prefill", "prefill-position-zero"),
+                                        ("full-decode-step", "decode-position-zero")],
+                ids=["build-prefill", "full-decode-step"])
+def one_bug_mapped(request, weights, answers) -> RunResult:
+    """A stage with a map graded with one planted bug: its small cases end to end, each long
+    case (left out to keep this test cheap) as a copy of the last failing case under its own
+    name, as the full stage fails it, so the report has the full stage's length."""
+    from dataclasses import replace as copied
+
+    from theinference.grading.verify import Grounds, grade_text, quick
+
+    slug, bug = request.param
+    (stage,) = [s for s in load_stages() if s.slug == slug]
+    run = grade_text(planted(bug), [quick(stage)], Grounds(weights, answers))
+    (graded,) = run.stages
+    left_out = [c.name for c in stage.cases if graded.case(c.name) is None]
+    last = [c for c in graded.cases if c.status == Status.FAILED][-1]
+    graded.cases += [copied(last, name=name) for name in left_out]
+    return run
+
+
+def test_a_stage_with_one_bug_and_its_map_fits_a_100x45_terminal(one_bug_mapped):
+    """Would catch a report that scrolls its suspected bug off a 100x45 terminal where the
+    stage draws an error map (the cache's twelve layers; the decode's logits), or one whose
+    map falls off the bottom."""
+    (stage,) = one_bug_mapped.stages
+    assert stage.status == Status.FAILED and stage.bug_name
+    out = Console(file=io.StringIO(), width=100, height=45, color_system=None, highlight=False)
+    print_header(out, "/home/student/course", one_bug_mapped.weights_label, [stage.slug])
+    print_run(out, one_bug_mapped)
+    shown = out.file.getvalue().splitlines()
+    assert len(shown) <= 45, "\n".join(shown)
+    assert f"suspected bug: {stage.bug_name}" in "\n".join(shown[:12])
+    assert any(line.strip().startswith("X first departs at") for line in shown)
+
+
 LEVEL_CELL = re.compile(r"\x1b\[([0-9;]+)m(.)\x1b\[0m")
 LEGEND_IN = """import io, sys
 from rich.console import Console
@@ -243,3 +279,75 @@ def test_the_course_words_fit_the_course_as_shipped():
     said = [re.search(r"synthetic[^.]*?(?:made|generated) on first use,? \(?about (\d+) s",
                       (root / doc).read_text(), re.S) for doc in ("README.md", "docs/reference.md")]
     assert all(said) and said[0].group(1) == said[1].group(1), said
+
+
+@pytest.fixture(scope="module")
+def unknown_bug(weights, answers) -> StageResult:
+    """single-step-attention with a bug the catalogue does not hold (the attention's output
+    doubled): every case departs, the one-token case too."""
+    from tests.bugs import REFERENCE
+    from theinference.grading.verify import Grounds, grade_text, quick
+
+    doubled = REFERENCE.read_text().replace(
+        "    return attend(q, cache, w, layer)\n", "    return 2 * attend(q, cache, w, layer)\n")
+    (stage,) = [s for s in load_stages() if s.slug == "single-step-attention"]
+    return grade_text(doubled, [quick(stage)], Grounds(weights, answers)).stages[0]
+
+
+def test_no_known_bug_says_what_the_numbers_show_not_bugs_that_cannot_apply(unknown_bug):
+    """Would catch "no known bug matches" followed by the stage's three classic bugs (a cache
+    bug cannot apply to a one-token case) in the terminal, JSON's hint or pytest's text,
+    instead of which cases depart and how far."""
+    stage = unknown_bug
+    assert stage.status == Status.FAILED and stage.diagnosed and not stage.bug_name
+    assert stage.hint.startswith("What the numbers show: every case departs, 'one token' too")
+    assert "far past the tolerance: at worst" in stage.hint
+    out = Console(file=io.StringIO(), width=100, color_system=None, highlight=False)
+    out.print(stage_block(stage))
+    said = [out.file.getvalue(), stage.hint, *(case_text(stage, c.name) for c in stage.cases)]
+    for text in said:
+        assert "classic bugs" not in text and "Wrong absolute position" not in text, text
+    assert "no known bug matches" in said[0] and "What the numbers show" in said[0]
+
+
+def test_the_numbers_say_where_along_each_axis_they_depart():
+    """Would catch a description that misreads the map: layers 0-10 departing and 11 right (a
+    shared cache assigned layer after layer), a departure from a step on, one layer alone."""
+    from theinference.diagnosis.numbers import departing
+
+    layers = {"name": "layer", "labels": [str(i) for i in range(12)]}
+    assert departing(layers, [50.0] * 11 + [0.1]) == "layer 0–10 depart, 11 match"
+    steps = {"name": "step", "labels": ["0", "1", "2", "3"]}
+    assert departing(steps, [0.2, 0.9, 7.0, 9.0]) == "from step 2 on (step 0–1 match)"
+    assert departing(layers, [0.1] * 3 + [4.0] + [0.1] * 8) == "layer 3 alone departs"
+    assert departing(steps, [2.0] * 4) == "every step departs"
+    merged = {"name": "position", "labels": ["0–9", "10–19", "20–29"]}
+    assert departing(merged, [0.5, 3.0, 3.0]) == "from position 10–19 on (position 0–9 match)"
+
+
+def test_a_blocked_stage_says_which_prerequisite_failed_in_plain_words():
+    """Would catch "requires build-prefill, which is failed" (a status pasted into a sentence),
+    or the reason missing from the terminal or the JSON; a chain says why the middle stage
+    could not run."""
+    import json
+
+    from theinference.grading.grader import first_blocker, skipped
+    from theinference.output.formats import render
+
+    stages = {s.slug: s for s in load_stages()}
+    decode, sequence = stages["full-decode-step"], stages["per-step-identity"]
+    words = {Status.FAILED: "failed", Status.ERROR: "raised an error",
+             Status.TIMEOUT: "timed out"}
+    for status, said in words.items():
+        prefill = StageResult("build-prefill", "Implement prefill", status)
+        assert first_blocker(decode, {"build-prefill": prefill}) == \
+            f"requires build-prefill, which {said}"
+    blocked = skipped(decode, first_blocker(decode, {"build-prefill": prefill}))
+    chain = first_blocker(sequence, {"full-decode-step": blocked})
+    assert chain == ("requires full-decode-step, which could not run (requires build-prefill, "
+                     "which timed out)")
+    run = RunResult([blocked], "synthetic", "0")
+    out = Console(file=io.StringIO(), width=100, color_system=None, highlight=False)
+    out.print(stage_block(blocked))
+    assert "requires build-prefill, which timed out" in out.file.getvalue()
+    assert json.loads(render(run, "json"))["stages"][0]["reason"] == blocked.reason

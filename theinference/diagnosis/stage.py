@@ -9,6 +9,7 @@ import numpy as np
 from theinference.diagnosis.bugs import bug_table
 from theinference.diagnosis.errors import lesson_for, shares_one_error
 from theinference.diagnosis.fingerprints import Known, computed, match_catalogue
+from theinference.diagnosis.numbers import numbers_shown
 from theinference.oracle.recompute import Recompute
 from theinference.results import CaseResult, Status
 from theinference.results.compare import Tolerance
@@ -76,7 +77,8 @@ def diagnose_stage(
         ids = tuple(b.id for b in found.candidates)
         taught = Teaching(bad[0], name, hint, found.bug.id if found.bug else None, ids)
     else:
-        taught = teaching_of_cases(bad, language, recompute)
+        numbers = numbers_shown(cases) if failures else ""
+        taught = teaching_of_cases(bad, language, recompute, numbers)
     worst = worst_case(cases)
     return StageDiagnosis(
         suspected_bug=taught.suspected_bug,
@@ -92,9 +94,12 @@ def diagnose_stage(
     )
 
 
-def teaching_of_cases(bad: list[CaseResult], language: str, recompute: Recompute) -> Teaching:
+def teaching_of_cases(
+    bad: list[CaseResult], language: str, recompute: Recompute, numbers: str = ""
+) -> Teaching:
     """No bug matched the numbers: one a case's judge recognised, else an error's lesson,
-    else the first failure's hint (never a hint taken from another failure)."""
+    else what the failing numbers show (numbers.py: never a list of bugs that may not apply
+    to the case), else the first failure's hint (never a hint taken from another failure)."""
     config = recompute.config
     for case in bad:
         if case.suspected_bug in bug_table():
@@ -106,6 +111,9 @@ def teaching_of_cases(bad: list[CaseResult], language: str, recompute: Recompute
             bug, signature = found
             hint = f"{signature.means} {bug.hint(language, config)}"
             return Teaching(case, bug.name(language, config), hint)
+    if numbers:
+        shown = next(c for c in bad if c.status == Status.FAILED and c.worst is not None)
+        return Teaching(shown, hint=numbers)
     return Teaching(bad[0], hint=bad[0].hint)
 
 

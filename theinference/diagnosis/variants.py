@@ -61,6 +61,7 @@ VARIANTS: dict[str, Variant] = {
     "position-after-append": Variant(step_position=lambda n, i: n + i + 1),
     "position-not-advancing": Variant(step_position=lambda n, i: n),
     "position-step-counter": Variant(step_position=lambda n, i: i),
+    "position-last-prompt": Variant(step_position=lambda n, i: n + i - 1),
     "attend-old-length": Variant(step_mask=hides_itself),
     "causal-mask-in-step": Variant(step_mask=top_left),
     "shared-cache": Variant(prompt_cache=one_cache, cache_slot=lambda layer: 0),
@@ -77,4 +78,5 @@ VARIANTS: dict[str, Variant] = {
     "erf-gelu": Variant(gelu=erf_gelu),
     "prefill-no-causal-mask": Variant(prompt_mask=lambda n, m: None),
     "prefill-position-zero": Variant(prompt_positions=lambda n: np.zeros(n, dtype=np.intp)),
+    "prefill-position-one": Variant(prompt_positions=lambda n: np.arange(1, n + 1)),
 }

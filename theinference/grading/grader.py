@@ -41,7 +41,6 @@ from theinference.results.events import (
 )
 from theinference.student.setup import Limits, ProcessSetup
 
-BLOCKING = {Status.FAILED, Status.ERROR, Status.TIMEOUT, Status.SKIPPED}
 FAILING = {Status.FAILED, Status.ERROR, Status.TIMEOUT}
 
 
@@ -128,10 +127,20 @@ def first_blocker(stage: Stage, results: dict[str, StageResult]) -> str:
     that is only todo blocks nothing: each stage's own stubs say what is missing."""
     for req in stage.requires:
         done = results.get(req)
-        if done is not None and done.status in BLOCKING:
-            verb = "was" if done.status == Status.SKIPPED else "is"
-            return f"requires {req}, which {verb} {done.status.value}"
+        if done is not None and done.status in BLOCKED_BY:
+            return f"requires {req}, which {BLOCKED_BY[done.status]}" + (
+                f" ({done.reason})" if done.status == Status.SKIPPED and done.reason else ""
+            )
     return ""
+
+
+# a prerequisite's status in plain words: "requires build-prefill, which failed"
+BLOCKED_BY = {
+    Status.FAILED: "failed",
+    Status.ERROR: "raised an error",
+    Status.TIMEOUT: "timed out",
+    Status.SKIPPED: "could not run",
+}
 
 
 def skipped(stage: Stage, reason: str) -> StageResult:

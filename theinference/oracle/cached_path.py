@@ -67,8 +67,19 @@ class CachedPath:
     def prefill(self, ids: list[int], variant: Variant = GPT2) -> Forward:
         key = (tuple(ids), prompt_steps(variant))
         if key not in self._prefills:
+            self.check_positions(len(ids), variant)
             self._prefills[key] = oracle.forward(ids, self.w, self.n_layer, False, variant)
         return self._prefills[key]
+
+    def check_positions(self, n: int, variant: Variant) -> None:
+        """A prompt whose positions (the variant's) run past wpe cannot be simulated."""
+        rows = np.arange(self.w["wpe.weight"].shape[0])  # [n_ctx]
+        try:
+            inside = len(rows[variant.prompt_positions(n)]) == n
+        except IndexError:
+            inside = False
+        if not inside:
+            raise Unsimulable(f"a prompt of {n} positions")
 
     def decode(self, prompt: list[int], tokens: list[int], variant: Variant = GPT2):
         # [steps, vocab]: the prefill, then one cached step per token (the first `steps`)

@@ -112,7 +112,7 @@ class Variant:
     split_heads: Callable = split_heads
     merge_heads: Callable = merge_heads
     swap_kv: bool = False
-    attn_residual: bool = True  # x + attention, or the attention alone
+    attn_residual: bool = True  # a step's x + attention, or its attention alone
     gelu: Callable = gelu
     ln_f: bool = True
     # a query that sees no key: NumPy's softmax over nothing is NaN; a loop over no keys (as a
@@ -183,7 +183,7 @@ def attn_sublayer(
     heads = attend(q, keys, values, visible, variant.scale(HEAD_DIM), variant.unseen_zero)
     out = variant.merge_heads(heads) @ w[p + "attn.c_proj.weight"]  # [n, d]
     out += w[p + "attn.c_proj.bias"]
-    if variant.attn_residual:
+    if variant.attn_residual or past is None:  # a prompt's rows keep theirs
         out += x
     if last_only and not shortcut:
         out = out[-1:]

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from theinference.results import CaseResult, StageResult, Status
-from theinference.results.compare import Comparison
+from theinference.results.compare import OVER_SWAPPED, Comparison
 
 STYLE = {
     Status.PASSED: ("✓", "green"),
@@ -144,24 +144,29 @@ def noise_words(c: Comparison) -> str:
     return f"{c.noise:.3g}, a correct cached path's drift; yours is {c.noise_multiple:.3g}x that"
 
 
-def same_way(case: CaseResult) -> tuple | None:
+def same_way(case: CaseResult, diagnosed: bool = False) -> tuple | None:
     """What failing "the same way" means: numbers that failed the same comparisons (same
-    labels, same kind of answer, same hint). None for a case shown on its own: an error, or
-    one whose output the student printed (shown with it)."""
+    labels, same kind of answer, same hint). Where the stage's diagnosis speaks for the case
+    (`diagnosed`), its own hint is not shown and an answer over the swapped cache is the same
+    answer as over the student's own: the diagnosis read the smaller cases. None for a case
+    shown on its own: an error, or one whose output the student printed (shown with it)."""
     if case.status != Status.FAILED or not case.comparisons or case.traceback:
         return None
     if case.stdout.strip() or case.stderr.strip():
         return None
-    labels = tuple(c.label for c in case.comparisons)
-    return labels, case.steps is None, case.tokens is None, case.hint
+    if not diagnosed:
+        labels = tuple(c.label for c in case.comparisons)
+        return labels, case.steps is None, case.tokens is None, case.hint
+    labels = tuple(c.label.removesuffix(OVER_SWAPPED) for c in case.comparisons)
+    return labels, case.steps is None, case.tokens is None
 
 
-def grouped(cases: list[CaseResult]) -> list[tuple[CaseResult, list[CaseResult]]]:
+def grouped(stage: StageResult) -> list[tuple[CaseResult, list[CaseResult]]]:
     """Each case shown in full with the later cases that fail the same way as it."""
     groups: list[tuple[CaseResult, list[CaseResult]]] = []
     first_of: dict[tuple, list[CaseResult]] = {}
-    for case in cases:
-        kind = same_way(case)
+    for case in stage.cases:
+        kind = same_way(case, stage.speaks_for(case))
         if kind in first_of:
             first_of[kind].append(case)
             continue
@@ -176,13 +181,14 @@ def alike_block(cases: list[CaseResult]) -> Group:
     mark, colour = STYLE[Status.FAILED]
     said = Text.assemble((f"  {mark} ", colour), f"{len(cases)} more failed the same way")
     t = Table(show_header=False, box=None, padding=(0, 2, 0, 0))
-    for _ in range(4):
+    for _ in range(5):
         t.add_column()
     for case in cases:
         worst = max(case.comparisons, key=lambda c: c.worst)
         argmax = "" if worst.argmax_expected is None else f"argmax {argmax_agrees(worst)}"
+        swapped = "K/V swapped" if worst.label.endswith(OVER_SWAPPED) else ""
         t.add_row(case.name, f"worst {worst.worst:.3g}x",
-                  f"{worst.mismatched_percent:.1f}% outside", argmax)
+                  f"{worst.mismatched_percent:.1f}% outside", argmax, swapped)
     return Group(said, indented(t))
 
 

@@ -182,7 +182,8 @@ def junit_case(stage: StageResult, case: CaseResult) -> ET.Element:
         time=f"{case.student_seconds + case.oracle_seconds:.3f}",
     )
     diagnosis = diagnosis_text(stage) if case.status in (Status.FAILED, Status.ERROR) else ""
-    detail = "\n".join(x for x in (case.message, case.traceback, case.hint, diagnosis) if x)
+    own_hint = "" if stage.speaks_for(case) else case.hint
+    detail = "\n".join(x for x in (case.message, case.traceback, own_hint, diagnosis) if x)
     tag = {
         Status.FAILED: "failure",
         Status.TODO: "failure",

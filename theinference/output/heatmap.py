@@ -6,7 +6,7 @@ falls onto the same few colours there."""
 
 import math
 
-from rich.console import Console, ConsoleOptions, Group, RenderResult
+from rich.console import Console, ConsoleOptions, RenderResult
 from rich.padding import Padding
 from rich.text import Text
 
@@ -35,29 +35,53 @@ def level(tolerances: float) -> int:
 
 
 class ErrorMapView:
-    """The map within the width it is given: columns beyond it merge (each its worst)."""
+    """The map within the width it is given: columns beyond it merge (each its worst), and
+    neighbouring rows drawn alike share one line ("1–11"), the first departure's row apart."""
 
-    def __init__(self, error_map: dict):
-        self.map = error_map
+    def __init__(self, error_map: dict, case: str = ""):
+        self.map, self.case = error_map, case
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         styles = palette(console)
         rows, columns = self.map["rows"], self.map["columns"]
-        width = min(max(len(label) for label in rows["labels"]), LABEL_WIDTH)
-        room = max(options.max_width - width - 1, 8)
-        merge = math.ceil(len(columns["labels"]) / room)
         first_row, first_column = self.map["first"]
-        yield Text(f"error map: {rows['name']} down, {columns['name']} across", style="bold")
-        for r, (label, cells) in enumerate(zip(rows["labels"], self.map["cells"], strict=True)):
+        widest = min(max(len(label) for label in rows["labels"]), LABEL_WIDTH)
+        merge = math.ceil(len(columns["labels"]) / max(options.max_width - widest - 1, 8))
+        drawn = [
+            (label, tuple(level(max(cells[c : c + merge])) for c in range(0, len(cells), merge)))
+            for label, cells in zip(rows["labels"], self.map["cells"], strict=True)
+        ]
+        lines = alike_rows_joined(drawn, first_row)
+        width = min(max(len(label) for label, _, _ in lines), LABEL_WIDTH)
+        title = f"error map: {rows['name']} down, {columns['name']} across"
+        if self.case and len(title) + len(self.case) + 3 <= options.max_width:
+            title += f" · {self.case}"  # one line where it fits
+        elif self.case:
+            yield Text(f"case: {self.case}", style="dim")
+        yield Text(title, style="bold")
+        for label, levels, first in lines:
             line = Text.assemble((label[:width].rjust(width) + " ", "dim"))
-            for c in range(0, len(cells), merge):
-                marked = r == first_row and c <= first_column < c + merge
-                line.append(cell(max(cells[c : c + merge]), marked, styles))
+            for c, step in enumerate(levels):
+                marked = first and c * merge <= first_column < (c + 1) * merge
+                line.append(cell_of(step, marked, styles))
             yield line
         shown = math.ceil(len(columns["labels"]) / merge)
         yield axis_line(columns, width, shown, options.max_width)
         yield legend(styles)
         yield Text(f"{FIRST} first departs at {where_text(self.map['first_at'])}", style="bold")
+
+
+def alike_rows_joined(drawn: list[tuple[str, tuple]], first_row: int) -> list[tuple]:
+    """(label, levels, holds the first departure) per line: a run of neighbouring rows drawn
+    alike as one, labelled "first–last"; the first departure's row stays a line of its own."""
+    lines: list[list] = []
+    for r, (label, levels) in enumerate(drawn):
+        joins = lines and not lines[-1][2] and r != first_row and lines[-1][1] == levels
+        if joins:
+            lines[-1][0] = f"{lines[-1][0].split('–')[0]}–{label.split('–')[-1]}"
+        else:
+            lines.append([label, levels, r == first_row])
+    return [tuple(line) for line in lines]
 
 
 def palette(console: Console) -> list[str] | None:
@@ -71,7 +95,10 @@ def palette(console: Console) -> list[str] | None:
 
 
 def cell(tolerances: float, marked: bool, styles: list[str] | None) -> Text:
-    step = level(tolerances)
+    return cell_of(level(tolerances), marked, styles)
+
+
+def cell_of(step: int, marked: bool, styles: list[str] | None) -> Text:
     char = FIRST if marked else RAMP[step]
     return Text(char) if styles is None else Text(char, style=styles[step])
 
@@ -107,5 +134,4 @@ def map_lines(stage: StageResult) -> list:
     """The stage's error map under its diagnosis (none when no case has one)."""
     if (case := map_case(stage)) is None:
         return []
-    title = Text(f"case: {case.name}", style="dim")
-    return [Padding(Group(title, ErrorMapView(case.error_map)), (0, 0, 0, 4), expand=False)]
+    return [Padding(ErrorMapView(case.error_map, case.name), (0, 0, 0, 4), expand=False)]

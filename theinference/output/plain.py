@@ -34,7 +34,7 @@ def case_text(stage: StageResult, name: str, told_under: str = "") -> str:
         diagnosis = f"the stage's diagnosis: under {told_under}"
     else:
         diagnosis = plain(diagnosis_lines(stage, with_bug=not first))
-    details = plain(case_details(case, show_hint=not stage.bug_name))
+    details = plain(case_details(case, show_hint=not stage.speaks_for(case)))
     return "\n".join(part for part in (first, details, diagnosis) if part)
 
 

@@ -94,11 +94,11 @@ def stage_block(stage: StageResult, seen: dict[str, str] | None = None) -> Group
 
 def case_blocks(stage: StageResult, seen: dict[str, str]) -> list:
     """Each case in course order, except that failures like an earlier one (same_way) sit in
-    one table under it. A case's own hint is shown once, and not where the stage names a bug:
-    the diagnosis above says what to do."""
+    one table under it. A case's own hint is shown once, and not where the stage's diagnosis
+    speaks for the case (StageResult.speaks_for): the diagnosis above says what to do."""
     blocks, hints = [], {stage.hint}
-    for case, alike in grouped(stage.cases):
-        show_hint = not stage.bug_name and case.hint not in hints
+    for case, alike in grouped(stage):
+        show_hint = not stage.speaks_for(case) and case.hint not in hints
         blocks.append(case_block(case, seen.get(case.traceback), show_hint=show_hint))
         hints.add(case.hint)
         if alike:

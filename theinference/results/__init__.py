@@ -89,6 +89,13 @@ class StageResult:
     def case(self, name: str | None) -> CaseResult | None:
         return next((c for c in self.cases if c.name == name), None)
 
+    def speaks_for(self, case: CaseResult) -> bool:
+        """The stage's diagnosis replaces the case's own hint: a bug is named, or the
+        catalogue was tried on the case's failing numbers and the diagnosis says what they
+        show (a case's own hint may list bugs that cannot apply to it)."""
+        tried = self.diagnosed and case.status == Status.FAILED and case.worst is not None
+        return bool(self.bug_name) or tried
+
 
 @dataclass
 class RunResult:

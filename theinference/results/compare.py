@@ -4,6 +4,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# a comparison's label over a cache the grader swapped (checks/swap.py): "logits" + this
+OVER_SWAPPED = " over the swapped cache"
+
 
 @dataclass(frozen=True)
 class Tolerance:

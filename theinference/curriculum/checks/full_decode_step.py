@@ -1,10 +1,15 @@
 """full-decode-step: one token decoded after prefill, and proof that it reads the cache."""
 
+from dataclasses import replace
+from functools import cache
+
 from theinference.curriculum.checks.common import Verdict, Words, check
 from theinference.curriculum.checks.swap import after_prefill, judged, swap_verdict
 from theinference.curriculum.checks.values import Wanted, checked_array, vector_verdict
 from theinference.curriculum.stages import Case, token_ids
 from theinference.oracle.config import ModelConfig
+from theinference.results import Status
+from theinference.results.error_map import error_map, in_tolerances, numbered
 
 say = Words(__name__)
 
@@ -60,13 +65,28 @@ def decode_cache_use(value, args, ask, tol, config) -> Verdict:
 def judged_decode(value, args, ask, tol, config) -> Verdict:
     returned, seen = value
     shape = (config.vocab_size,)
+    expected = cache(lambda: ask(args))  # asked once, for the comparison and the map
     return judged(
         seen,
         lambda: swap_verdict(
             returned, seen, lambda v: checked_array(v, shape, config, "logits"), say, tol, "logits"
         ),
-        lambda: vector_verdict(
-            returned, Wanted("logits", shape, say("mismatch")), lambda: ask(args), tol, config
+        lambda: mapped(
+            vector_verdict(returned, Wanted("logits", shape, say("mismatch")), expected, tol,
+                           config),
+            expected, len(args[0]), tol,
         ),
         say,
     )
+
+
+def mapped(verdict: Verdict, expected, position: int, tol) -> Verdict:
+    """A decode's failing logits with their map: the new token's row at its position, the
+    vocabulary across in runs of token ids (a wrong position or cache departs everywhere; a
+    wrong row of wte or one token's logit, in one run)."""
+    if verdict.status != Status.FAILED or verdict.actual is None:
+        return verdict
+    actual = verdict.actual  # [vocab]
+    ratio = in_tolerances(actual, expected().reshape(actual.shape), tol)[None, :]  # [1, vocab]
+    grid = error_map(ratio, ("position", [str(position)]), ("token id", numbered(ratio.shape[1])))
+    return replace(verdict, error_map=grid, where=verdict.where or {"position": position})

@@ -207,7 +207,7 @@ def swap_verdict(returned, seen: Seen, as_array: Callable, say, tol, label: str)
     says whether the answer ignored the swap or departs from both."""
     from theinference.curriculum.checks.common import Rejected, Verdict
     from theinference.results import Status
-    from theinference.results.compare import compare
+    from theinference.results.compare import OVER_SWAPPED, compare
 
     plan = seen.plan
     try:
@@ -215,7 +215,7 @@ def swap_verdict(returned, seen: Seen, as_array: Callable, say, tol, label: str)
     except Rejected as exc:
         return Verdict(Status.FAILED, message=f"over the swapped cache: {exc}")
     expected = plan.expected.reshape(actual.shape)
-    c = compare(f"{label} over the swapped cache", actual, expected, tol, logits=label == "logits")
+    c = compare(label + OVER_SWAPPED, actual, expected, tol, logits=label == "logits")
     if c.passed:
         return Verdict(Status.PASSED, message=FOLLOWED.format(hook=say("hook")), comparisons=[c])
     unswapped = compare(label, actual, plan.plain().reshape(actual.shape), tol)
