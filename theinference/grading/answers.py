@@ -4,6 +4,8 @@ The grader asks here for every expected value and every float32 noise floor; the
 (answer_cache.py) keeps them in memory for a watch session and on disk across processes.
 """
 
+from dataclasses import replace
+
 import numpy as np
 
 from theinference.curriculum.checks import CHECKS
@@ -22,6 +24,7 @@ class Answers:
         self.recompute = Recompute(weights.tensors, weights.config)
         self.cache = cache or AnswerCache(weights.sha256, None)
         self.bases: list[list[int]] = []  # prompts whose K/V are kept (prompt_state)
+        self.ahead: dict = {}  # swap plans made before their run (ahead.py), used once
 
     @classmethod
     def cached(cls, weights: Weights) -> "Answers":
@@ -67,6 +70,16 @@ class Answers:
             return oracle.logits_at(decoded.hidden, recompute.w, list(range(len(new_ids))))
 
         return finds, self.cache.get_or_compute("swap:unswapped", [prompt, new_ids], unswapped)
+
+    def keep_plan(self, check_name: str, args: list, seed: int, plan) -> None:
+        """A swap plan made before its run (ahead.py), for `planned` to hand out once."""
+        self.ahead[(check_name, seed, repr(args))] = plan
+
+    def planned(self, check_name: str, args: list, seed: int):
+        """The swap plan made ahead for this case, once, as fresh as one just made (no hook
+        heard yet); None when none was made."""
+        plan = self.ahead.pop((check_name, seed, repr(args)), None)
+        return None if plan is None else replace(plan, calls=0, offered=False)
 
     def noise(self, check_name: str, args: list) -> float | None:
         """max |the recompute - GPT-2 itself along the cached path|: the float32 drift a

@@ -11,9 +11,10 @@ import threading
 import time
 from dataclasses import asdict, dataclass, replace
 
-from theinference.curriculum.stages import Stage, with_run_draws
+from theinference.curriculum.stages import Stage
 from theinference.diagnosis.fingerprints import MAX_CASES, MIN_CASES
 from theinference.diagnosis.stage import Failure, diagnose_stage
+from theinference.grading.ahead import drawn_stages
 from theinference.grading.answers import Answers
 from theinference.grading.beside import Workers, grade_beside, long_run
 from theinference.grading.environment import describe
@@ -24,7 +25,6 @@ from theinference.grading.policy import (
     RunPolicy,
     case_size,
     is_long,
-    quick_draws,
 )
 from theinference.grading.policy import plan as plan_cases
 from theinference.oracle.weights import Weights
@@ -66,8 +66,7 @@ def grade(setup: ProcessSetup, plan: RunPlan, listener: Listener = ignore) -> Ru
     started = time.monotonic()
     weights, policy, cancel = plan.weights, plan.policy, setup.cancel
     run_seed = plan.seed if plan.seed is not None else secrets.randbits(63)
-    stages = [quick_draws(s) for s in plan.stages] if policy.quick else plan.stages
-    stages = [with_run_draws(stage, run_seed) for stage in stages]
+    stages = drawn_stages(plan.stages, policy, run_seed)
     answers = plan.answers or Answers(weights)
     results: dict[str, StageResult] = {}
     listener(RunStarted(tuple(s.slug for s in stages)))
