@@ -208,13 +208,13 @@ def test_swap_plans_made_ahead_are_the_runs_own_and_handed_out_once(weights, ans
     (drawn,) = drawn_stages([stage], policy, 4242)
     swapped = [c for c in plan_cases(drawn, policy).cases if CHECKS[c.check].swap is not None]
     assert made == len(swapped) >= 2
-    for stored in answers.ahead.values():  # as if a call had heard its hook
+    for stored, _ in answers.ahead.values():  # as if a call had heard its hook
         stored.calls, stored.offered = 1, True
     for case in swapped:
         check = CHECKS[case.check]
         args, seed = check.arguments(case, weights.config), int(case.inputs["swap"])
-        kept = answers.planned(case.check, args, seed)
-        assert kept is not None and (kept.calls, kept.offered) == (0, False)
+        kept, seconds = answers.planned(case.check, args, seed)
+        assert (kept.calls, kept.offered) == (0, False) and seconds > 0
         fresh = check.swap(answers.recompute, args, seed, answers.prompt_state)
         np.testing.assert_array_equal(kept.expected, fresh.expected)
         for a, b in zip(kept.writes, fresh.writes, strict=True):

@@ -1,4 +1,5 @@
-"""The oracle's swap plans for a watched course's next run, made while the student edits.
+"""The oracle's swap plans made ahead: a stage's, in a thread while the student's process works
+on its earlier cases, and a watched course's next run's, while the student edits.
 
 Every swapped-cache proof is drawn per run (the run's seed picks its arguments and its swap),
 so its answer is never in the answer cache: each run's oracle makes it, a decode over the
@@ -8,9 +9,16 @@ the save, finds them made. The seed stays the grader's alone, fresh for every ru
 plans are the same as the run would make (the same function, arguments and seed): nothing
 about the proofs changes, only when the oracle works. It works while no run is going (the
 loop stops it before a run starts), so it never runs beside the student's code.
+
+Within a run, a stage's plans are made in a thread (`Planner`) from the stage's start, in the
+cases' order: the first case's at once, the others while the student's process starts and
+answers the first ones. The grader's BLAS and the student's each take one thread (cli.py), so on
+two cores the two do not spin against each other; a measured call (a CPU-floor proof) waits
+until the planner is done, so that nothing of the grader's shares the machine with it.
 """
 
 import threading
+import time
 
 from theinference.curriculum.checks import CHECKS
 from theinference.curriculum.stages import Stage, with_run_draws
@@ -43,7 +51,54 @@ def plan_ahead(stages: list[Stage], answers: Answers, policy: RunPolicy, seed: i
             if stop.is_set():
                 return made
             args, swap_seed = check.arguments(case, config), int(case.inputs.get("swap", 0))
-            plan = check.swap(answers.recompute, args, swap_seed, answers.prompt_state)
-            answers.keep_plan(case.check, args, swap_seed, plan)
+            made_now = timed_plan(check, answers, args, swap_seed)
+            answers.keep_plan(case.check, args, swap_seed, made_now)
             made += 1
     return made
+
+
+class Planner:
+    """A stage's swap plans, made in a thread in running order; a case's `fix_answer` takes its
+    own (Answers.planned waits for one being made). `close` stops it between plans and waits."""
+
+    def __init__(self, cases, answers: Answers, stop: threading.Event):
+        self.answers, self.stop = answers, stop
+        config = answers.recompute.config
+        self.todo = [(case, CHECKS[case.check]) for case in cases
+                     if CHECKS[case.check].swap is not None]
+        self.todo = [(case, check, check.arguments(case, config), int(case.inputs.get("swap", 0)))
+                     for case, check in self.todo]
+        self.todo = [(case, check, args, seed) for case, check, args, seed in self.todo
+                     if answers.expect_plan(case.check, args, seed)]  # not made in watch's wait
+        self.thread = threading.Thread(target=self._make, daemon=True)
+
+    def start(self) -> "Planner":
+        if self.todo:
+            self.thread.start()
+        return self
+
+    def _make(self) -> None:
+        try:
+            for case, check, args, seed in self.todo:
+                if self.stop.is_set():
+                    break
+                self.answers.keep_plan(case.check, args, seed,
+                                       timed_plan(check, self.answers, args, seed))
+        finally:  # whatever is not made, its case makes itself: no one waits for it
+            self.answers.expect_none()
+
+    def done(self) -> None:
+        """Wait until no plan is being made (before a call whose CPU is measured)."""
+        if self.thread.is_alive():
+            self.thread.join()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.done()
+
+
+def timed_plan(check, answers: Answers, args: list, seed: int) -> tuple:
+    """(the case's swap plan, the oracle's seconds making it: the case's oracle time)."""
+    started = time.monotonic()
+    plan = check.swap(answers.recompute, args, seed, answers.prompt_state)
+    return plan, time.monotonic() - started

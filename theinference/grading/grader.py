@@ -14,11 +14,11 @@ from dataclasses import asdict, dataclass, replace
 from theinference.curriculum.stages import Stage
 from theinference.diagnosis.fingerprints import MAX_CASES, MIN_CASES
 from theinference.diagnosis.stage import Failure, diagnose_stage
-from theinference.grading.ahead import drawn_stages
+from theinference.grading.ahead import Planner, drawn_stages
 from theinference.grading.answers import Answers
 from theinference.grading.beside import Workers, grade_beside, long_run
 from theinference.grading.environment import describe
-from theinference.grading.judging import grade_case, kept_prompts
+from theinference.grading.judging import grade_case, kept_prompts, runs_alone
 from theinference.grading.policy import (
     EVERY_CASE,
     LONG_CASE_TOKENS,
@@ -170,7 +170,11 @@ class StageRun:
             result = skipped(self.stage, "the run's case filter selects none of its cases")
             return replace(result, partial=True, not_run=list(cases.left_out))
         self.listener(StageStarted(self.stage.slug, self.stage.title, len(cases.cases)))
-        results, failures = self.run_cases(cases.cases)
+        self.planner = Planner(cases.cases, self.answers, threading.Event()).start()
+        try:
+            results, failures = self.run_cases(cases.cases)
+        finally:  # its plans are this stage's: the next stage keeps other prompts' K/V
+            self.planner.close()
         stopped = [c.name for c in cases.cases[len(results) :]]
         if self.cancel.is_set():  # a stale run: its diagnosis would never be read
             failures = []
@@ -217,6 +221,8 @@ class StageRun:
         self.listener(CaseStarted(self.stage.slug, case.name, cases.index(case), len(cases)))
         with self.lock:
             ask_again = wanted_again(case, len(failures))
+        if runs_alone(case, self.answers.recompute.config):
+            self.planner.done()  # its CPU is measured: the oracle's plans are made by then
         result, args, verdict = grade_case(self.stage, case, process, self.answers, ask_again)
         if verdict.actual is not None:
             with self.lock:

@@ -1,7 +1,9 @@
 """One case: ask the student's process, then judge what came back against the oracle's answers.
 
-The oracle runs before or after the student's call, never beside it: both use every core
-through BLAS, and overlapping them on a small machine made each several times slower. Where
+The oracle's swap plans are made in a thread beside the student's unmeasured calls (ahead.py:
+each side's BLAS on one thread, so the two share two cores without spinning against each
+other); a call whose CPU is measured waits until that thread is done, and every other answer
+is made before or after the student's call, never beside it. Where
 the question is the call's own arguments, its answer is fixed before the call starts, so
 nothing the call does can change what it is judged against; generate-loop asks along the
 student's own tokens, after the call, from answers held where the student cannot write.
@@ -89,6 +91,14 @@ def kept_prompts(stage: Stage, config) -> list[list[int]]:
     return sorted(prompts, key=len, reverse=True)
 
 
+def runs_alone(case: Case, config) -> bool:
+    """Whether the case's call has its CPU measured (a floor's proof, or a refusal bounded by
+    one): nothing of the grader's may share the machine with it."""
+    check = CHECKS[case.check]
+    refusal = bool(case.inputs.get("must_raise"))
+    return refusal or is_measured(check, case, check.arguments(case, config), config)
+
+
 def is_measured(check: Check, case: Case, args: list, config) -> bool:
     """Whether the call runs alone in a fresh process against the floor: a cost proof, or a
     graded case whose recompute needs many times a cache's work (floor.worth_measuring)."""
@@ -118,9 +128,10 @@ def fix_answer(check: Check, case: Case, args: list, answers: Answers, clock: "O
     expected value of the call's own arguments, or None where it depends on the answer."""
     if check.swap is not None:
         seed = int(case.inputs.get("swap", 0))
-        made = answers.planned(case.check, args, seed)  # in watch mode, while the student edited
+        made = answers.planned(case.check, args, seed)  # ahead.py: beside, or between runs
         if made is not None:
-            return made
+            clock.seconds += made[1]
+            return made[0]
         return clock.timed(check.swap, answers.recompute, args, seed, answers.prompt_state)
     if check.asks_own_arguments and not case.inputs.get("must_raise"):
         return clock.timed(answers.expected, case.check, args)
