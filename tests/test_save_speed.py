@@ -242,3 +242,38 @@ def test_a_stages_first_failing_case_is_shown_once_before_its_stage_ends():
     assert "logits differ" in line and "more" not in line and "running" in line
     assert early_failure("full-decode-step", replace(failing, name="repeated"), shown) is None
     assert early_failure("build-prefill", failing, shown) is not None
+
+
+def test_a_stages_swap_plans_are_made_in_a_thread_and_each_case_waits_for_its_own(
+        answers, weights, monkeypatch):
+    """Catches a case judged without its plan while the planner thread is still making it
+    (made twice, or the case judged against nothing), a plan made on the grading thread after
+    all (no time saved), and a stopped planner leaving a case waiting for ever."""
+    import threading
+
+    from theinference.curriculum.checks.swap import SwapPlan
+    from theinference.grading.ahead import Planner
+
+    made_on = []
+
+    def swap(recompute, args, seed, state):
+        made_on.append(threading.current_thread().name)
+        time.sleep(0.05)
+        return SwapPlan("prefill", 1, [], [], np.asarray([len(args[0])]), lambda: None)
+
+    for name in ("decode_step", "decode_cache_use"):
+        monkeypatch.setitem(CHECKS, name, replace(CHECKS[name], swap=swap))
+    (stage,) = drawn_stages(select(load_stages(), ["full-decode-step"]), RunPolicy(), 7)
+    cases = plan_cases(stage, RunPolicy()).cases
+    planner = Planner(cases, answers, threading.Event()).start()
+    for case in cases:
+        args = CHECKS[case.check].arguments(case, weights.config)
+        plan, seconds = answers.planned(case.check, args, int(case.inputs["swap"]))
+        assert plan.expected[0] == len(args[0]) and seconds >= 0.05
+    planner.close()
+    assert len(made_on) == len(cases) and threading.current_thread().name not in made_on
+    stopped = threading.Event()
+    stopped.set()
+    Planner(cases, answers, stopped).start().done()
+    args = CHECKS[cases[0].check].arguments(cases[0], weights.config)
+    assert answers.planned(cases[0].check, args, int(cases[0].inputs["swap"])) is None
