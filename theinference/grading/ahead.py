@@ -40,6 +40,7 @@ def plan_ahead(stages: list[Stage], answers: Answers, policy: RunPolicy, seed: i
     (the smallest case first: the first verdict needs it first), into `answers` (for
     Answers.planned), until `stop` is set. Plans made for an earlier seed are dropped first.
     Returns how many were made."""
+    settled(answers)
     answers.ahead.clear()
     config, made = answers.recompute.config, 0
     for stage in drawn_stages(stages, policy, seed):
@@ -62,6 +63,7 @@ class Planner:
     own (Answers.planned waits for one being made). `close` stops it between plans and waits."""
 
     def __init__(self, cases, answers: Answers, stop: threading.Event):
+        settled(answers)
         self.answers, self.stop = answers, stop
         config = answers.recompute.config
         self.todo = [(case, CHECKS[case.check]) for case in cases
@@ -93,8 +95,18 @@ class Planner:
             self.thread.join()
 
     def close(self) -> None:
+        """Stop between plans, without waiting: the stage's verdict is not held up by a plan
+        it no longer needs; the next planner, or the next plans made ahead, wait for it."""
         self.stop.set()
-        self.done()
+        self.answers.last_planner = self
+
+
+def settled(answers: Answers) -> None:
+    """Wait until the last stage's planner has stopped (a plan it was making is finished):
+    the next plans, made for another stage's kept prompts, never overlap it."""
+    last, answers.last_planner = answers.last_planner, None
+    if last is not None:
+        last.done()
 
 
 def timed_plan(check, answers: Answers, args: list, seed: int) -> tuple:

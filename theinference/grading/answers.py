@@ -27,6 +27,7 @@ class Answers:
         self.bases: list[list[int]] = []  # prompts whose K/V are kept (prompt_state)
         self.ahead: dict = {}  # swap plans made before their case (ahead.py), used once
         self.making: dict = {}  # the plans being made ahead: set when made or given up
+        self.last_planner = None  # the last stage's (ahead.Planner), maybe still stopping
 
     @classmethod
     def cached(cls, weights: Weights) -> "Answers":

@@ -164,16 +164,17 @@ class StageRun:
         started = time.monotonic()
         self.limits = limits
         self.process.use_limits(limits)
-        self.answers.bases = kept_prompts(self.stage, self.answers.recompute.config)
         cases = plan_cases(self.stage, self.policy)
         if not cases.cases:  # a run of nothing must never pass
             result = skipped(self.stage, "the run's case filter selects none of its cases")
             return replace(result, partial=True, not_run=list(cases.left_out))
+        self.planner = Planner(cases.cases, self.answers, threading.Event())
+        self.answers.bases = kept_prompts(self.stage, self.answers.recompute.config)
         self.listener(StageStarted(self.stage.slug, self.stage.title, len(cases.cases)))
-        self.planner = Planner(cases.cases, self.answers, threading.Event()).start()
+        self.planner.start()
         try:
             results, failures = self.run_cases(cases.cases)
-        finally:  # its plans are this stage's: the next stage keeps other prompts' K/V
+        finally:  # its plans are this stage's; the next stage's planner waits for it
             self.planner.close()
         stopped = [c.name for c in cases.cases[len(results) :]]
         if self.cancel.is_set():  # a stale run: its diagnosis would never be read
