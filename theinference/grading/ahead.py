@@ -13,8 +13,9 @@ loop stops it before a run starts), so it never runs beside the student's code.
 Within a run, a stage's plans are made in a thread (`Planner`) from the stage's start, in the
 cases' order: the first case's at once, the others while the student's process starts and
 answers the first ones. The grader's BLAS and the student's each take one thread (cli.py), so on
-two cores the two do not spin against each other; a measured call (a CPU-floor proof) waits
-until the planner is done, so that nothing of the grader's shares the machine with it.
+two cores the two do not spin against each other; a measured call (a CPU-floor proof) and a
+long case's call wait until the planner is done, so that nothing of the grader's shares the
+machine with a call whose CPU is measured or whose wall time may near its timeout.
 """
 
 import threading

@@ -222,8 +222,10 @@ class StageRun:
         self.listener(CaseStarted(self.stage.slug, case.name, cases.index(case), len(cases)))
         with self.lock:
             ask_again = wanted_again(case, len(failures))
-        if runs_alone(case, self.answers.recompute.config):
-            self.planner.done()  # its CPU is measured: the oracle's plans are made by then
+        if runs_alone(case, self.answers.recompute.config) or case_size(case) > LONG_CASE_TOKENS:
+            # its CPU is measured, or it is long (its wall time nears the timeout on a busy
+            # machine): the oracle's plans are made by then, nothing shares the cores with it
+            self.planner.done()
         result, args, verdict = grade_case(self.stage, case, process, self.answers, ask_again)
         if verdict.actual is not None:
             with self.lock:

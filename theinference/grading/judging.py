@@ -2,7 +2,8 @@
 
 The oracle's swap plans are made in a thread beside the student's unmeasured calls (ahead.py:
 each side's BLAS on one thread, so the two share two cores without spinning against each
-other); a call whose CPU is measured waits until that thread is done, and every other answer
+other); a call whose CPU is measured, or a long case's, waits until that thread is done (the
+grader's StageRun.one_case), and every other answer
 is made before or after the student's call, never beside it. Where
 the question is the call's own arguments, its answer is fixed before the call starts, so
 nothing the call does can change what it is judged against; generate-loop asks along the
