@@ -24,7 +24,7 @@ import time
 from theinference.curriculum.checks import CHECKS
 from theinference.curriculum.stages import Stage, with_run_draws
 from theinference.grading.answers import Answers
-from theinference.grading.judging import kept_prompts
+from theinference.grading.judging import is_measured, kept_prompts
 from theinference.grading.policy import RunPolicy, quick_draws
 from theinference.grading.policy import plan as plan_cases
 
@@ -57,6 +57,14 @@ def plan_ahead(stages: list[Stage], answers: Answers, policy: RunPolicy, seed: i
             answers.keep_plan(case.check, args, swap_seed, made_now)
             made += 1
     return made
+
+
+def runs_alone(case, config) -> bool:
+    """Whether the case's call has its CPU measured (a floor's proof, or a refusal bounded by
+    one): nothing of the grader's may share the machine with it."""
+    check = CHECKS[case.check]
+    refusal = bool(case.inputs.get("must_raise"))
+    return refusal or is_measured(check, case, check.arguments(case, config), config)
 
 
 class Planner:

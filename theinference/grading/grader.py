@@ -14,11 +14,11 @@ from dataclasses import asdict, dataclass, replace
 from theinference.curriculum.stages import Stage
 from theinference.diagnosis.fingerprints import MAX_CASES, MIN_CASES
 from theinference.diagnosis.stage import Failure, diagnose_stage
-from theinference.grading.ahead import Planner, drawn_stages
+from theinference.grading.ahead import Planner, drawn_stages, runs_alone
 from theinference.grading.answers import Answers
 from theinference.grading.beside import Workers, grade_beside, long_run
 from theinference.grading.environment import describe
-from theinference.grading.judging import grade_case, kept_prompts, runs_alone
+from theinference.grading.judging import grade_case, kept_prompts
 from theinference.grading.policy import (
     EVERY_CASE,
     LONG_CASE_TOKENS,

@@ -1,13 +1,11 @@
 """One case: ask the student's process, then judge what came back against the oracle's answers.
 
-The oracle's swap plans are made in a thread beside the student's unmeasured calls (ahead.py:
-each side's BLAS on one thread, so the two share two cores without spinning against each
-other); a call whose CPU is measured, or a long case's, waits until that thread is done (the
-grader's StageRun.one_case), and every other answer
-is made before or after the student's call, never beside it. Where
-the question is the call's own arguments, its answer is fixed before the call starts, so
-nothing the call does can change what it is judged against; generate-loop asks along the
-student's own tokens, after the call, from answers held where the student cannot write.
+The oracle's swap plans are made in a thread beside the student's short unmeasured calls
+(ahead.py: each side's BLAS on one thread); every other answer is made before or after the
+student's call, never beside it. Where the question is the call's own arguments, its answer
+is fixed before the call starts, so nothing the call does can change what it is judged
+against; generate-loop asks along the student's own tokens, after the call, from answers
+held where the student cannot write.
 """
 
 import time
@@ -90,14 +88,6 @@ def kept_prompts(stage: Stage, config) -> list[list[int]]:
         if CHECKS[c.check].swap is not None and "draw" not in c.inputs and "drawn" not in c.inputs
     ]
     return sorted(prompts, key=len, reverse=True)
-
-
-def runs_alone(case: Case, config) -> bool:
-    """Whether the case's call has its CPU measured (a floor's proof, or a refusal bounded by
-    one): nothing of the grader's may share the machine with it."""
-    check = CHECKS[case.check]
-    refusal = bool(case.inputs.get("must_raise"))
-    return refusal or is_measured(check, case, check.arguments(case, config), config)
 
 
 def is_measured(check: Check, case: Case, args: list, config) -> bool:
