@@ -12,7 +12,10 @@ one of the stage's classic bugs planted (failing), it times, side by side in one
 - watch: in `theinference test --watch`, save -> the stage's first verdict line (the bug
   planted into a passing course, then fixed).
 
-    python benchmarks/save_speed.py [--stages full-decode-step ...] [--no-watch]
+- course (--course): one cold `theinference test` of every stage against the student's own
+  work on all their cases.
+
+    python benchmarks/save_speed.py [--stages full-decode-step ...] [--no-watch] [--course]
 
 `--seed` adds the stages' two hidden cases to every run alike (own work included), so the
 drawn cases are the same on both sides. The figures are seconds of wall time unless said;
@@ -78,16 +81,18 @@ def own_work(course: Path, calls: list, weights: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def graded(course: Path, slug: str, cache: Path, out: Path) -> dict:
+def graded(course: Path, slug: str | None, cache: Path, out: Path) -> dict:
+    """One `theinference test` of a stage (of every stage: None), timed."""
     started = time.monotonic()
+    stage = ["--stage", slug] if slug else []
     subprocess.run(
-        [sys.executable, "-m", "theinference", "test", "-C", str(course), "--stage", slug,
+        [sys.executable, "-m", "theinference", "test", "-C", str(course), *stage,
          "--seed", str(SEED), "--format", "json", "--output", str(out)],
         capture_output=True, env={**os.environ, "THEINFERENCE_CACHE_DIR": str(cache)},
     )
     result = json.loads(out.read_text())
-    (stage,) = result["stages"]
-    return {"wall": time.monotonic() - started, "status": stage["status"], **result["timings"]}
+    status = ", ".join(sorted({s["status"] for s in result["stages"]}))
+    return {"wall": time.monotonic() - started, "status": status, **result["timings"]}
 
 
 def fresh_cache(tmp: Path, weights_from: Path, name: str) -> Path:
@@ -134,6 +139,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stages", nargs="*", default=None)
     parser.add_argument("--no-watch", action="store_true")
+    parser.add_argument("--course", action="store_true",
+                        help="also a cold first run of the whole course against its own work")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -169,9 +176,24 @@ def main() -> None:
                 failing, fixed = watch_latency(tmp, slug, planted(bug), made)
                 print(f"{slug:<22}watch: save -> first verdict, bug {failing:.2f} s, "
                       f"fix {fixed:.2f} s", flush=True)
-        print(f"whole course, passing: own {totals['own']:.1f} s, cold {totals['cold']:.1f} s "
-              f"({totals['cold'] / totals['own']:.2f}x), warm {totals['warm']:.1f} s "
-              f"({totals['warm'] / totals['own']:.2f}x)")
+        print(f"the stages one by one, passing: own {totals['own']:.1f} s, cold "
+              f"{totals['cold']:.1f} s ({totals['cold'] / totals['own']:.2f}x), warm "
+              f"{totals['warm']:.1f} s ({totals['warm'] / totals['own']:.2f}x)")
+        if options.course:
+            whole_course(tmp, made, weights)
+
+
+def whole_course(tmp: Path, made: Path, weights) -> None:
+    """A first run of the whole course, cold (an empty answer cache), against the student's
+    own work on every stage's cases in one process."""
+    course = make_course(tmp / "whole-course", reference_text())
+    calls = [call for slug in order(list(dict.fromkeys(b.stage for b in BUGS)))
+             for call in stage_calls(slug, weights.config)]
+    own = own_work(course, calls, weights.path)
+    cold = graded(course, None, fresh_cache(tmp, made, "cache-course"), tmp / "course.json")
+    print(f"whole course, one cold run: own {own['wall']:.1f} s, cold {cold['wall']:.1f} s "
+          f"({cold['wall'] / own['wall']:.2f}x); student {cold['student_seconds']:.1f}, oracle "
+          f"{cold['oracle_seconds']:.1f}, grader {cold['grader_seconds']:.1f}  {cold['status']}")
 
 
 def order(slugs: list[str]) -> list[str]:

@@ -18,10 +18,12 @@ from theinference.curriculum.checks import CHECKS
 from theinference.curriculum.checks.swap import UNASKED, after_prefill, prompt_state
 from theinference.curriculum.stages import load_stages, select, with_run_draws
 from theinference.grading import answer_cache
+from theinference.grading.ahead import drawn_stages, plan_ahead
 from theinference.grading.answers import Answers
 from theinference.grading.grader import RunPlan, grade
 from theinference.grading.judging import kept_prompts
 from theinference.grading.policy import RunPolicy
+from theinference.grading.policy import plan as plan_cases
 from theinference.results import Status
 from theinference.student.setup import Limits, ProcessSetup
 from theinference.student.worker import swap as worker_swap
@@ -192,3 +194,86 @@ def test_only_long_unmeasured_cases_go_beside(weights):
     assert "to the last position the context allows (1023)" in beside["per-step-identity"]
     assert beside["generate-loop"] == [] and beside["prefix-caching"] == []
     assert not any("one-token" in name for names in beside.values() for name in names)
+
+
+def test_swap_plans_made_ahead_are_the_runs_own_and_handed_out_once(weights, answers):
+    """Catches a swap plan made ahead (watch mode, between runs) for other arguments or another
+    swap than the run draws, which would judge the call against a cache it never held, and a
+    plan handed out twice or with its hook already heard (it would never swap again)."""
+    import threading
+
+    (stage,) = select(load_stages(), ["full-decode-step"])
+    policy = RunPolicy(quick=True)
+    made = plan_ahead([stage], answers, policy, 4242, threading.Event())
+    (drawn,) = drawn_stages([stage], policy, 4242)
+    swapped = [c for c in plan_cases(drawn, policy).cases if CHECKS[c.check].swap is not None]
+    assert made == len(swapped) >= 2
+    for stored, _ in answers.ahead.values():  # as if a call had heard its hook
+        stored.calls, stored.offered = 1, True
+    for case in swapped:
+        check = CHECKS[case.check]
+        args, seed = check.arguments(case, weights.config), int(case.inputs["swap"])
+        kept, seconds = answers.planned(case.check, args, seed)
+        assert (kept.calls, kept.offered) == (0, False) and seconds > 0
+        fresh = check.swap(answers.recompute, args, seed, answers.prompt_state)
+        np.testing.assert_array_equal(kept.expected, fresh.expected)
+        for a, b in zip(kept.writes, fresh.writes, strict=True):
+            np.testing.assert_array_equal(a.k, b.k)
+            np.testing.assert_array_equal(a.v, b.v)
+        assert answers.planned(case.check, args, seed) is None, "a plan was handed out twice"
+    stopped = threading.Event()
+    stopped.set()
+    assert plan_ahead([stage], answers, policy, 4243, stopped) == 0 and not answers.ahead
+
+
+def test_a_stages_first_failing_case_is_shown_once_before_its_stage_ends():
+    """Catches a failing case kept off the screen until its stage's long cases are done (the
+    first failing verdict then waits on the slowest case), a passing case shown early, and
+    the early line repeated for every later failing case of the stage."""
+    from theinference.output.report import early_failure
+    from theinference.results import CaseResult
+
+    shown: set[str] = set()
+    passing = CaseResult(name="one-token prompt", status=Status.PASSED)
+    failing = CaseResult(name="short prompt", status=Status.FAILED, message="logits differ\nmore")
+    assert early_failure("full-decode-step", passing, shown) is None
+    line = early_failure("full-decode-step", failing, shown).plain
+    assert "full-decode-step" in line and "short prompt" in line and "FAILED" in line
+    assert "logits differ" in line and "more" not in line and "running" in line
+    assert early_failure("full-decode-step", replace(failing, name="repeated"), shown) is None
+    assert early_failure("build-prefill", failing, shown) is not None
+
+
+def test_a_stages_swap_plans_are_made_in_a_thread_and_each_case_waits_for_its_own(
+        answers, weights, monkeypatch):
+    """Catches a case judged without its plan while the planner thread is still making it
+    (made twice, or the case judged against nothing), a plan made on the grading thread after
+    all (no time saved), and a stopped planner leaving a case waiting for ever."""
+    import threading
+
+    from theinference.curriculum.checks.swap import SwapPlan
+    from theinference.grading.ahead import Planner
+
+    made_on = []
+
+    def swap(recompute, args, seed, state):
+        made_on.append(threading.current_thread().name)
+        time.sleep(0.05)
+        return SwapPlan("prefill", 1, [], [], np.asarray([len(args[0])]), lambda: None)
+
+    for name in ("decode_step", "decode_cache_use"):
+        monkeypatch.setitem(CHECKS, name, replace(CHECKS[name], swap=swap))
+    (stage,) = drawn_stages(select(load_stages(), ["full-decode-step"]), RunPolicy(), 7)
+    cases = plan_cases(stage, RunPolicy()).cases
+    planner = Planner(cases, answers, threading.Event()).start()
+    for case in cases:
+        args = CHECKS[case.check].arguments(case, weights.config)
+        plan, seconds = answers.planned(case.check, args, int(case.inputs["swap"]))
+        assert plan.expected[0] == len(args[0]) and seconds >= 0.05
+    planner.close()
+    assert len(made_on) == len(cases) and threading.current_thread().name not in made_on
+    stopped = threading.Event()
+    stopped.set()
+    Planner(cases, answers, stopped).start().done()
+    args = CHECKS[cases[0].check].arguments(cases[0], weights.config)
+    assert answers.planned(cases[0].check, args, int(cases[0].inputs["swap"])) is None

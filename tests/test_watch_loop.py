@@ -30,6 +30,9 @@ class StandInSession:
     stages: list
     all_stages: list
     renderer: object = None
+    answers: object = None  # none kept across runs: no swap plans made ahead
+    seed: int | None = None
+    policy: object = None
 
 
 class RecordingView:
@@ -192,3 +195,33 @@ def test_hint_in_a_focus_of_several_stages_is_the_first_not_passed(loop):
     view.next("ended")
     typed.command(watching.HINT)
     assert view.next("hint") == (STAGES[1].slug, Status.FAILED)
+
+
+def test_the_next_run_grades_with_the_seed_its_plans_were_made_for_once(tmp_path, monkeypatch):
+    """Catches swap plans made ahead (between runs) for a seed the next run does not draw, so
+    made for nothing, and a seed graded by two runs (each run's swaps must be its own)."""
+    planned_for, graded_with = [], queue.Queue()
+    monkeypatch.setattr(watching, "plan_ahead",
+                        lambda stages, answers, policy, seed, stop: planned_for.append(seed))
+
+    def stand_in(session, stages, cancel, trigger, listener):
+        graded_with.put(session.seed)
+        return RunResult([StageResult(s.slug, s.title, Status.PASSED) for s in stages],
+                         "synthetic", "0" * 64)
+
+    monkeypatch.setattr(watching, "run", stand_in)
+    session = StandInSession(Course(tmp_path), STAGES[:1], STAGES, answers=object())
+    view, typed = RecordingView(), Typed()
+    watch = watching.WatchLoop(session, view, typed, poll=True)
+    thread = threading.Thread(target=watch.run, daemon=True)
+    thread.start()
+    seeds = [graded_with.get(timeout=WAIT)]
+    for _ in range(2):
+        view.next("ended")
+        time.sleep(0.2)  # the plans are made once the run is drawn
+        typed.command(watching.RERUN)
+        seeds.append(graded_with.get(timeout=WAIT))
+    typed.command(watching.QUIT)
+    thread.join(WAIT)
+    assert seeds[0] is None, "the first run has no plans made ahead: it draws its own seed"
+    assert seeds[1:] == planned_for[:2] and planned_for[0] != planned_for[1]

@@ -4,6 +4,9 @@ The grader asks here for every expected value and every float32 noise floor; the
 (answer_cache.py) keeps them in memory for a watch session and on disk across processes.
 """
 
+import threading
+from dataclasses import replace
+
 import numpy as np
 
 from theinference.curriculum.checks import CHECKS
@@ -22,6 +25,9 @@ class Answers:
         self.recompute = Recompute(weights.tensors, weights.config)
         self.cache = cache or AnswerCache(weights.sha256, None)
         self.bases: list[list[int]] = []  # prompts whose K/V are kept (prompt_state)
+        self.ahead: dict = {}  # swap plans made before their case (ahead.py), used once
+        self.making: dict = {}  # the plans being made ahead: set when made or given up
+        self.last_planner = None  # the last stage's (ahead.Planner), maybe still stopping
 
     @classmethod
     def cached(cls, weights: Weights) -> "Answers":
@@ -67,6 +73,38 @@ class Answers:
             return oracle.logits_at(decoded.hidden, recompute.w, list(range(len(new_ids))))
 
         return finds, self.cache.get_or_compute("swap:unswapped", [prompt, new_ids], unswapped)
+
+    def keep_plan(self, check_name: str, args: list, seed: int, made: tuple) -> None:
+        """A swap plan made before its case (ahead.py), with the seconds it took, for
+        `planned` to hand out once."""
+        key = (check_name, seed, repr(args))
+        self.ahead[key] = made
+        self.making.pop(key, threading.Event()).set()
+
+    def expect_plan(self, check_name: str, args: list, seed: int) -> bool:
+        """A plan to be made ahead, unless it is made already: `planned` waits for it rather
+        than make it twice. Whether it is to be made."""
+        key = (check_name, seed, repr(args))
+        if key in self.ahead:
+            return False
+        self.making.setdefault(key, threading.Event())
+        return True
+
+    def expect_none(self) -> None:
+        """No more plans are being made: nothing is waited for."""
+        while self.making:
+            self.making.popitem()[1].set()
+
+    def planned(self, check_name: str, args: list, seed: int):
+        """(the swap plan made ahead for this case, as fresh as one just made: no hook heard
+        yet; the oracle's seconds making it), once, waiting while it is being made; None when
+        none was made."""
+        key = (check_name, seed, repr(args))
+        making = self.making.get(key)
+        if making is not None:
+            making.wait()
+        made = self.ahead.pop(key, None)
+        return None if made is None else (replace(made[0], calls=0, offered=False), made[1])
 
     def noise(self, check_name: str, args: list) -> float | None:
         """max |the recompute - GPT-2 itself along the cached path|: the float32 drift a

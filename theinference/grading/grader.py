@@ -11,9 +11,10 @@ import threading
 import time
 from dataclasses import asdict, dataclass, replace
 
-from theinference.curriculum.stages import Stage, with_run_draws
+from theinference.curriculum.stages import Stage
 from theinference.diagnosis.fingerprints import MAX_CASES, MIN_CASES
 from theinference.diagnosis.stage import Failure, diagnose_stage
+from theinference.grading.ahead import Planner, drawn_stages, runs_alone
 from theinference.grading.answers import Answers
 from theinference.grading.beside import Workers, grade_beside, long_run
 from theinference.grading.environment import describe
@@ -24,7 +25,6 @@ from theinference.grading.policy import (
     RunPolicy,
     case_size,
     is_long,
-    quick_draws,
 )
 from theinference.grading.policy import plan as plan_cases
 from theinference.oracle.weights import Weights
@@ -65,8 +65,7 @@ def grade(setup: ProcessSetup, plan: RunPlan, listener: Listener = ignore) -> Ru
     started = time.monotonic()
     weights, policy, cancel = plan.weights, plan.policy, setup.cancel
     run_seed = plan.seed if plan.seed is not None else secrets.randbits(63)
-    stages = [quick_draws(s) for s in plan.stages] if policy.quick else plan.stages
-    stages = [with_run_draws(stage, run_seed) for stage in stages]
+    stages = drawn_stages(plan.stages, policy, run_seed)
     answers = plan.answers or Answers(weights)
     results: dict[str, StageResult] = {}
     listener(RunStarted(tuple(s.slug for s in stages)))
@@ -174,13 +173,18 @@ class StageRun:
         started = time.monotonic()
         self.limits = limits
         self.process.use_limits(limits)
-        self.answers.bases = kept_prompts(self.stage, self.answers.recompute.config)
         cases = plan_cases(self.stage, self.policy)
         if not cases.cases:  # a run of nothing must never pass
             result = skipped(self.stage, "the run's case filter selects none of its cases")
             return replace(result, partial=True, not_run=list(cases.left_out))
+        self.planner = Planner(cases.cases, self.answers, threading.Event())
+        self.answers.bases = kept_prompts(self.stage, self.answers.recompute.config)
         self.listener(StageStarted(self.stage.slug, self.stage.title, len(cases.cases)))
-        results, failures = self.run_cases(cases.cases)
+        self.planner.start()
+        try:
+            results, failures = self.run_cases(cases.cases)
+        finally:  # its plans are this stage's; the next stage's planner waits for it
+            self.planner.close()
         stopped = [c.name for c in cases.cases[len(results) :]]
         if self.cancel.is_set():  # a stale run: its diagnosis would never be read
             failures = []
@@ -227,6 +231,10 @@ class StageRun:
         self.listener(CaseStarted(self.stage.slug, case.name, cases.index(case), len(cases)))
         with self.lock:
             ask_again = wanted_again(case, len(failures))
+        if runs_alone(case, self.answers.recompute.config) or case_size(case) > LONG_CASE_TOKENS:
+            # its CPU is measured, or it is long (its wall time nears the timeout on a busy
+            # machine): the oracle's plans are made by then, nothing shares the cores with it
+            self.planner.done()
         result, args, verdict = grade_case(self.stage, case, process, self.answers, ask_again)
         if verdict.actual is not None:
             with self.lock:

@@ -1,10 +1,11 @@
 """One case: ask the student's process, then judge what came back against the oracle's answers.
 
-The oracle runs before or after the student's call, never beside it: both use every core
-through BLAS, and overlapping them on a small machine made each several times slower. Where
-the question is the call's own arguments, its answer is fixed before the call starts, so
-nothing the call does can change what it is judged against; generate-loop asks along the
-student's own tokens, after the call, from answers held where the student cannot write.
+The oracle's swap plans are made in a thread beside the student's short unmeasured calls
+(ahead.py: each side's BLAS on one thread); every other answer is made before or after the
+student's call, never beside it. Where the question is the call's own arguments, its answer
+is fixed before the call starts, so nothing the call does can change what it is judged
+against; generate-loop asks along the student's own tokens, after the call, from answers
+held where the student cannot write.
 """
 
 import time
@@ -118,6 +119,10 @@ def fix_answer(check: Check, case: Case, args: list, answers: Answers, clock: "O
     expected value of the call's own arguments, or None where it depends on the answer."""
     if check.swap is not None:
         seed = int(case.inputs.get("swap", 0))
+        made = answers.planned(case.check, args, seed)  # ahead.py: beside, or between runs
+        if made is not None:
+            clock.seconds += made[1]
+            return made[0]
         return clock.timed(check.swap, answers.recompute, args, seed, answers.prompt_state)
     if check.asks_own_arguments and not case.inputs.get("must_raise"):
         return clock.timed(answers.expected, case.check, args)

@@ -11,6 +11,7 @@ the student sees is the view's (the output layer draws it), and nothing here pri
 import hashlib
 import os
 import queue
+import secrets
 import threading
 from collections.abc import Callable
 from dataclasses import replace
@@ -20,6 +21,7 @@ from typing import Protocol
 from theinference import exits
 from theinference.course import languages
 from theinference.curriculum.stages import Stage
+from theinference.grading.ahead import plan_ahead
 from theinference.grading.session import Session, exit_code, run
 from theinference.results import RunResult, StageResult, Status
 from theinference.results.events import Listener
@@ -115,6 +117,7 @@ class WatchLoop:
         self.current: tuple[threading.Thread, threading.Event] | None = None
         self.last_code = exits.NOT_PASSED
         self.watching = threading.Event()  # set once file events are being observed
+        self.next_seed: int | None = None  # the seed whose swap plans are made ahead
 
     def run(self) -> int:
         threading.Thread(target=self._watch_files, daemon=True).start()
@@ -197,16 +200,20 @@ class WatchLoop:
                 self.events.put(("files", set()))
 
     def _start(self, stages: list[Stage], trigger: str) -> None:
-        self._stop_current(trigger)
+        self._stop_current(trigger)  # and the plans made ahead, which it waits for
+        seed, self.next_seed = self.next_seed, None  # each seed grades one run at most
         cancel = threading.Event()
-        thread = threading.Thread(target=self._grade, args=(stages, cancel, trigger), daemon=True)
+        thread = threading.Thread(target=self._grade, args=(stages, cancel, trigger, seed),
+                                  daemon=True)
         self.current = (thread, cancel)
         thread.start()
 
-    def _grade(self, stages: list[Stage], cancel: threading.Event, trigger: str) -> None:
+    def _grade(self, stages: list[Stage], cancel: threading.Event, trigger: str,
+               seed: int | None) -> None:
         result = None
+        session = self.quiet if seed is None else replace(self.quiet, seed=seed)
         try:
-            result = run(self.quiet, stages, cancel, trigger, self.view.drawing(trigger, cancel))
+            result = run(session, stages, cancel, trigger, self.view.drawing(trigger, cancel))
         except Exception as exc:  # the watcher outlives anything, its own surprises included
             self.view.failed(f"the run failed inside the grader: {failure(exc)}")
         # the verdict is recorded before it is drawn: a key pressed once the student sees it
@@ -220,6 +227,22 @@ class WatchLoop:
             self.view.ended(result)
         except Exception as exc:
             self.view.failed(f"drawing the run failed inside the grader: {failure(exc)}")
+        if result is not None and not result.cancelled:
+            self._plan_next(cancel)
+
+    def _plan_next(self, stop: threading.Event) -> None:
+        """While the student edits: the next run's seed (--seed's, else a fresh one) and its
+        swap plans (ahead.py), until the next run starts (it sets `stop` and waits for this
+        thread, so the oracle never works beside the student's code)."""
+        answers = self.session.answers
+        if answers is None:  # nothing kept across runs: nothing to make ahead
+            return
+        seed = self.session.seed if self.session.seed is not None else secrets.randbits(63)
+        self.next_seed = seed  # read once this thread is over: the plans made so far count
+        try:
+            plan_ahead(self.focus, answers, self.session.policy, seed, stop)
+        except Exception:  # the run makes what is missing itself, and says what fails
+            answers.ahead.clear()
 
     def _next_stage(self) -> None:
         """Watch the stage after the last one watched, in course order."""

@@ -16,7 +16,7 @@ from theinference.output.cases import (
 )
 from theinference.output.consoles import console
 from theinference.output.heatmap import map_lines
-from theinference.results import RunResult, StageResult, Status
+from theinference.results import CaseResult, RunResult, StageResult, Status
 from theinference.results.text import inert_copy, terminal_text
 
 
@@ -72,6 +72,28 @@ def stage_head(stage: StageResult) -> Text:
             f"  {passed}/{len(stage.cases)} cases{partial} · {stage.seconds:.1f} s", style="dim"
         )
     return head
+
+
+def early_failure(slug: str, case: CaseResult, shown: set[str]) -> Text | None:
+    """The line that shows a stage's first failing case the moment it is judged (None for
+    a passing case, or once the stage's first is shown): the stage's verdict, its suspected
+    bug and the case in full follow when the stage's other cases, the long ones last, are
+    done."""
+    if case.status not in EARLY or slug in shown:
+        return None
+    shown.add(slug)
+    mark, colour = STYLE[case.status]
+    first = (terminal_text(case.message or "").strip().splitlines() or [""])[0]
+    line = Text.assemble((f"{mark} {slug}", f"bold {colour}"), "  ",
+                         (terminal_text(case.name), colour), f"  {case.status.value.upper()}")
+    if first:
+        line.append(f": {first}", style="dim")
+    line.append("  · its other cases are running, the stage's verdict follows", style="dim")
+    line.no_wrap, line.overflow = True, "ellipsis"
+    return line
+
+
+EARLY = {Status.FAILED, Status.ERROR, Status.TIMEOUT}  # a case shown before its stage ends
 
 
 def stage_block(stage: StageResult, seen: dict[str, str] | None = None) -> Group:

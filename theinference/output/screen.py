@@ -16,6 +16,7 @@ from theinference.output.heatmap import map_lines
 from theinference.output.report import (
     STYLE,
     case_details,
+    early_failure,
     indented,
     next_step_line,
     stage_head,
@@ -252,7 +253,15 @@ class WatchScreen:
                 self.out.clear()
                 self.out.print(self.top)
 
-        return tee(clear_first, RunProgress(self.status, on_stage=stage_done))
+        shown: set[str] = set()  # stages whose first failing case is on screen
+
+        def case_done(slug: str, case: CaseResult) -> None:
+            line = early_failure(slug, case, shown)
+            if line is not None and not cancel.is_set():
+                self.out.print(line)
+
+        progress = RunProgress(self.status, on_stage=stage_done, on_case=case_done)
+        return tee(clear_first, progress)
 
     def draw(self, run: RunResult) -> None:
         draw(self.out, self.top, run, self.order, self.keys, fit=True)

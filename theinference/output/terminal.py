@@ -76,10 +76,12 @@ class RunProgress:
         on_stage: Callable = lambda stage: None,
         on_run: Callable = lambda run: None,
         label: str = "",
+        on_case: Callable = lambda stage, case: None,
     ):
         self.status = status
         self.on_stage = on_stage
         self.on_run = on_run
+        self.on_case = on_case  # (stage slug, CaseResult) as each case finishes
         self.label = f"{label} · " if label else ""  # e.g. which planted bug `verify` grades
 
     def __call__(self, event: Event) -> None:
@@ -97,8 +99,8 @@ class RunProgress:
             case RunFinished(result=result):
                 self.status.stop()
                 self.on_run(result)
-            case CaseFinished():
-                pass
+            case CaseFinished(stage=stage, result=result):
+                self.on_case(stage, result)
 
 
 def tee(*listeners) -> Callable[[Event], None]:
@@ -121,10 +123,20 @@ class LogReport:
         self.order = order  # every stage's slug, in course order
         self.cancel = cancel or threading.Event()  # set: the run is stale, print no more of it
         self.seen: dict[str, str] = {}  # tracebacks shown so far in this run
+        self.failed_stages: set[str] = set()  # stages whose first failing case is shown
         self.status = LiveStatus(out)
 
     def listener(self) -> RunProgress:
-        return RunProgress(self.status, on_stage=self._stage)
+        return RunProgress(self.status, on_stage=self._stage, on_case=self.early)
+
+    def early(self, slug: str, case) -> None:
+        """A stage's first failing case, on screen as soon as it is judged: its smallest, as
+        cases run smallest first; the stage's block follows when its other cases are done."""
+        from theinference.output.report import early_failure
+
+        line = early_failure(slug, case, self.failed_stages)
+        if line is not None and not self.cancel.is_set():
+            self.out.print(line)
 
     def _stage(self, stage) -> None:
         from theinference.output.report import stage_block

@@ -1,0 +1,125 @@
+"""The oracle's swap plans made ahead: a stage's, in a thread while the student's process works
+on its earlier cases, and a watched course's next run's, while the student edits.
+
+Every swapped-cache proof is drawn per run (the run's seed picks its arguments and its swap),
+so its answer is never in the answer cache: each run's oracle makes it, a decode over the
+prompt's kept K/V per swapped case. In watch mode the grader is idle between a run's end and
+the next save, so it draws the next run's seed then and makes that run's plans; the run, on
+the save, finds them made. The seed stays the grader's alone, fresh for every run, and the
+plans are the same as the run would make (the same function, arguments and seed): nothing
+about the proofs changes, only when the oracle works. It works while no run is going (the
+loop stops it before a run starts), so it never runs beside the student's code.
+
+Within a run, a stage's plans are made in a thread (`Planner`) from the stage's start, in the
+cases' order: the first case's at once, the others while the student's process starts and
+answers the first ones. The grader's BLAS and the student's each take one thread (cli.py), so on
+two cores the two do not spin against each other; a measured call (a CPU-floor proof) and a
+long case's call wait until the planner is done, so that nothing of the grader's shares the
+machine with a call whose CPU is measured or whose wall time may near its timeout.
+"""
+
+import threading
+import time
+
+from theinference.curriculum.checks import CHECKS
+from theinference.curriculum.stages import Stage, with_run_draws
+from theinference.grading.answers import Answers
+from theinference.grading.judging import is_measured, kept_prompts
+from theinference.grading.policy import RunPolicy, quick_draws
+from theinference.grading.policy import plan as plan_cases
+
+
+def drawn_stages(stages: list[Stage], policy: RunPolicy, seed: int) -> list[Stage]:
+    """The stages as a run with this seed grades them (grader.grade draws them so too)."""
+    stages = [quick_draws(s) for s in stages] if policy.quick else list(stages)
+    return [with_run_draws(stage, seed) for stage in stages]
+
+
+def plan_ahead(stages: list[Stage], answers: Answers, policy: RunPolicy, seed: int,
+               stop: threading.Event) -> int:
+    """Make the swap plans of a run of `stages` with `seed` and `policy`, in running order
+    (the smallest case first: the first verdict needs it first), into `answers` (for
+    Answers.planned), until `stop` is set. Plans made for an earlier seed are dropped first.
+    Returns how many were made."""
+    settled(answers)
+    answers.ahead.clear()
+    config, made = answers.recompute.config, 0
+    for stage in drawn_stages(stages, policy, seed):
+        answers.bases = kept_prompts(stage, config)
+        for case in plan_cases(stage, policy).cases:
+            check = CHECKS[case.check]
+            if check.swap is None:
+                continue
+            if stop.is_set():
+                return made
+            args, swap_seed = check.arguments(case, config), int(case.inputs.get("swap", 0))
+            made_now = timed_plan(check, answers, args, swap_seed)
+            answers.keep_plan(case.check, args, swap_seed, made_now)
+            made += 1
+    return made
+
+
+def runs_alone(case, config) -> bool:
+    """Whether the case's call has its CPU measured (a floor's proof, or a refusal bounded by
+    one): nothing of the grader's may share the machine with it."""
+    check = CHECKS[case.check]
+    refusal = bool(case.inputs.get("must_raise"))
+    return refusal or is_measured(check, case, check.arguments(case, config), config)
+
+
+class Planner:
+    """A stage's swap plans, made in a thread in running order; a case's `fix_answer` takes its
+    own (Answers.planned waits for one being made). `close` stops it between plans and waits."""
+
+    def __init__(self, cases, answers: Answers, stop: threading.Event):
+        settled(answers)
+        self.answers, self.stop = answers, stop
+        config = answers.recompute.config
+        self.todo = [(case, CHECKS[case.check]) for case in cases
+                     if CHECKS[case.check].swap is not None]
+        self.todo = [(case, check, check.arguments(case, config), int(case.inputs.get("swap", 0)))
+                     for case, check in self.todo]
+        self.todo = [(case, check, args, seed) for case, check, args, seed in self.todo
+                     if answers.expect_plan(case.check, args, seed)]  # not made in watch's wait
+        self.thread = threading.Thread(target=self._make, daemon=True)
+
+    def start(self) -> "Planner":
+        if self.todo:
+            self.thread.start()
+        return self
+
+    def _make(self) -> None:
+        try:
+            for case, check, args, seed in self.todo:
+                if self.stop.is_set():
+                    break
+                self.answers.keep_plan(case.check, args, seed,
+                                       timed_plan(check, self.answers, args, seed))
+        finally:  # whatever is not made, its case makes itself: no one waits for it
+            self.answers.expect_none()
+
+    def done(self) -> None:
+        """Wait until no plan is being made (before a call whose CPU is measured)."""
+        if self.thread.is_alive():
+            self.thread.join()
+
+    def close(self) -> None:
+        """Stop between plans, without waiting: the stage's verdict is not held up by a plan
+        it no longer needs; the next planner, or the next plans made ahead, wait for it."""
+        self.stop.set()
+        self.answers.last_planner = self
+
+
+def settled(answers: Answers) -> None:
+    """Wait until the last stage's planner has stopped (a plan it was making is finished):
+    the next plans, made for another stage's kept prompts, never overlap it."""
+    last, answers.last_planner = answers.last_planner, None
+    if last is not None:
+        last.done()
+
+
+def timed_plan(check, answers: Answers, args: list, seed: int) -> tuple:
+    """(the case's swap plan, the oracle's seconds making it: the case's oracle time)."""
+    started = time.monotonic()
+    plan = check.swap(answers.recompute, args, seed, answers.prompt_state)
+    return plan, time.monotonic() - started
