@@ -171,11 +171,15 @@ def test_a_stage_with_one_bug_and_its_map_fits_a_100x45_terminal(one_bug_mapped)
     """Would catch a report that scrolls its suspected bug off a 100x45 terminal where the
     stage draws an error map (the cache's twelve layers; the decode's logits), or one whose
     map falls off the bottom."""
+    from dataclasses import replace as copied
+
     (stage,) = one_bug_mapped.stages
     assert stage.status == Status.FAILED and stage.bug_name
     out = Console(file=io.StringIO(), width=100, height=45, color_system=None, highlight=False)
     print_header(out, "/home/student/course", one_bug_mapped.weights_label, [stage.slug])
-    print_run(out, one_bug_mapped)
+    # as a student's run in bubblewrap prints it: no note of what this machine's sandbox lacks
+    # (graded here as the grader's own user, whose notes depend on the machine)
+    print_run(out, copied(one_bug_mapped, notes=[]))
     shown = out.file.getvalue().splitlines()
     assert len(shown) <= 45, "\n".join(shown)
     assert f"suspected bug: {stage.bug_name}" in "\n".join(shown[:12])
