@@ -173,7 +173,7 @@ def test_the_gradescope_bundle_grades_typescript(tmp_path, fake_npm, weights, mo
         os.link(weights.path, cache / weights.path.name)
     except OSError:  # another file system
         shutil.copyfile(weights.path, cache / weights.path.name)
-    monkeypatch.setattr(ts_runner, "cache_dir", lambda: cache)
+    monkeypatch.setattr(autograder, "cache_dir", lambda: cache)
     warmed = runner.invoke(app, ["gradescope", "warm", "--settings",
                                  str(root / "source" / "theinference.toml")])
     assert warmed.exit_code == 0, warmed.output
