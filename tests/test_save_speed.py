@@ -277,3 +277,26 @@ def test_a_stages_swap_plans_are_made_in_a_thread_and_each_case_waits_for_its_ow
     Planner(cases, answers, stopped).start().done()
     args = CHECKS[cases[0].check].arguments(cases[0], weights.config)
     assert answers.planned(cases[0].check, args, int(cases[0].inputs["swap"])) is None
+
+
+def test_no_plan_is_made_beside_a_run_whose_blas_has_threads(weights, answers, monkeypatch):
+    """Catches the planner's thread (or a long case's) started where the grader's OpenBLAS has
+    threads of its own, as a class job's `theinference test` has: OpenBLAS's handler before a
+    fork joins its threads, so a student process started while the planner was inside it hung
+    the grader for good. Each case then makes its own plan, waiting for none."""
+    import threading
+
+    from theinference.grading.ahead import Planner, blas_is_one_thread
+    from theinference.grading.beside import goes_beside
+
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
+    assert not blas_is_one_thread()
+    (stage,) = drawn_stages(select(load_stages(), ["full-decode-step"]), RunPolicy(), 7)
+    cases = plan_cases(stage, RunPolicy()).cases
+    planner = Planner(cases, answers, threading.Event()).start()
+    assert not planner.thread.is_alive() and not answers.making
+    args = CHECKS[cases[0].check].arguments(cases[0], weights.config)
+    assert answers.planned(cases[0].check, args, int(cases[0].inputs["swap"])) is None
+    assert not any(goes_beside(case, weights.config) for case in cases)
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    assert blas_is_one_thread() and any(goes_beside(case, weights.config) for case in cases)

@@ -18,6 +18,7 @@ long case's call wait until the planner is done, so that nothing of the grader's
 machine with a call whose CPU is measured or whose wall time may near its timeout.
 """
 
+import os
 import threading
 import time
 
@@ -84,8 +85,10 @@ class Planner:
         self.thread = threading.Thread(target=self._make, daemon=True)
 
     def start(self) -> "Planner":
-        if self.todo:
+        if self.todo and blas_is_one_thread():
             self.thread.start()
+        else:  # each case makes its own plan: nothing is waited for
+            self.answers.expect_none()
         return self
 
     def _make(self) -> None:
@@ -108,6 +111,21 @@ class Planner:
         it no longer needs; the next planner, or the next plans made ahead, wait for it."""
         self.stop.set()
         self.answers.last_planner = self
+
+
+BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")  # in order
+
+
+def blas_is_one_thread() -> bool:
+    """Whether the grader's OpenBLAS runs one thread (cli.one_blas_thread's default; a class
+    job's share may be more). With worker threads of its own, OpenBLAS's handler before a fork
+    joins them, and a fork made (a student process started) while the planner's thread is
+    inside OpenBLAS hangs there for good: plans are then made by each case, not beside."""
+    for name in BLAS_THREAD_VARS:
+        value = os.environ.get(name, "").strip()
+        if value:
+            return value == "1"
+    return False
 
 
 def settled(answers: Answers) -> None:

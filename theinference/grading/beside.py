@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from theinference.curriculum.checks import CHECKS
 from theinference.curriculum.stages import Case
+from theinference.grading.ahead import blas_is_one_thread
 from theinference.grading.judging import is_measured
 from theinference.grading.policy import LONG_CASE_TOKENS, case_size
 from theinference.student.process import StudentProcess
@@ -53,8 +54,12 @@ def long_run(cases: list[Case], start: int, config) -> int:
 
 
 def goes_beside(case: Case, config) -> bool:
+    """A long unmeasured case, where the grader's BLAS runs one thread (ahead.py: a process
+    started from one thread while another is inside a multithreaded OpenBLAS hangs)."""
     check = CHECKS[case.check]
     if case_size(case) <= LONG_CASE_TOKENS or case.inputs.get("must_raise"):
+        return False
+    if not blas_is_one_thread():
         return False
     return not is_measured(check, case, check.arguments(case, config), config)
 
