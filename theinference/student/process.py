@@ -119,7 +119,7 @@ class StudentProcess:
         if look is not None and proc is not None and self._proc is proc:
             outcome.cpu_seconds = look()[0]
             # nothing the call started outlives it (where only a stop makes sure, a stop)
-            if reaper.end_of_call(proc.root, proc.since, proc.keep, proc.cgroup):
+            if reaper.end_of_call(proc.root, proc.since, proc.keep, proc.cgroup, self.uid):
                 self.stop()
         printed_out, printed_err = self._import_output
         outcome.stdout, outcome.stderr = printed_out + outcome.stdout, printed_err + outcome.stderr

@@ -83,7 +83,7 @@ def kill_tree(
     return found
 
 
-def end_of_call(root: int, since: int, keep: frozenset[int], cgroup=None) -> bool:
+def end_of_call(root: int, since: int, keep: frozenset[int], cgroup=None, uid=None) -> bool:
     """Kill everything the call started but the worker (`keep`): exactly where the worker has
     a cgroup that can be read and frozen (cgroups.Cgroup: `emptied`); else from looks at its
     tree, which a process hopping pids faster than a look may outrun. True when that could be
@@ -91,7 +91,7 @@ def end_of_call(root: int, since: int, keep: frozenset[int], cgroup=None) -> boo
     is exact where the sandbox gives a way (the uid emptied, bwrap's PID namespace)."""
     contained = cgroup is not None and emptied(cgroup, keep)
     found = kill_tree(root, since, keep, looks=1 if contained else QUIET_LOOKS)
-    return found and not contained
+    return not contained and (found or uid_holds_more(uid, keep))
 
 
 def emptied(cgroup, keep: frozenset[int]) -> bool:
@@ -114,6 +114,30 @@ def emptied(cgroup, keep: frozenset[int]) -> bool:
     finally:
         cgroup.thaw()
     return True
+
+
+def uid_holds_more(uid: int | None, keep: frozenset[int]) -> bool:
+    """Where the worker runs as a uid of its own: whether a live process of that uid is not the
+    worker's, in a few looks at /proc by uid rather than by tree (an orphan that hops pids has
+    left the tree, never the uid; each look lists pids in rising order, and a hop's new pid
+    lies ahead of it). The caller then stops the worker, which empties the uid."""
+    if uid is None:
+        return False
+    for _ in range(QUIET_LOOKS):
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit() and int(entry.name) not in keep and _live_of(entry, uid):
+                return True
+    return False
+
+
+def _live_of(entry, uid: int) -> bool:
+    try:
+        if entry.stat().st_uid != uid:
+            return False
+        with open(os.path.join(entry.path, "stat"), "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"  # a zombie holds no CPU
+    except (OSError, IndexError):
+        return False
 
 
 KILL_ALL = "import os, signal\ntry:\n    os.kill(-1, signal.SIGKILL)\nexcept OSError:\n    pass"
