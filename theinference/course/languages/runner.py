@@ -38,6 +38,11 @@ class Runner:
     entry: Path
     template: Path
 
+    @property
+    def in_modules(self) -> Path:
+        """`entry` within node_modules (tsx/package.json): what a ready node_modules holds."""
+        return Path(*self.entry.parts[1:])
+
     def lock_digest(self) -> str:
         """The template's pinned runner, by its lock file's content."""
         return hashlib.sha256((self.template / "package-lock.json").read_bytes()).hexdigest()
@@ -48,7 +53,7 @@ class Runner:
         given = os.environ.get(READY_ENV)
         if given:
             modules = Path(given)
-            if not (modules / "tsx" / "package.json").is_file():
+            if not (modules / self.in_modules).is_file():
                 raise RunnerError(f"{READY_ENV}={given} holds no tsx/package.json")
             return modules
         home = cache / f"{self.template.name}-runner" / self.lock_digest()[:16]
@@ -71,7 +76,7 @@ class Runner:
         beside the solutions; refused, saying how to make it, where there is none."""
         fixture = solutions.resolve().parent / "fixtures" / "ts_runner"
         found = Path(os.environ.get(READY_ENV) or fixture / "node_modules")
-        if not (found / "tsx" / "package.json").is_file():
+        if not (found / self.in_modules).is_file():
             raise RunnerError(
                 f"no TypeScript runner at {found}: run `npm ci --prefix {fixture}` once "
                 f"(or point {READY_ENV} at a node_modules holding tsx)"
