@@ -113,7 +113,8 @@ def test_ci_runs_the_suite_once_as_the_docs_say():
     # its one run leaves out neither half: test_docs_run.py holds slow tests and others
     whole = subprocess.run([sys.executable, *shlex.split(ci[0])[1:], "--collect-only", "-q",
                             "-n", "0", "-p", "no:cacheprovider", "tests/test_docs_run.py"],
-                           cwd=ROOT, capture_output=True, text=True, timeout=300)
+                           cwd=ROOT, capture_output=True, text=True, timeout=300,
+                           env={k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"})
     assert whole.returncode == 0, whole.stdout[-2000:] + whole.stderr[-2000:]
     assert "::test_the_instructors_page_runs" in whole.stdout, whole.stdout[-2000:]
     assert "::test_every_command_of_the_pages_is_run_or_checked" in whole.stdout
