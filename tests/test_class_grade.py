@@ -39,7 +39,20 @@ EXPECTED = {
     "hostile-segfault": ("graded", "error", None),
     "hostile-loops-forever": ("graded", "timeout", None),
     "hostile-floods-output": ("graded", "passed", None),
+    "hostile-exits": ("graded", "error", None),
+    "hostile-kills-itself": ("graded", "error", None),
+    "hostile-returns-nan": ("graded", "failed", None),
+    "hostile-patches-allclose": ("graded", "failed", None),
+    "hostile-leaves-a-child": ("graded", "passed", None),
     "zip-slip": ("rejected", "not graded", None),
+}
+# more of test_hostile.py's catalogue, each a row of its own in every layout
+HOSTILE = {
+    "hostile-exits": "calls os._exit(0)",
+    "hostile-kills-itself": "kills itself with SIGKILL",
+    "hostile-returns-nan": "returns NaN",
+    "hostile-patches-allclose": "monkeypatches numpy.allclose",
+    "hostile-leaves-a-child": "leaves a child process running",
 }
 
 
@@ -59,6 +72,9 @@ def make_class(folder: Path) -> Path:
     flood = ("sys.stdout.write('x' * 5_000_000)\n    "
              "return layer_attn_incremental(embed(seq_ids, w), w, 0)[-1]")
     ch.add(folder, "hostile-floods-output", ref, "dir", flood)
+    layouts = ("zip", "tar", "loose", "dir", "zip")
+    for (sid, name), layout in zip(HOSTILE.items(), layouts, strict=True):
+        ch.add(folder, sid, ref, layout, SUBMISSIONS[name][0])
     ch.as_zip(folder / "zip-slip.zip", {"../../escaped.py": b"x = 1\n"})
     return folder
 
