@@ -1,10 +1,10 @@
-"""The whole class (slow): generated submissions (the reference, the independent solution,
-each stage's first planted bug of tests/solutions/bugs.toml, as folders, archives and loose
-files) graded on every stage, every case, at --jobs 2: every row right, the gradebook and
-class report agreeing with the JSON, a rerun grading nothing. (Every planted bug is graded and
-named on its stage by tests/test_grading.py, as `verify` grades it; hostile submissions, each a
-row of its own, and the two-shard merge are checked on the small class in
-test_class_grade.py, whose stage they break.)"""
+"""The whole class (slow): generated submissions (the independent solution, each stage's
+first planted bug of tests/solutions/bugs.toml, as folders, archives and loose files) graded
+on every stage, every case, at --jobs 2: every row right, the gradebook and class report
+agreeing with the JSON, a rerun grading nothing. (Every planted bug is graded and named on its
+stage by tests/test_grading.py, as `verify` grades it; hostile submissions, each a row of its
+own, and the two-shard merge are checked on the small class in test_class_grade.py, at the
+stage they break.)"""
 
 import csv
 import json
@@ -27,19 +27,19 @@ BUG_A_STAGE = list({bug.stage: bug for bug in reversed(BUGS)}.values())
 
 @pytest.mark.slow
 def test_a_class_grades_right(tmp_path, weights):
-    """Would catch any wrong row in a realistic class: a bug graded as a pass, the reference
-    failing, a layout mis-read, a stage after a failing one graded wrong; and the gradebook,
-    report or resume disagreeing with the per-submission JSON."""
+    """Would catch any wrong row in a realistic class: a bug graded as a pass, a correct
+    solution failing, a layout mis-read, a stage after a failing one graded wrong; and the
+    gradebook, report or resume disagreeing with the per-submission JSON."""
     subs = tmp_path / "submissions"
     subs.mkdir()
-    ref = ch.reference()
-    ch.add(subs, "reference", ref, "dir")
+    # a correct row: the independent solution (the reference's every stage and case:
+    # tests/test_grading.py)
     ch.add(subs, "independent", ch.independent(), "loose")
-    expected = {"reference": {}, "independent": {}}
+    expected = {"independent": {}}
     for i, bug in enumerate(BUG_A_STAGE):
         ch.add(subs, f"bug-{bug.id}", planted(bug.id), LAYOUTS[i % 4])
         expected[f"bug-{bug.id}"] = {bug.stage: bug.fingerprint}
-    assert len(expected) == 2 + len(STAGES)
+    assert len(expected) == 1 + len(STAGES)
     out = tmp_path / "results"
     result = runner.invoke(app, ["grade", str(subs), "--out", str(out), "--jobs", "2"])
     assert result.exit_code == 0 and "Traceback" not in result.output, result.output
@@ -48,7 +48,7 @@ def test_a_class_grades_right(tmp_path, weights):
     for sid, want in expected.items():
         stages = {s["slug"]: s for s in got[sid]["stages"]}
         assert list(stages) == STAGES and got[sid]["status"] == "graded", sid
-        if sid in ("reference", "independent"):
+        if sid == "independent":
             assert all(s["status"] == "passed" for s in stages.values()), (sid, stages)
         else:
             ((slug, fingerprint),) = want.items()
