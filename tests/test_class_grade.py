@@ -2,7 +2,7 @@
 files, a refused archive), with planted bugs and hostile submissions, at --jobs 2: every row
 right, gradebook, report and Gradescope results agreeing with the per-submission JSON, a rerun
 grading nothing, two shards merged equal to one run. Grades one small case to stay fast
-(test_class_grade_slow.py grades 30+ submissions on every stage)."""
+(test_class_grade_slow.py grades a class on every stage)."""
 
 import csv
 import json
