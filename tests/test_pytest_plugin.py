@@ -351,10 +351,12 @@ def test_a_failing_stage_names_its_bug_in_the_summary_and_says_its_diagnosis_onc
     # among the failures (pytest's short summary may repeat a failure's text after them)
     failures = done.stdout.split("short test summary info")[0]
     assert failures.count("hint: ") == 1, done.stdout
+    # each case its own time (a stage's whole time on its first case leaves the others 0),
+    # never more between them than the session took
     root = ET.parse(junit).getroot()
     times = [float(case.get("time")) for case in root.iter("testcase")]
     suite = float(next(root.iter("testsuite")).get("time"))
-    assert max(times) < suite / 3, (times, suite)
+    assert len(times) >= 2 and min(times) > 0 and sum(times) <= suite, (times, suite)
 
 
 def test_npm_test_without_the_grader_on_path_says_how_to_fix_it(tmp_path):
