@@ -121,6 +121,24 @@ def test_ci_runs_the_suite_once_as_the_docs_say():
     assert "deselected" not in whole.stdout.splitlines()[-1], whole.stdout[-500:]
 
 
+def test_the_suites_groups_keep_to_one_worker(tmp_path):
+    """Catches `xdist_group` ignored by the installed pytest and pytest-xdist (pytest 9.2 keeps
+    a test's id where pytest-xdist 3.8 adds the group): a module fixture the suite builds once
+    per group (a graded class, a Slurm cluster on fixed ports) would then be built on both
+    workers. Three tests of one group, run on two workers under the suite's own options."""
+    (tmp_path / "test_grouped.py").write_text(
+        "import os, pytest\npytestmark = pytest.mark.xdist_group('one')\n"
+        + "".join(f"def test_{i}():\n    print(os.environ['PYTEST_XDIST_WORKER'])\n"
+                  for i in range(3)))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup",
+                           "-p", "no:cacheprovider", "-v", "-c", os.devnull, str(tmp_path)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    workers = set(re.findall(r"\[(gw\d+)\] .*PASSED", done.stdout))
+    assert len(workers) == 1, done.stdout[-2000:]
+
+
 def test_every_doc_page_is_linked_from_the_readme():
     """Catches a page of docs/ that no reader can find from the front page."""
     readme = (ROOT / "README.md").read_text()
