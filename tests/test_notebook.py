@@ -17,6 +17,9 @@ from tests import notebook_helpers as nh
 from tests.bugs import REFERENCE, planted
 from theinference.cli import app
 
+# one worker runs this file: the kernel `from_memory` starts serves every test that takes it
+pytestmark = pytest.mark.xdist_group("test_notebook")
+
 STAGE = "build-prefill"  # its cache check draws a map: layer down, position across
 BUG = "prefill-position-zero"  # planted in `prefill`: the fix is one cell
 FIX = "prefill"

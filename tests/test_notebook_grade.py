@@ -30,6 +30,9 @@ REFUSED = {  # a submission -> what its row must say
     "zip-broken": "not a readable .zip",  # the same row for an archive, for comparison
 }
 
+# one worker runs this file: the class `gradebook` grades serves both tests
+pytestmark = pytest.mark.xdist_group("test_notebook_grade")
+
 
 def write_notebook(path, solution: str | None) -> None:
     nb = nh.in_memory() if solution is None else nh.filled(nh.in_memory(), solution)

@@ -34,6 +34,9 @@ from theinference.results import CaseResult, RunResult, StageResult, Status
 from theinference.results.compare import Tolerance, compare
 from theinference.results.events import RunFinished, RunStarted, StageFinished
 
+# one worker runs this file: the runs its module fixtures grade serve several tests each
+pytestmark = pytest.mark.xdist_group("test_report_reading")
+
 SLUG = "build-prefill"
 BUG = "every prompt token embedded at wpe[0]"
 
