@@ -67,9 +67,11 @@ def kill_tree(
             everything = process_table()
             table |= {pid: everything[pid] for pid in running_as(uid, everything)}
         victims = {pid for pid, stat in table.items() if stat.state not in "ZX"} - keep
-        reap_ended(table, root, keep)
+        # a process that ended under the grader since the last look may have left a child the
+        # kernel re-parented after this look read the grader's children: not a quiet look
+        ended = reap_ended(table, root, keep)
         if not victims:
-            quiet += 1
+            quiet = 0 if ended else quiet + 1
             if quiet >= looks:
                 break
             time.sleep(LOOK_GAP)
@@ -160,17 +162,18 @@ def empty_uid(uid: int | None) -> None:
         pass  # the looks of kill_tree still ran
 
 
-def reap_ended(table: dict[int, Stat], root: int, keep: frozenset[int]) -> None:
+def reap_ended(table: dict[int, Stat], root: int, keep: frozenset[int]) -> int:
     """Wait for the ended processes of a look that are the grader's own children (re-parented
     to it): a process hopping pids leaves one per hop, and a look that reads hundreds of them
-    is slow enough for the live one to hop past it unseen."""
-    grader = os.getpid()
+    is slow enough for the live one to hop past it unseen. How many were reaped."""
+    grader, reaped = os.getpid(), 0
     for pid, stat in table.items():
         if stat.state in "ZX" and stat.ppid == grader and pid not in keep | {root} | WORKER_ROOTS:
             try:
-                os.waitpid(pid, os.WNOHANG)
+                reaped += os.waitpid(pid, os.WNOHANG)[0] == pid
             except ChildProcessError:
                 pass
+    return reaped
 
 
 def reap_orphans(root: int, since: int, keep: frozenset[int]) -> None:
