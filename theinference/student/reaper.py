@@ -166,36 +166,36 @@ def reap_ended(table: dict[int, Stat], root: int, keep: frozenset[int]) -> int:
     """Wait for the ended processes of a look that are the grader's own children (re-parented
     to it): a process hopping pids leaves one per hop, and a look that reads hundreds of them
     is slow enough for the live one to hop past it unseen. How many were reaped."""
-    grader, reaped = os.getpid(), 0
-    for pid, stat in table.items():
-        if stat.state in "ZX" and stat.ppid == grader and pid not in keep | {root} | WORKER_ROOTS:
-            try:
-                reaped += os.waitpid(pid, os.WNOHANG)[0] == pid
-            except ChildProcessError:
-                pass
-    return reaped
+    ended = {pid for pid in grader_orphans(table, root, keep) if table[pid].state in "ZX"}
+    return sum(reaped(pid) is True for pid in ended)
 
 
 def reap_orphans(root: int, since: int, keep: frozenset[int]) -> None:
     """Wait for every process of the tree that is now the grader's own child (re-parented to
     it) and not the worker's root: it was killed above, or ended by itself."""
-    grader, deadline = os.getpid(), time.monotonic() + REAP_WAIT
-    waiting = {
-        pid
-        for pid, stat in tree_table(root, since).items()
-        if stat.ppid == grader and pid not in keep | {root} and pid not in WORKER_ROOTS
-    }
+    deadline = time.monotonic() + REAP_WAIT
+    waiting = grader_orphans(tree_table(root, since), root, keep)
     while waiting:
-        for pid in list(waiting):
-            try:
-                done, _ = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                done = pid  # not ours (any more): nothing to wait for
-            if done:
-                waiting.discard(pid)
+        waiting = {pid for pid in waiting if reaped(pid) is False}  # None: not ours (any more)
         if not waiting or time.monotonic() > deadline:
             return
         time.sleep(0.01)
+
+
+def grader_orphans(table: dict[int, Stat], root: int, keep: frozenset[int]) -> set[int]:
+    """The processes of a look that are the grader's own children (re-parented to it), never
+    the worker's root, `keep`, or another student process's root (its Popen waits for it)."""
+    grader, spared = os.getpid(), keep | {root} | WORKER_ROOTS
+    return {pid for pid, stat in table.items() if stat.ppid == grader and pid not in spared}
+
+
+def reaped(pid: int) -> bool | None:
+    """Wait for pid without blocking: True when it had ended, False while it runs, None when it
+    is not the grader's child (any more)."""
+    try:
+        return os.waitpid(pid, os.WNOHANG)[0] == pid
+    except ChildProcessError:
+        return None
 
 
 def running_as(uid: int | None, table: dict[int, Stat]) -> set[int]:
