@@ -114,3 +114,35 @@ def oracle_answer(check: str, args: list, w: dict, n_layer: int):
     if check == "decode_step":
         return oracle.recompute_logits(prompt + [args[1]], w, n_layer)[-1]
     return oracle.recompute_logits(prompt + args[1], w, n_layer)[len(prompt) :]
+
+
+def swap_in_process(roots: list, weights, finds: list, writes: list) -> dict:
+    """One swap of the K/V `finds` (per layer LayerKV) for `writes` among what `roots` reach,
+    both sides in this process (grader_exchange): the Target's report."""
+    from theinference.student.worker import swap as worker_swap
+
+    return worker_swap.Target(sizes(finds), grader_exchange(finds, writes)).swap(roots, weights)
+
+
+def sizes(finds: list) -> dict:
+    """The plan a worker is sent for these K/V: their sizes alone."""
+    h, n, hd = finds[0].k.shape
+    return {"layers": len(finds), "heads": h, "head_dim": hd, "n": n}
+
+
+def grader_exchange(finds: list, writes: list, heard: list | None = None):
+    """The grader's side of a swap, in this process: what a worker's Target sends, read back
+    as the grader reads a hook's word (replies.held_arrays, each array's size added to
+    `heard`), searched by the grader's Search."""
+    from theinference.curriculum.checks.swap_search import Search
+    from theinference.student.replies import held_arrays
+
+    search = Search(finds, writes)
+
+    def exchange(word: dict, blobs=()):
+        held = held_arrays(word["probe"]["held"], list(blobs))
+        if heard is not None:
+            heard.extend(s.array.size for s in held)
+        return search.answer(held, word["probe"]["about"])
+
+    return exchange

@@ -13,19 +13,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.helpers import SOLUTIONS, installed, make_course, reference_text
+from tests.helpers import SOLUTIONS, installed, make_course, reference_text, swap_in_process
 from theinference.curriculum.checks import CHECKS
 from theinference.curriculum.checks.common import Verdict, Words
 from theinference.curriculum.checks.floor import floor_verdict, forward_flop, with_cost
+from theinference.curriculum.checks.swap import SwapPlan
 from theinference.curriculum.stages import load_stages, with_run_draws
 from theinference.grading.answer_cache import ORACLE_VERSION, read_or_make_secret
 from theinference.oracle.config import ModelConfig
+from theinference.oracle.gpt2 import LayerKV
 from theinference.results import Status
 from theinference.student import calibration, sandbox
 from theinference.student.channel import Probe
 from theinference.student.process import StudentProcess
 from theinference.student.setup import Limits, ProcessSetup
-from theinference.student.worker import swap as worker_swap
 
 CHEATS = tomllib.loads((SOLUTIONS / "recompute_cheats.toml").read_text())["cheats"]
 SWAPPED = ["single-step-attention", "full-decode-step", "per-step-identity"]
@@ -263,10 +264,6 @@ LAYOUTS = [
 ]
 
 
-def swap_blobs(finds, writes) -> list[bytes]:
-    return [a.tobytes() for f, w in zip(finds, writes, strict=True) for a in (*f, *w)]
-
-
 def test_every_layout_is_named_for_the_swap_test():
     """Catches a layout added to layouts() that the swap test below never runs (or a name
     there that no layout has)."""
@@ -285,8 +282,7 @@ def test_the_swap_finds_and_overwrites_kv_in_any_layout(layout):
     holder, read = layouts(k, v)[layout]
     weights = {"wte.weight": np.ones((4, HD), dtype=np.float32), "copy": k.copy()}
     new_k, new_v = kv(2), kv(3)
-    plan = {"layers": 1, "heads": H, "head_dim": HD, "n": N}
-    done = worker_swap.swap_cache([holder], weights, plan, swap_blobs([(k, v)], [(new_k, new_v)]))
+    done = swap_in_process([holder], weights, [LayerKV(k, v)], [LayerKV(new_k, new_v)])
     assert done["applied"], done
     got_k, got_v = read(holder)
     rtol = 1e-2 if "float16" in layout else 1e-6  # each stored in its own dtype
@@ -301,15 +297,14 @@ def test_a_cache_missing_one_layer_is_not_swapped_and_says_which():
     k, v, k1, v1 = kv(0), kv(1), kv(4), kv(5)
     # layer 1's V absent, an unrelated array of its size in its place
     holder = {"layers": [{"k": k.copy(), "v": v.copy()}, {"k": k1.copy(), "x": kv(11)}]}
-    plan = {"layers": 2, "heads": H, "head_dim": HD, "n": N}
-    blobs = swap_blobs([(k, v), (k1, v1)], [(kv(6), kv(7)), (kv(8), kv(9))])
-    done = worker_swap.swap_cache([holder], None, plan, blobs)
+    finds, writes = [LayerKV(k, v), LayerKV(k1, v1)], [LayerKV(kv(6), kv(7)), LayerKV(kv(8), kv(9))]
+    done = swap_in_process([holder], None, finds, writes)
     assert not done["applied"] and "layer 1's V" in done["reason"]
     assert "0 of 60 of its rows" in done["reason"], done["reason"]  # what was found, said
     assert "4 float arrays reachable" in done["reason"], done["reason"]
     assert np.array_equal(holder["layers"][0]["k"], k)
     del holder["layers"][1]["x"]  # fewer values than the K/V hold: said cheaply
-    done = worker_swap.swap_cache([holder], None, plan, blobs)
+    done = swap_in_process([holder], None, finds, writes)
     assert not done["applied"] and "fewer than" in done["reason"], done["reason"]
 
 
@@ -339,18 +334,20 @@ def test_the_hooked_function_is_swapped_after_it_returns_under_any_alias(tmp_pat
     course = course_with(tmp_path, HOOKED_COURSE["adapters"], HOOKED_COURSE["kvcache"])
     k = np.arange(12 * 2 * 64, dtype=np.float32).reshape(12, 2, 64)
     words = []
+    plan = SwapPlan("prefill", 1, [LayerKV(k, -k)], [LayerKV(np.ones_like(k), np.ones_like(k))],
+                    None, None)
 
     def swap(word):
         words.append(word)
-        plan = {"layers": 1, "heads": 12, "head_dim": 64, "n": 2}
-        return {"swap": plan}, swap_blobs([(k, -k)], [(np.ones_like(k), np.ones_like(k))])
+        return plan.answer(word)
 
     with StudentProcess(ProcessSetup(course, Path("/nonexistent.safetensors"), Limits())) as w:
         plain = w.call("run", [[1, 2]], 60, Probe("prefill"))
         swapped = w.call("run", [[1, 2]], 60, Probe("prefill", answer=swap))
     assert plain.kind == swapped.kind == "returned", (plain.message, swapped.message)
     assert float(plain.value) == float(k.sum()) and float(swapped.value) == k.size
-    assert len(words) == 1 and swapped.probe["swap"]["applied"], swapped.probe
+    assert [sorted(w) for w in words] == [["call"], ["about", "held"]], words  # one word, then
+    assert swapped.probe["swap"]["applied"] and plan.sent, swapped.probe  # what it held
 
 
 SILENT = """

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from theinference.course import languages
+from theinference.curriculum.checks import swap_search
 from theinference.curriculum.checks.common import CHECKS
 from theinference.student import replies
 from theinference.student.worker import cache_rows, protocol
@@ -18,19 +19,23 @@ SMALL_NUMBER = re.compile(r"(?<![\w.])(?:\d+(?:\.\d+)?e-\d+|0\.0+[1-9]\d*)(?![\w
 GUARDS = {"1e-30", "1e-7"}  # no division by zero; no ambiguity factor of nothing: not tolerances
 
 
-def test_the_swap_tolerance_is_the_protocols_on_both_sides():
-    """Catches a swap that matches rows by a tolerance of its own: a number written into
-    either worker's matching code instead of read from protocol.json (as the Node swap once
-    matched within 2e-3 * (1 + |x|) while the Python one matched by direction)."""
+def test_the_swap_tolerance_is_the_protocols_and_the_graders_alone():
+    """Catches a swap that matches rows by a tolerance of its own (a number written into the
+    matching code instead of read from protocol.json, as the Node swap once matched within
+    2e-3 * (1 + |x|) while the Python one matched by direction), and a worker that matches
+    rows itself: the search is the grader's (swap_search.py), which a worker never sees the
+    K/V to find for."""
     assert cache_rows.TOL == protocol.TOLERANCE
     assert cache_rows.PASSES == (protocol.FIRST_PASS, protocol.TOLERANCE)
     assert cache_rows.AMBIGUOUS == protocol.AMBIGUITY
-    for source in [WORKER / "cache_rows.py", WORKER / "swap.py", WORKER / "worker_node_swap.mjs"]:
+    for source in [WORKER / "cache_rows.py", Path(swap_search.__file__), WORKER / "swap.py",
+                   WORKER / "worker_node_swap.mjs"]:
         written = set(SMALL_NUMBER.findall(source.read_text())) - GUARDS
         assert not written, (source.name, written)
-    node_swap = (WORKER / "worker_node_swap.mjs").read_text()
-    assert "SWAP.tolerance" in node_swap and "SWAP.first_pass" in node_swap
-    assert "SWAP.ambiguity" in node_swap
+    for worker_swap in [WORKER / "swap.py", WORKER / "worker_node_swap.mjs"]:
+        text = worker_swap.read_text()
+        assert "RowIndex" not in text and "tolerance" not in text.lower(), worker_swap.name
+    assert "RowIndex" in Path(swap_search.__file__).read_text()
 
 
 def test_every_outcome_a_worker_sends_is_one_the_grader_reads():

@@ -27,9 +27,11 @@ import pytest
 
 from tests.test_typescript import NODE_MODULES
 from theinference.course.directory import course_language
+from theinference.curriculum.checks.swap import SwapPlan
+from theinference.oracle.gpt2 import LayerKV
 from theinference.student import launch
 from theinference.student.channel import encode_frame
-from theinference.student.replies import decode_reply, split_frame
+from theinference.student.replies import decode_reply, outcome_of, split_frame
 from theinference.student.worker import protocol
 
 # one worker runs this file: both workers (`workers`) serve every test here
@@ -102,7 +104,8 @@ class Worker:
             if header["outcome"] != "hooked":
                 return header, blobs
             self.words.append(header["probe"])
-            os.write(self.requests, encode_frame(*answer(header["probe"])))
+            word = outcome_of(header, blobs).probe  # held arrays read back as the grader does
+            os.write(self.requests, encode_frame(*answer(word)))
 
     def stderr_text(self) -> str:
         self.stderr.flush()
@@ -321,11 +324,11 @@ def nudged(target: np.ndarray, distance: float) -> np.ndarray:
     return row.astype(np.float32)
 
 
-def swap_case(rng, case: str) -> tuple[list, list[bytes]]:
+def swap_case(rng, case: str) -> tuple[list, SwapPlan]:
     """The cache's rows (keys kept pre-scaled by 1/8, values as they are; one row moved per
-    `case`) and the plan's blobs in protocol.json's order (the K/V to find, then to write)."""
+    `case`) and the grader's plan (the K/V to find, then to write)."""
     kv = {name: rng.standard_normal((HEADS, POSITIONS, HEAD_DIM)).astype(np.float32)
-          for name in protocol.BLOB_ORDER}
+          for name in ("find_k", "find_v", "write_k", "write_v")}
     tol = protocol.TOLERANCE
     a, b = kv["find_v"][0, 0], kv["find_v"][0, 1]
     if case == "ambiguous":  # a row 0.25 tol from one target and 0.45 tol from another
@@ -336,40 +339,61 @@ def swap_case(rng, case: str) -> tuple[list, list[bytes]]:
     rows[HEADS * POSITIONS] = nudged(a, moved)
     if case == "ambiguous":
         assert apart(rows[HEADS * POSITIONS], b) < protocol.AMBIGUITY * moved
-    return [r.tolist() for r in rows], [kv[name].tobytes() for name in protocol.BLOB_ORDER]
+    finds = [LayerKV(k=kv["find_k"], v=kv["find_v"])]
+    writes = [LayerKV(k=kv["write_k"], v=kv["write_v"])]
+    return [r.tolist() for r in rows], SwapPlan("prefill", 1, finds, writes, None, None)
+
+
+def held_shapes(word: dict) -> list:
+    """A hook's word with what is each language's own taken out: the arrays it sent, by dtype
+    and shape (the walk's description of them is worded by each worker)."""
+    if "held" not in word:
+        return word
+    return sorted((d["dtype"], tuple(d["shape"]), d["bf16"]) for d in word["held"])
 
 
 @pytest.mark.parametrize("case", ["inside", "outside", "ambiguous"])
-def test_the_swap_matches_rows_by_one_rule_on_both_workers(workers, case):
-    """Catches workers that match K/V rows by different rules or tolerances: a row moved by
-    0.8 of protocol.json's tolerance is found (and written at its scale) by both, one moved by
-    1.25 of it by neither, nor one that two targets lie near by less than the ambiguity
-    factor; and a hook exchange (the word, the plan, the blobs' order) either worker reads
-    otherwise than the grader writes it."""
-    rows, blobs = swap_case(np.random.default_rng(7), case)
-    plan = dict(zip(protocol.SWAP_PLAN, (1, HEADS, HEAD_DIM, POSITIONS), strict=True))
+def test_the_swap_is_one_exchange_on_both_workers(workers, case):
+    """Catches workers that take part in the swap otherwise than the grader reads it: both send
+    the same arrays (every row the cache keeps, as its own array) for the grader's one search,
+    and write what it answers alike; a row moved by 0.8 of protocol.json's tolerance is found
+    (and written at its scale), one moved by 1.25 of it is not, nor one that two targets lie
+    near by less than the ambiguity factor, and then nothing is written; and neither worker
+    is sent the K/V to find (the plan is sizes only)."""
     got = {}
     for language, worker in workers.items():
         worker.words.clear()
-        answer = lambda word: ({"swap": plan, "next": None}, blobs)  # noqa: E731
+        rows, plan = swap_case(np.random.default_rng(7), case)
+        answers = []
+
+        def answer(word, plan=plan, answers=answers):
+            answers.append(plan.answer(word))
+            return answers[-1]
+
         header, out = worker.call("run_prefill", [rows], "prefill", answer)
         report = header["probe"]
+        assert not answers[0][1] and set(answers[0][0]["swap"]) == set(protocol.SWAP_PLAN)
         got[language] = (
-            worker.words,
+            [held_shapes(w) for w in worker.words],
             {k: report[k] for k in protocol.SPEC["hook"]["report"] if k != "swap"},
             {k: report["swap"].get(k) for k in ("applied", "places")},
             np.frombuffer(out[header["value"]["blob"]], dtype=np.float32).reshape(-1, HEAD_DIM),
+            plan.sent,
         )
-    (py_words, py_probe, py_swap, py_rows), (ts_words, ts_probe, ts_swap, ts_rows) = got.values()
-    assert py_words == ts_words == [{"call": 1}]
+    (py_words, py_probe, py_swap, py_rows, py_sent), (ts_words, ts_probe, ts_swap, ts_rows,
+                                                      ts_sent) = got.values()
+    rows_held = [("<f4", (HEAD_DIM,), False)] * (2 * HEADS * POSITIONS)
+    assert py_words == ts_words == [{"call": 1}, rows_held]
     assert py_probe == ts_probe == {"hook": "prefill", "calls": 1, "entered": 1, "found": 1}
     assert py_swap == ts_swap, (py_swap, ts_swap)
-    assert py_swap["applied"] is (case == "inside"), py_swap
+    assert py_swap["applied"] is py_sent is ts_sent is (case == "inside"), py_swap
     np.testing.assert_allclose(py_rows, ts_rows, rtol=1e-6, atol=1e-7)
     sent = np.asarray(rows, dtype=np.float32)
     if case == "inside":  # every row written: in the direction of the K/V to write
-        writes = np.concatenate([np.frombuffer(b, np.float32) for b in blobs[2:]])
+        writes = np.concatenate([plan.writes[0].k.ravel(), plan.writes[0].v.ravel()])
         wanted = [unit(w) for w in writes.reshape(-1, HEAD_DIM)]
         assert np.allclose([unit(r) for r in py_rows], wanted, atol=1e-5)
+        np.testing.assert_allclose(py_rows[:HEADS * POSITIONS] * 8,
+                                   plan.writes[0].k.reshape(-1, HEAD_DIM), rtol=1e-5, atol=1e-6)
     else:
         assert np.array_equal(py_rows, sent)  # nothing written

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tests.bugs import planted
-from tests.helpers import make_course
+from tests.helpers import grader_exchange, make_course, sizes
 from theinference.curriculum.checks import CHECKS
 from theinference.curriculum.checks.swap import UNASKED, after_prefill, prompt_state
 from theinference.curriculum.stages import load_stages, select, with_run_draws
@@ -24,6 +24,7 @@ from theinference.grading.grader import RunPlan, grade
 from theinference.grading.judging import kept_prompts
 from theinference.grading.policy import RunPolicy
 from theinference.grading.policy import plan as plan_cases
+from theinference.oracle.gpt2 import LayerKV
 from theinference.results import Status
 from theinference.student.setup import Limits, ProcessSetup
 from theinference.student.worker import swap as worker_swap
@@ -35,28 +36,25 @@ def rows(seed: int) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal((H, N, HD)).astype(np.float32)
 
 
-def test_a_large_array_with_no_kv_is_searched_again_only_when_its_bytes_change(monkeypatch):
-    """Catches a search of all the student's reachable memory at every moment (a model loader
-    that returns into the adapter a hundred times over weights the grader does not recognise
-    never got an answer), and a memo that would skip an array once it has changed."""
+def test_a_large_array_with_no_kv_is_sent_again_only_when_its_bytes_change():
+    """Catches a copy of all the student's reachable memory to the grader at every moment (a
+    model loader that returns into the adapter a hundred times over weights the grader does not
+    recognise never got an answer), and a memo that would skip an array once it has changed."""
     k, v = rows(0), rows(1)
-    plan = {"layers": 1, "heads": H, "head_dim": HD, "n": N}
-    target = worker_swap.Target(plan, [k.tobytes(), v.tobytes(), rows(2).tobytes(),
-                                       rows(3).tobytes()])
-    searched = []
-    locate = worker_swap.locate
-    monkeypatch.setattr(worker_swap, "locate",
-                        lambda group, *a: searched.append(group[0].array.size) or locate(group, *a))
+    finds, writes = [LayerKV(k, v)], [LayerKV(rows(2), rows(3))]
+    sent: list[int] = []
+    target = worker_swap.Target(sizes(finds), grader_exchange(finds, writes, sent))
     loader = np.random.default_rng(9).standard_normal((300, 768)).astype(np.float32)  # no K/V
     assert not target.swap([loader], None)["applied"]
     assert not target.swap([loader], None)["applied"]
-    assert searched == [loader.size], "an unchanged array with no row was searched again"
+    assert sent == [loader.size], "an unchanged array with no row was sent again"
     loader[299, 767] += 1.0
     assert not target.swap([loader], None)["applied"]
-    assert searched == [loader.size] * 2, "an array whose bytes changed was not searched again"
+    assert sent == [loader.size] * 2, "an array whose bytes changed was not sent again"
     cache = {"k": k.copy(), "v": v.copy()}
     assert target.swap([loader, cache], None)["applied"]
     np.testing.assert_array_equal(cache["k"], rows(2))
+    assert sent[2:] == [k.size, v.size], "the unchanged loader was sent beside the cache"
 
 
 def drawn_and_longest(slug: str, config) -> tuple[list[int], list[int]]:

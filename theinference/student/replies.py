@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from theinference.student.worker import protocol
+from theinference.student.worker.cache_walk import Source
 from theinference.student.worker.protocol import LIMITS, OUTCOMES
 
 ALLOWED_DTYPES = protocol.DTYPE_KINDS
@@ -169,7 +170,25 @@ def outcome_of(header: dict, blobs: list[memoryview]) -> Outcome:
     texts = {name: text_field(header, name) for name in TEXT_FIELDS}
     value = rebuild(header.get("value"), blobs) if kind == "returned" else None
     probe = header.get("probe") if isinstance(header.get("probe"), dict) else None
+    if kind == "hooked" and probe is not None and "held" in probe:
+        probe = {**probe, "held": held_arrays(probe["held"], blobs)}
     return Outcome(kind=kind, value=value, probe=probe, **texts)
+
+
+def held_arrays(descriptions, blobs: list) -> list[Source]:
+    """What a hook sent to be searched for the cache (worker/swap.py's sent_arrays): arrays
+    of numbers, a bfloat16 one as its bits in 2-byte integers."""
+    if not isinstance(descriptions, list):
+        raise BadReply("a hook's held arrays are not a list")
+    held = []
+    for desc in descriptions:
+        if not isinstance(desc, dict):
+            raise BadReply("a held array is not described by an object")
+        array, bf16 = rebuild_array(desc, blobs), desc.get("bf16") is True
+        if bf16 and not (array.dtype.kind in "iu" and array.dtype.itemsize == 2):
+            raise BadReply(f"a bfloat16 array's bits are {array.dtype}, not 2-byte integers")
+        held.append(Source(array, bf16=bf16))
+    return held
 
 
 def text_field(header: dict, name: str) -> str:

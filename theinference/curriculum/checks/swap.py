@@ -1,12 +1,13 @@
 """The swapped cache: proof that a decode reads its cache, which only reading it can give.
 
 Right after the student's `prefill` (or the j-th `attn_step`) returns, the grader has the K/V
-in its cache replaced (worker/swap.py finds them by content, whatever the layout) and
-asks for the answer over what the cache then holds. What it is given are the keys of one
-random prompt and the values of another, of the same length, in every layer: no sequence of
-tokens has that cache, so no recompute from token ids, kept or reconstructed, can produce the
-answer; only attention over the cache it holds can. The answer is the oracle's, fixed before
-the call, and nothing the student's process reports decides a pass.
+in its cache replaced (found by content, whatever the layout, in what the student's process
+sends: swap_search.py; the prompt's K/V never leave the grader) and asks for the answer over
+what the cache then holds. What it is given are the keys of one random prompt and the values of
+another, of the same length, in every layer: no sequence of tokens has that cache, so no
+recompute from token ids, kept or reconstructed, can produce the answer; only attention over
+the cache it holds can. The answer is the oracle's, fixed before the call, and nothing the
+student's process reports decides a pass.
 """
 
 from collections.abc import Callable
@@ -14,15 +15,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from theinference.curriculum.checks.swap_search import Search
 from theinference.oracle import gpt2 as oracle
 from theinference.oracle.gpt2 import LayerKV
-from theinference.student.worker.protocol import BLOB_ORDER, SWAP_PLAN
+from theinference.student.worker.protocol import SWAP_PLAN
 
 
 @dataclass
 class SwapPlan:
     """When to swap (the `at_call`-th return of `hook`), what the cache holds then (`finds`,
-    per layer), what it holds after (`writes`), and the answer over that (`expected`)."""
+    per layer), what it holds after (`writes`), and the answer over that (`expected`). Only
+    the plan's sizes reach the student's process; the K/V are searched for here
+    (swap_search.py) in what it sends, and the writes go only to where they were found."""
 
     hook: str
     at_call: int
@@ -32,10 +36,16 @@ class SwapPlan:
     plain: Callable[[], np.ndarray]  # the answer had nothing been swapped (for the message)
     calls: int = 0  # the hook's returns in this call, as far as the grader has heard
     offered: bool = field(default=False)
+    sent: bool = field(default=False)  # the writes went out: the grader's fact, not the student's
+    searched: str = field(default="")  # why the last search found no cache (for the message)
+    search: Search | None = field(default=None, repr=False)
 
     def answer(self, word: dict) -> tuple[dict, list[bytes]]:
-        """The grader's answer to a hook's word (the hook asks after its first return, then
-        after the call this answer names): the swap, once, or when to ask again."""
+        """The grader's answer to a hook's word: to its first return (then after the call this
+        answer names), the swap's sizes once, or when to ask again; to what the process holds
+        at a moment after that, the rows to write, or why there are none."""
+        if "held" in word:
+            return self.answer_held(word)
         call = word.get("call")
         self.calls = max(self.calls, call if isinstance(call, int) else self.calls + 1)
         if self.offered or self.calls < self.at_call:
@@ -43,16 +53,21 @@ class SwapPlan:
         self.offered = True
         h, n, hd = self.finds[0].k.shape
         plan = dict(zip(SWAP_PLAN, (len(self.finds), h, hd, n), strict=True))
-        blobs = [
-            as_bytes(getattr(find if blob.startswith("find") else write, blob[-1]))
-            for find, write in zip(self.finds, self.writes, strict=True)
-            for blob in BLOB_ORDER  # find_k, find_v, write_k, write_v
-        ]
-        return {"swap": plan, "next": None}, blobs
+        return {"swap": plan, "next": None}, []
 
-
-def as_bytes(a: np.ndarray) -> bytes:
-    return np.ascontiguousarray(a, dtype=np.float32).tobytes()
+    def answer_held(self, word: dict) -> tuple[dict, list[bytes]]:
+        if self.sent or not self.offered:  # one swap a call, and only once it was offered
+            return {"write": None, "reason": "no swap is due now"}, []
+        if self.search is None:
+            self.search = Search(self.finds, self.writes)
+        about = word.get("about") if isinstance(word.get("about"), str) else "what was sent"
+        try:
+            answer, blobs = self.search.answer(word["held"], about[:2000])
+        except Exception as exc:  # noqa: BLE001 (what the student's process sent is theirs)
+            answer, blobs = {"write": None, "reason": f"the grader's search failed: {exc!r}"}, []
+        self.sent = answer["write"] is not None
+        self.searched = "" if self.sent else answer["reason"]
+        return answer, blobs
 
 
 def random_ids(count: int, seed: int, vocab: int) -> list[int]:
@@ -182,8 +197,12 @@ class Seen:
 
     @property
     def applied(self) -> bool:
+        """The grader sent the writes and the process did not say it failed to make them: a
+        process that says it did without being sent any is not believed, and a pass still
+        rests on the answer alone (swap_verdict)."""
         swap = (self.report or {}).get("swap")
-        return not self.rerun and isinstance(swap, dict) and swap.get("applied") is True
+        said = isinstance(swap, dict) and swap.get("applied") is True
+        return not self.rerun and self.plan is not None and self.plan.sent and said
 
 
 def judged(seen: Seen, swapped: Callable[[], object], plain: Callable[[], object], say):
@@ -251,6 +270,8 @@ def not_applied(plan: SwapPlan, report: dict | None) -> str:
             )
         return f"{plan.hook} returned {plan.calls} time(s) during the call, fewer than needed"
     swap = report.get("swap")
+    if plan.searched:  # the grader's own search: what it found missing
+        return plan.searched
     if not isinstance(swap, dict):
         return f"the swap after {plan.hook} was not acknowledged"
     return "" if swap.get("applied") else str(swap.get("reason", "the K/V were not found"))

@@ -3,11 +3,12 @@ grader): the grader names a function (`prefill`, `attn_step`) and every function
 in a module loaded from the course is wrapped for the call.
 
 When it first returns, the wrapper tells the grader on the reply pipe and waits on the request
-pipe for its answer: the K/V the cache should now hold (written by swap.py, which finds the K/V
-by content whatever the layout), or nothing, with the call after which to ask again (none: a
-graded call). Until that first return a probe looks like any other call; after it, nothing the
-student's code learns helps it: only reading the cache gives the answer over K/V that no token
-sequence has. Every call of a stage with a hook installs it, so a graded call looks the same.
+pipe for its answer: the swap's sizes (swap.py then sends what the cache holds, the grader finds
+the K/V in it by content whatever the layout and answers with the rows to write), or nothing,
+with the call after which to ask again (none: a graded call). Until that first return a probe
+looks like any other call; after it, nothing the student's code learns helps it: only reading
+the cache gives the answer over K/V that no token sequence has. Every call of a stage with a
+hook installs it, so a graded call looks the same.
 """
 
 import inspect
@@ -33,8 +34,9 @@ class NoHook:
 
 def install_hook(name, course_dir: str, exchange, prepare, watch=None):
     """The hook the request names (NoHook when none): with `watch` "returns", a ReturnWatch
-    (no name needed), else the functions of that name wrapped; `prepare(plan, blobs)` is
-    swap.py's Target, whose `swap(roots, weights)` searches and writes."""
+    (no name needed), else the functions of that name wrapped; `prepare(plan, exchange)` is
+    swap.py's Target, whose `swap(roots, weights)` sends what the roots hold to the grader
+    and writes what it answers."""
     if not isinstance(name, str) or not name.isidentifier():
         return NoHook()
     if watch == protocol.WATCH_RETURNS:
@@ -118,11 +120,11 @@ class ReturnWatch:
         self.state["moments"] += 1
         if self.target is None:
             header = {"outcome": "hooked", "probe": {"call": self.state["moments"]}}
-            answer, blobs = self.exchange(header)
+            answer, _ = self.exchange(header)
             if not isinstance(answer.get("swap"), dict):
                 self.stop()  # a call the grader does not swap
                 return None
-            self.target = guarded(self.prepare, answer["swap"], blobs)
+            self.target = guarded(self.prepare, answer["swap"], self.exchange)
             if isinstance(self.target, dict):  # the plan could not be read: said, not raised
                 self.state["swap"] = self.target
                 self.stop()
@@ -147,8 +149,8 @@ class ReturnWatch:
 
 class Hook:
     """Every function named `name` in the course's modules, wrapped (see the module's text).
-    `exchange(header) -> (answer, blobs)` talks to the grader; `prepare(plan, blobs)` decodes
-    the swap it answers with, whose `swap(roots, weights)` writes the K/V."""
+    `exchange(header, blobs) -> (answer, blobs)` talks to the grader; `prepare(plan, exchange)`
+    is the swap it answers with, whose `swap(roots, weights)` writes the K/V."""
 
     def __init__(self, name: str, course_dir: str, exchange, prepare):
         self.name, self.exchange, self.prepare = name, exchange, prepare
@@ -173,13 +175,14 @@ class Hook:
                 if self.next_word is None or self.state["calls"] < self.next_word:
                     return out  # the grader's answer said not to ask again before then
                 header = {"outcome": "hooked", "probe": {"call": self.state["calls"]}}
-                answer, blobs = self.exchange(header)
+                answer, _ = self.exchange(header)
                 following = answer.get("next")
                 self.next_word = following if isinstance(following, int) else None
                 if isinstance(answer.get("swap"), dict):
                     roots, weights = cache_arguments(original, args, named)
-                    self.state["swap"] = swapped(self.prepare, answer["swap"], blobs, roots,
-                                                 weights)
+                    target = guarded(self.prepare, answer["swap"], self.exchange)
+                    self.state["swap"] = (target if isinstance(target, dict)
+                                          else guarded(target.swap, roots, weights))
             return out
 
         hooked.__name__ = original.__name__
@@ -201,12 +204,6 @@ def guarded(step, *args):
         return step(*args)
     except Exception as exc:  # noqa: BLE001
         return {"applied": False, "reason": f"the grader's search failed: {exc!r}"}
-
-
-def swapped(prepare, plan: dict, blobs: list, roots: list, weights) -> dict:
-    """One search and swap of a plan decoded for it: its report."""
-    target = guarded(prepare, plan, blobs)
-    return target if isinstance(target, dict) else guarded(target.swap, roots, weights)
 
 
 def functions_named(name: str, course_dir: str) -> list:

@@ -25,8 +25,7 @@ LIMITS = SPEC["limits"]
 WATCH_RETURNS = SPEC["hook"]["watch_returns"]
 SWAP = SPEC["swap"]
 SWAP_PLAN = tuple(SWAP["plan"])  # the plan's numbers, by these keys
-BLOB_ORDER = tuple(SWAP["blob_order"])  # per layer: which K/V each of its blobs is
-TOLERANCE = float(SWAP["tolerance"])  # the one match tolerance (cache_rows.py)
+TOLERANCE = float(SWAP["tolerance"])  # the one match tolerance (cache_rows.py, in the grader)
 FIRST_PASS = float(SWAP["first_pass"])
 AMBIGUITY = float(SWAP["ambiguity"])
 # the grader's names of the functions a hook may wrap: the grader gives them to every worker

@@ -1,18 +1,16 @@
 """The swap of a cache's K/V, inside the student's process (part of the worker: imports nothing
-of the grader): the K/V are located by content, whatever the layout, and overwritten in place.
+of the grader): what the process holds is sent to the grader, which finds the K/V by content
+(curriculum/checks/swap_search.py), and the rows it names are overwritten in place.
 
 What every correct cache holds, whatever its layout, is each layer's K and V rows: for every
-head and position, 64 numbers (one head's key or value at one position), somewhere in memory,
-possibly scaled (keys pre-scaled by 1/sqrt(64)) and in any float dtype. So the search is by
-row, not by shape: every float array reachable from the roots (NumPy arrays, PyTorch tensors
-through a shared view, bfloat16 included, `array.array`; through lists, tuples, dicts, sets,
-deques, objects, slots, closures and callable objects such as a PyTorch module; no depth limit)
-is read, along every axis whose length is a multiple of 64, as rows of 64 consecutive values,
-and each row is matched by direction with the rows the grader sent. Fused K|V, paged pools,
-arenas, one array per token or per head, interleaved heads, transposed keys, read-only arrays
-and linked nodes are all rows. Only when every row of every layer's K and V is found is
-anything written: each place found, in place, in its own dtype and scale. The weights (mapped
-from their file, or copied: recognised by their first values) are never searched nor written.
+head and position, 64 numbers somewhere in memory. So every float array reachable from the
+roots (NumPy arrays, PyTorch tensors through a shared view, bfloat16 included, `array.array`;
+through lists, tuples, dicts, sets, deques, objects, slots, closures and callable objects such
+as a PyTorch module; no depth limit) is sent, and the grader reads it as rows. Nothing of the
+proof comes here before the answer: not the prompt's K/V (the grader keeps them to search
+with), not the swap's values until the cache they are written to has been found, and no status
+of this process's decides a pass. The weights (mapped from their file, or copied: recognised by
+their first values) are never sent nor written.
 """
 
 import importlib
@@ -37,80 +35,55 @@ def part(name: str):
 
 protocol = part("protocol")  # first: cache_rows reads it
 cache_walk, cache_rows = part("cache_walk"), part("cache_rows")
-Walk, WeightSkip, RowIndex = cache_walk.Walk, cache_walk.WeightSkip, cache_rows.RowIndex
+Walk, WeightSkip = cache_walk.Walk, cache_walk.WeightSkip
 row_views = cache_rows.row_views
 
 
-def swap_cache(roots: list, weights, plan: dict, blobs: list) -> dict:
-    """One search and swap (see Target.swap) of a plan decoded for it alone."""
-    return Target(plan, blobs).swap(roots, weights)
-
-
 class Target:
-    """The grader's swap, decoded once for a call and searched for at each moment the hook
-    asks: each layer's K and V to find and to write (plan: layers, heads, head_dim, n; blobs:
-    per layer float32 [heads, n, head_dim], in protocol.json's blob order). The rows' index is
-    built once, and a large array already searched with no row found is searched again only
-    when its bytes have changed: a moment costs its walk, not a search of all it can reach."""
+    """The grader's swap in this process, for a call: at each moment the hook asks, the float
+    arrays reachable from the roots are sent to the grader (whole, in their own dtype), which
+    searches them for the prompt's K/V (which never come here) and answers with the rows to
+    overwrite and their new values, or with why it found no cache. Whether the swap happened is
+    the grader's to judge, by the answer alone: nothing this process says passes a case. A
+    large array the grader found no row in is sent again only when its bytes have changed:
+    a moment costs its walk, not a copy of all it can reach."""
 
-    def __init__(self, plan: dict, blobs: list):
-        import numpy as np
-
+    def __init__(self, plan: dict, exchange):
         self.layers, h, self.hd, n = (int(plan[k]) for k in protocol.SWAP_PLAN)
-        dtype, order = np.dtype(protocol.SWAP["blob_dtype"]), protocol.BLOB_ORDER
-        arrays = [np.frombuffer(b, dtype=dtype).reshape(h, n, self.hd) for b in blobs]
-        per = [dict(zip(order, arrays[len(order) * i : len(order) * (i + 1)], strict=True))
-               for i in range(self.layers)]
-        self.finds = np.stack([layer[f"find_{kv}"] for layer in per for kv in "kv"])  # [2L,h,n,hd]
-        self.writes = np.stack([layer[f"write_{kv}"] for layer in per for kv in "kv"])
-        self._index = None
+        self.needed = 2 * self.layers * h * n * self.hd  # every layer's K and V: the least held
+        self.exchange = exchange
         self.barren: dict = {}  # array's place -> digest of its bytes when no row was found
         self.unnamed_weights = None  # the WeightSkip of a search given no weights, kept
 
-    @property
-    def index(self):
-        if self._index is None:
-            self._index = RowIndex(self.finds.reshape(-1, self.hd))
-        return self._index
-
     def swap(self, roots: list, weights) -> dict:
-        """Find each layer's K and V among what `roots` reach and, when every row is found,
-        overwrite them. What was done or found, for the grader's message."""
-        import numpy as np
-
+        """Send what `roots` reach to the grader and write the rows it answers with: what was
+        done, for the grader's message (never for a pass)."""
         walk = Walk(skip=self.weight_skip(weights))
         for root in roots:
             walk.visit(root)
         held = sum(s.array.size for s in walk.sources)
-        if held < self.finds.size:  # cheap: not yet there (a cache half built, or none)
+        if held < self.needed:  # cheap: not yet there (a cache half built, or none)
             return {
                 "applied": False,
-                "reason": f"{held} values found, fewer than the {self.finds.size} of every "
+                "reason": f"{held} values found, fewer than the {self.needed} of every "
                 f"layer's K and V, among {walk.describe()}",
                 "seen": walk.summary(),
             }
-        index, hd = self.index, self.hd
-        places, covered = [], np.zeros(len(index), dtype=bool)
-        for group in alike(walk.sources):
-            for place in self.located(group):
-                places.append(place)
-                covered[place[3]] = True
-        if not covered.all():
-            n_rows = covered.size // (2 * self.layers)
-            return {
-                "applied": False,
-                "reason": missing_reason(covered.reshape(2 * self.layers, n_rows), walk, hd),
-                "seen": walk.summary(),
-            }
-        spans = writable_spans() if any(not p[1].flags.writeable for p in places) else []
-        try:  # every place made writeable first: a swap is whole or nothing
-            targets = [writable(place[1], spans) for place in places]
+        sent = [s for s in walk.sources if not self.known_barren(s)]
+        descriptions, blobs = sent_arrays(sent)
+        word = {"outcome": "hooked", "probe": {"held": descriptions, "about": walk.describe()}}
+        answer, back = self.exchange(word, blobs)
+        for i in answer.get("barren") or []:
+            self.remember_barren(sent[i])
+        writes = answer.get("write")
+        if not isinstance(writes, list):
+            reason = str(answer.get("reason", "the grader found no cache"))
+            return {"applied": False, "reason": reason, "seen": walk.summary()}
+        try:
+            write_all(sent, writes, back, self.hd)
         except PermissionError as exc:
             return {"applied": False, "reason": str(exc), "seen": walk.summary()}
-        flat = self.writes.reshape(-1, hd)
-        for target, (source, _, at, found, scale) in zip(targets, places, strict=True):
-            write_rows(source, target, at, scale[:, None] * flat[found])
-        return {"applied": True, "reason": "", "places": len(places), "seen": walk.summary()}
+        return {"applied": True, "reason": "", "places": len(writes), "seen": walk.summary()}
 
     def weight_skip(self, weights) -> "WeightSkip":
         """The weights' skip; with none named (the moments after the prefill), the one made at
@@ -123,79 +96,64 @@ class Target:
             self.unnamed_weights = WeightSkip(None)
         return self.unnamed_weights
 
-    def located(self, group: list) -> list:
-        """locate(), skipping a large array searched before, unchanged and with no row."""
-        if len(group) > 1 or group[0].array.size <= SMALL:
-            return locate(group, self.index, self.hd)
-        a = group[0].array
-        place = (cache_walk.address(a), a.shape, a.strides, a.dtype.str)
-        digest = bytes_digest(a)
-        if digest is not None and self.barren.get(place) == digest:
-            return []
-        found = locate(group, self.index, self.hd)
-        if not found and digest is not None:
-            self.barren[place] = digest
-        return found
+    def known_barren(self, source) -> bool:
+        place = barren_place(source.array)
+        return place is not None and self.barren.get(place) == bytes_digest(source.array)
+
+    def remember_barren(self, source) -> None:
+        place = barren_place(source.array)
+        if place is not None:
+            self.barren[place] = bytes_digest(source.array)
 
 
-def bytes_digest(a) -> int | None:
-    """A checksum of a contiguous array's bytes (about 2 GB/s), or None for a strided one."""
+SMALL = 1 << 16  # arrays up to this size are sent again at every moment (cheap)
+
+
+def barren_place(a) -> tuple | None:
+    """Where a large array lives, to know it again, or None for a small or strided one."""
+    if a.size <= SMALL or not (a.flags.c_contiguous or a.flags.f_contiguous):
+        return None
+    return (cache_walk.address(a), a.shape, a.strides, a.dtype.str)
+
+
+def bytes_digest(a) -> int:
+    """A checksum of a contiguous array's bytes (about 2 GB/s)."""
     import zlib
 
-    if not (a.flags.c_contiguous or a.flags.f_contiguous):
-        return None
     return zlib.crc32(memoryview(a.reshape(-1, order="A")).cast("B"))
 
 
-SMALL = 1 << 16  # arrays up to this size are matched together with those of their shape
+def sent_arrays(sources: list) -> tuple[list[dict], list[bytes]]:
+    """Each array's description (dtype, shape, its blob, whether it is bfloat16's bits) and
+    its bytes in C order, as the grader reads them back (replies.py)."""
+    import numpy as np
 
-
-def alike(sources: list) -> list[list]:
-    """The sources in groups matched at once: small arrays of one shape and dtype together (a
-    thousand per-token rows are one search, not a thousand), every other array alone."""
-    groups: dict = {}
-    for i, source in enumerate(sources):
+    descriptions, blobs = [], []
+    for source in sources:
         a = source.array
-        key = (a.shape, a.dtype.str, source.bf16) if a.size <= SMALL else i
-        groups.setdefault(key, []).append(source)
-    return list(groups.values())
+        descriptions.append({"dtype": a.dtype.str, "shape": list(a.shape), "blob": len(blobs),
+                             "bf16": source.bf16})
+        blobs.append(np.ascontiguousarray(a).tobytes())
+    return descriptions, blobs
 
 
-def locate(group: list, index, hd: int) -> list:
-    """(source, rows view, row numbers, targets, scales) for every row of the group's arrays
-    that is a target's, along the axes row_views reads (one of exactly 64 found: no other)."""
+def write_all(sources: list, writes: list, blobs: list, hd: int) -> None:
+    """The grader's writes, each {held, view, rows, values}: the rows numbered `rows` (int64)
+    of the array's row view `view` (cache_rows.row_views) get `values` (float32 [rows, hd]).
+    Every place is made writeable first: a swap is whole or nothing."""
     import numpy as np
 
     places = []
-    views = [row_views(source.array, hd) for source in group]  # alike: the same axes each
-    for j, (_, exact) in enumerate(views[0]):
-        rows = [group_views[j][0] for group_views in views]
-        per = int(np.prod(rows[0].shape[:-1]))
-        stacked = np.stack([s.decode(r).reshape(-1, hd) for s, r in zip(group, rows, strict=True)])
-        found = index.match(stacked.reshape(-1, hd))
-        if found is None:
-            continue
-        member, at = np.divmod(found[0], per)
-        order = np.argsort(member, kind="stable")  # each member's rows together
-        members, starts = np.unique(member[order], return_index=True)
-        for m, part in zip(members, np.split(order, starts[1:]), strict=True):
-            places.append((group[m], rows[m], at[part], found[1][part], found[2][part]))
-        if exact:
-            break  # rows along an axis of exactly 64: the other axes hold none
-    return places
-
-
-def missing_reason(covered, walk: "Walk", hd: int) -> str:
-    """Which layer's K or V is missing first, how much of it was found, and what was seen."""
-    tensors = len(covered)
-    missing = [t for t in range(tensors) if not covered[t].all()]
-    layer, kind = divmod(missing[0], 2)
-    rows = covered[missing[0]]
-    return (
-        f"layer {layer}'s {'KV'[kind]} ({len(missing)} of {tensors} K/V tensors incomplete; "
-        f"{int(rows.sum())} of {rows.size} of its rows of {hd} values, one per head and "
-        f"position, found) was not found among {walk.describe()}"
-    )
+    for w in writes:
+        source = sources[int(w["held"])]
+        view = row_views(source.array, hd)[int(w["view"])][0]
+        rows = np.frombuffer(blobs[int(w["rows"])], dtype=np.int64)
+        values = np.frombuffer(blobs[int(w["values"])], dtype=np.float32).reshape(-1, hd)
+        places.append((source, view, rows, values))
+    spans = writable_spans() if any(not p[1].flags.writeable for p in places) else []
+    targets = [writable(view, spans) for _, view, _, _ in places]
+    for target, (source, _, rows, values) in zip(targets, places, strict=True):
+        write_rows(source, target, rows, values)
 
 
 def write_rows(source, target, at, values) -> None:

@@ -70,8 +70,8 @@ def main() -> None:
     if calibrating:
         return calibrate(requests, replies)
 
-    def exchange(header: dict):  # a hook's word to the grader mid-call, and its answer
-        write_message(replies, header, [])
+    def exchange(header: dict, blobs=()):  # a hook's word to the grader mid-call, its answer
+        write_message(replies, header, list(blobs))
         return read_frame(requests)
 
     while (request := read_request(requests)) is not None:

@@ -20,10 +20,9 @@ export function installHook(kvcache, name) {
       const out = original(...args);
       state.calls += 1;
       if (nextWord === null || state.calls < nextWord) return out; // not to ask before then
-      writeMessage({ outcome: "hooked", probe: { call: state.calls } }, []);
-      const [answer, blobs] = readFrame();
+      const [answer] = exchange({ outcome: "hooked", probe: { call: state.calls } }, []);
       nextWord = Number.isInteger(answer?.next) ? answer.next : null;
-      if (answer && answer.swap) state.swap = guarded(args.slice(2), answer.swap, blobs);
+      if (answer && answer.swap) state.swap = guarded(args.slice(2), answer.swap);
       return out;
     });
     state.found = 1;
@@ -35,10 +34,16 @@ export function installHook(kvcache, name) {
 
 // The swap's report; a failure of the search itself is reported, never thrown into the
 // student's code (where it would read as their error)
-function guarded(roots, plan, blobs) {
+function guarded(roots, plan) {
   try {
-    return swapCache(roots, plan, blobs);
+    return swapCache(roots, plan, exchange);
   } catch (err) {
     return { applied: false, reason: `the grader's search failed: ${err}` };
   }
+}
+
+// a hook's word to the grader mid-call, and its answer
+function exchange(header, blobs) {
+  writeMessage(header, blobs);
+  return readFrame();
 }

@@ -75,7 +75,8 @@ function malformed() {
   process.exit(PROTOCOL.framing.malformed_exit);
 }
 
-// A frame as replies have it (JSON, then raw blobs as float32): a hook's answer from the grader.
+// A frame as replies have it (JSON, then raw blobs, each an ArrayBuffer): a hook's answer from
+// the grader.
 // An empty answer when the grader has gone.
 export function readFrame() {
   const prefix = readExactly(LENGTH.size + HEADER_LENGTH.size);
@@ -87,7 +88,7 @@ export function readFrame() {
   const blobs = [];
   let at = textLen;
   for (const n of header[BLOB_SIZES] ?? []) {
-    blobs.push(new Float32Array(body.buffer.slice(body.byteOffset + at, body.byteOffset + at + n)));
+    blobs.push(body.buffer.slice(body.byteOffset + at, body.byteOffset + at + n));
     at += n;
   }
   return [header, blobs];
