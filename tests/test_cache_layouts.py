@@ -36,6 +36,7 @@ LAYOUTS = [
     "per_token_kvcache.py",
     "interleaved_kvcache.py",
     "torch_module_kvcache.py",
+    "held_everywhere_kvcache.py",  # each layer in memory of another kind, or where few look
     "transformers_kvcache.py",  # transformers' GPT-2 and DynamicCache: no function named prefill
 ]
 OWN_ADAPTERS = {"transformers_kvcache.py": "transformers_adapters.py"}  # its tests/adapters.py
@@ -80,7 +81,9 @@ def test_a_correct_cache_in_any_layout_passes_the_swaps(
     """Catches a swap that only finds the reference's layout: float64 buffers, a preallocated
     buffer behind copying properties, PyTorch tensors, fused K|V, blocks behind a table,
     read-only arrays, linked nodes, pre-scaled keys, an arena, per-token rows, interleaved
-    heads, a module's buffers, transformers' DynamicCache with no function named prefill."""
+    heads, a module's buffers, K/V held by a module-level pool, a class attribute, a generator,
+    complex, integer, raw-byte, ctypes, list, structured, object and head-minor memory,
+    transformers' DynamicCache with no function named prefill."""
     course = layout_course(tmp_path / "c", layout)
     cases = grade_proofs(course, weights, SWAPPED, True, answers=answers, seed=run_seed)
     assert len(cases) == len(SWAPPED)

@@ -152,6 +152,7 @@ def layouts(k: np.ndarray, v: np.ndarray) -> dict:
             lambda c: (np.stack(c[0]).reshape(N, H, HD).transpose(1, 0, 2), np.stack(c[1], 1)),
         ),
         **more_layouts(k, v),
+        **holder_layouts(k, v),
         **(torch_layouts(k, v) if installed("torch") else {}),
     }
 
@@ -233,6 +234,67 @@ def more_layouts(k: np.ndarray, v: np.ndarray) -> dict:
     }
 
 
+SHUFFLE = np.random.default_rng(64).permutation(HD)  # one order of a row's values
+
+
+def holder_layouts(k: np.ndarray, v: np.ndarray) -> dict:
+    """The same K/V held by memory other than float arrays, or where a walk rarely looks."""
+    import ctypes
+    import functools
+    import io
+    import mmap
+
+    as_f32 = lambda raw: np.frombuffer(raw, dtype=np.float32).reshape(H, N, HD)  # noqa: E731
+    structured = np.zeros((H, N), dtype=[("k", "<f4", (HD,)), ("v", "<f4", (HD,))])
+    structured["k"], structured["v"] = k, v
+    objects = np.empty((2, H, N), dtype=object)  # one row array per cell
+    for i, p in np.ndindex(H, N):
+        objects[0, i, p], objects[1, i, p] = k[i, p].copy(), v[i, p].copy()
+    anonymous = mmap.mmap(-1, 2 * k.nbytes)
+    anonymous[:] = k.tobytes() + v.tobytes()
+
+    def keeper(kept_k, kept_v):
+        while True:  # the K/V live in the suspended generator's frame
+            yield kept_k, kept_v
+
+    generator = keeper(k.copy(), v.copy())
+    next(generator)
+    c_floats = ctypes.c_float * k.size
+    head_minor = lambda a: a.transpose(1, 2, 0).reshape(N, HD * H).copy()  # noqa: E731
+    return {
+        "a complex64 array, K real and V imaginary": (
+            (k + 1j * v).astype(np.complex64), lambda c: (c.real, c.imag)),
+        "int32 bit patterns": (
+            [k.view(np.int32).copy(), v.view(np.int32).copy()],
+            lambda c: (c[0].view(np.float32), c[1].view(np.float32))),
+        "a structured dtype": (structured, lambda c: (c["k"], c["v"])),
+        "bytearray and BytesIO": (
+            {"k": bytearray(k.tobytes()), "v": io.BytesIO(v.tobytes())},
+            lambda c: (as_f32(c["k"]), as_f32(c["v"].getvalue()))),
+        "ctypes float arrays": (
+            [c_floats.from_buffer_copy(k.tobytes()), c_floats.from_buffer_copy(v.tobytes())],
+            lambda c: (as_f32(bytes(c[0])), as_f32(bytes(c[1])))),
+        "an anonymous mmap": (
+            anonymous, lambda c: (as_f32(c[: k.nbytes]), as_f32(c[k.nbytes :]))),
+        "lists of Python floats": (
+            {"k": [merged(k)[p].tolist() for p in range(N)],
+             "v": [merged(v)[p].tolist() for p in range(N)]},
+            lambda c: (unmerged(np.array(c["k"], np.float32)),
+                       unmerged(np.array(c["v"], np.float32)))),
+        "an object array of rows": (
+            objects, lambda c: tuple(np.array(c[j].tolist(), np.float32) for j in (0, 1))),
+        "a suspended generator's frame": (generator, lambda c: next(c)),
+        "a partial's arguments": (
+            functools.partial(np.add, k.copy(), v.copy()), lambda c: (c.args[0], c.args[1])),
+        "each row's 64 values in a fixed order of their own": (
+            [k[..., SHUFFLE].copy(), v[..., SHUFFLE].copy()],
+            lambda c: tuple(a[..., np.argsort(SHUFFLE)] for a in c)),
+        "each position's heads kept head-minor [n, hd * h]": (
+            [head_minor(k), head_minor(v)],
+            lambda c: tuple(a.reshape(N, HD, H).transpose(2, 0, 1) for a in c)),
+    }
+
+
 def torch_layouts(k: np.ndarray, v: np.ndarray) -> dict:
     """The layouts of a cache kept in PyTorch."""
     import torch
@@ -260,6 +322,11 @@ LAYOUTS = [
     "read-only arrays", "linked nodes (slots)", "keys pre-scaled by 1/8",
     "arena [(K|V) x capacity, d]", "one [2, d] array per token, in a deque",
     "heads with K|V interleaved [h, n, 2 hd]", "float16 arrays", "a closure's cell",
+    "a complex64 array, K real and V imaginary", "int32 bit patterns", "a structured dtype",
+    "bytearray and BytesIO", "ctypes float arrays", "an anonymous mmap", "lists of Python floats",
+    "an object array of rows", "a suspended generator's frame", "a partial's arguments",
+    "each position's heads kept head-minor [n, hd * h]",
+    "each row's 64 values in a fixed order of their own",
     *TORCH_LAYOUTS,
 ]
 
@@ -530,6 +597,43 @@ def test_a_prefill_by_any_name_is_swapped_after_it_returns(
     assert len(cases) == len(slugs)
     for case in cases:
         assert case.status == Status.PASSED, case.message
+
+
+DEEP_PREFILL = """
+_filled = fill_cache
+
+
+def decode_sequence(prompt_ids, continuation_ids, w, mc):
+    return _outer(prompt_ids, continuation_ids, w, mc)
+
+
+def _outer(prompt_ids, continuation_ids, w, mc):
+    return _inner(prompt_ids, continuation_ids, w, mc)
+
+
+def _inner(prompt_ids, continuation_ids, w, mc):
+    _filled(prompt_ids, w, mc)  # three calls below the adapter, under another name
+    rows = []
+    for step, token_id in enumerate(continuation_ids):
+        rows.append(decode_step(token_id, len(prompt_ids) + step, w, mc))
+    return np.stack(rows)
+"""
+
+
+def test_a_prefill_under_another_name_three_calls_down_is_swapped_after_it_returns(
+    tmp_path, weights, answers, run_seed
+):
+    """Catches a watch that looks for the moment after the prefill only in returns into the
+    adapter or a function it called: a correct cache whose prefill, under another name, is
+    reached three calls below the adapter was swapped only after its decode, and failed as a
+    recompute."""
+    text = reference_text().replace("prefill", "fill_cache") + DEEP_PREFILL
+    course = make_course(tmp_path / "c", text)
+    adapters = course / "tests" / "adapters.py"
+    adapters.write_text(adapters.read_text().replace("prefill", "fill_cache"))
+    cases = grade_proofs(course, weights, ["per-step-identity"], small=True, answers=answers,
+                         seed=run_seed)
+    assert len(cases) == 1 and cases[0].status == Status.PASSED, cases[0].message
 
 
 HALF_RECOMPUTED = """

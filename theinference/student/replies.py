@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from theinference.student.worker import protocol
-from theinference.student.worker.cache_walk import Source
+from theinference.student.worker.cache_memory import Source
 from theinference.student.worker.protocol import LIMITS, OUTCOMES
 
 ALLOWED_DTYPES = protocol.DTYPE_KINDS

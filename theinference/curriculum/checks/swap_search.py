@@ -6,7 +6,8 @@ their new values, each in its place's own scale (keys kept pre-scaled included).
 
 Fused K|V, paged pools, arenas, one array per token or per head, interleaved heads, transposed
 keys, read-only arrays and linked nodes are all rows: a row is 64 consecutive values along any
-axis whose length is a multiple of 64.
+axis whose length is a multiple of 64, or 64 values a stride apart (a position's heads kept
+head-minor), its values in their order or in any one fixed order of their own.
 """
 
 import numpy as np
@@ -25,7 +26,7 @@ class Search:
         self.layers, self.hd = len(finds), finds[0].k.shape[-1]
         self.finds = np.stack([getattr(layer, kv) for layer in finds for kv in "kv"])
         self.writes = np.stack([getattr(layer, kv) for layer in writes for kv in "kv"])
-        self._index = None  # [2L, h, n, hd] each, above
+        self._index = self._sorted = None  # [2L, h, n, hd] each, above
 
     @property
     def index(self) -> RowIndex:
@@ -33,24 +34,42 @@ class Search:
             self._index = RowIndex(self.finds.reshape(-1, self.hd))
         return self._index
 
+    @property
+    def sorted_index(self) -> RowIndex:
+        """The rows to find with each row's values sorted: what a row kept in a shuffled order
+        of its 64 values still matches (fixed_order)."""
+        if self._sorted is None:
+            self._sorted = RowIndex(np.sort(self.index.units, axis=1))
+        return self._sorted
+
     def answer(self, held: list, about: str) -> tuple[dict, list[bytes]]:
         """The grader's answer to what the student's process holds (`held`: Sources, as
         worker/cache_walk.py reads them): every place to write, or why not, and which large
         arrays held no row (not sent again while unchanged)."""
-        index, hd = self.index, self.hd
-        places, covered = [], np.zeros(len(index), dtype=bool)
-        for group in alike(held):
-            for place in locate(held, group, index, hd):
-                places.append(place)
-                covered[place[3]] = True
+        hd = self.hd
+        places, covered = [], np.zeros(len(self.index), dtype=bool)
+        groups = alike(held)
+        for group in groups:
+            places += locate(held, group, self, reorder=False)
+        if places:
+            covered[np.concatenate([place[3] for place in places])] = True
+        if not covered.all():  # rows kept in an order of their own, in each array left
+            used = {place[0] for place in places}
+            for i in (i for i in range(len(held)) if i not in used):
+                more = locate(held, [i], self, reorder=True)
+                places += more
+                for place in more:
+                    covered[place[3]] = True
         barren = sorted(set(range(len(held))) - {place[0] for place in places})
         if not covered.all():
             rows = covered.reshape(2 * self.layers, -1)
             return {"write": None, "reason": missing_reason(rows, about, hd), "barren": barren}, []
         flat = self.writes.reshape(-1, hd)  # [2L * h * n, hd]
         writes, blobs = [], []
-        for at, view, rows, found, scale in places:
+        for at, view, rows, found, scale, order in places:
             values = (scale[:, None] * flat[found]).astype(np.float32)  # [rows, hd]
+            if order is not None:  # kept in a fixed order of its own: written in it
+                values = values[:, order]
             writes.append({"held": at, "view": view, "rows": len(blobs), "values": len(blobs) + 1})
             blobs += [rows.astype(np.int64).tobytes(), values.tobytes()]
         return {"write": writes, "barren": barren}, blobs
@@ -67,27 +86,58 @@ def alike(held: list) -> list[list[int]]:
     return list(groups.values())
 
 
-def locate(held: list, group: list[int], index: RowIndex, hd: int) -> list:
-    """(held number, row view number, row numbers, targets, scales) for every row of the group's
-    arrays that is a target's, along the axes row_views reads (one of exactly 64 found: no
-    other)."""
-    places = []
+def locate(held: list, group: list[int], search: Search, reorder: bool) -> list:
+    """(held number, row view number, row numbers, targets, scales, order) for every row of the
+    group's arrays that is a target's, along the views row_views reads: none past an axis of
+    exactly 64 that held rows, nor an axis read head-minor whose runs of 64 held rows. A view
+    none of whose rows is a target's is tried, with `reorder`, in a fixed order of each row's
+    values (`order`: a row's value j is the target's value order[j]), where there is one."""
+    hd, places = search.hd, []
     views = [row_views(held[i].array, hd) for i in group]  # alike: the same axes each
-    for j, (_, exact) in enumerate(views[0]):
+    runs_found = False
+    for j, (_, kind) in enumerate(views[0]):
+        if kind == "minor" and runs_found:
+            continue
         rows = [member_views[j][0] for member_views in views]
         per = int(np.prod(rows[0].shape[:-1]))
-        decoded = [held[i].decode(r).reshape(-1, hd) for i, r in zip(group, rows, strict=True)]
-        found = index.match(np.concatenate(decoded))
+        decoded = np.concatenate(
+            [held[i].decode(r).reshape(-1, hd) for i, r in zip(group, rows, strict=True)]
+        )  # [rows, hd]
+        found, order = search.index.match(decoded), None
+        if found is None and reorder and kind != "minor":
+            order = fixed_order(decoded, search)
+            found = None if order is None else search.index.match(decoded[:, np.argsort(order)])
+        runs_found = kind == "runs" and found is not None
         if found is None:
             continue
         member, at = np.divmod(found[0], per)
-        order = np.argsort(member, kind="stable")  # each member's rows together
-        members, starts = np.unique(member[order], return_index=True)
-        for m, part in zip(members, np.split(order, starts[1:]), strict=True):
-            places.append((group[m], j, at[part], found[1][part], found[2][part]))
-        if exact:
+        sort = np.argsort(member, kind="stable")  # each member's rows together
+        members, starts = np.unique(member[sort], return_index=True)
+        for m, part in zip(members, np.split(sort, starts[1:]), strict=True):
+            places.append((group[m], j, at[part], found[1][part], found[2][part], order))
+        if kind == "exact":
             break  # rows along an axis of exactly 64: the other axes hold none
     return places
+
+
+SAMPLED = 64  # rows a fixed order is looked for in
+AGREED = 8  # of them, matched in sorted order, that must give the same order
+
+
+def fixed_order(rows: np.ndarray, search: Search) -> np.ndarray | None:
+    """The one order in which the rows [R, hd] keep their 64 values, if a sample of them,
+    each sorted, is the prompt's K/V sorted and at least AGREED of those give the same order:
+    a row's value j is its K/V row's value order[j]."""
+    sample = rows[:: max(1, len(rows) // SAMPLED)][:SAMPLED].astype(np.float32)
+    found = search.sorted_index.match(np.sort(sample, axis=1))
+    if found is None or len(found[0]) < AGREED:
+        return None
+    orders = np.empty((len(found[0]), rows.shape[1]), dtype=np.int64)
+    for n, (r, t) in enumerate(zip(found[0], found[1], strict=True)):
+        orders[n, np.argsort(sample[r])] = np.argsort(search.index.units[t])
+    values, counts = np.unique(orders, axis=0, return_counts=True)
+    best = int(np.argmax(counts))
+    return values[best] if counts[best] >= AGREED else None
 
 
 def missing_reason(covered: np.ndarray, about: str, hd: int) -> str:

@@ -20,10 +20,11 @@ CHUNK = 1 << 16  # rows matched at a time (bounds the matcher's memory)
 
 
 def row_views(a, hd: int) -> list:
-    """Views [..., hd] of the array: along every axis whose length is a multiple of hd (axes
-    of exactly hd first), that axis moved last and split into runs of hd consecutive values
-    (a merged [N, 768] row is 12 heads of 64; a fused K|V row 24), each with whether its axis
-    is exactly hd long. Views only: writing one writes the array."""
+    """Views [..., hd] of the array, each with its kind: along every axis whose length is a
+    multiple of hd (axes of exactly hd first: "exact"), that axis moved last and split into
+    runs of hd consecutive values ("runs": a merged [N, 768] row is 12 heads of 64; a fused K|V
+    row 24), then into hd values a stride apart ("minor": a row kept head-minor, [64, 12]).
+    Views only: writing one writes the array."""
     import numpy as np
 
     if a.ndim == 0 or a.size < hd:
@@ -35,9 +36,13 @@ def row_views(a, hd: int) -> list:
         if length % hd:
             continue
         moved = np.moveaxis(a, axis, -1)
+        if length == hd:
+            views.append((moved, "exact"))
+            continue
         # splitting one axis in two is always a view, whatever its stride
-        split = moved.reshape(*moved.shape[:-1], length // hd, hd) if length > hd else moved
-        views.append((split, length == hd))
+        views.append((moved.reshape(*moved.shape[:-1], length // hd, hd), "runs"))
+        minor = moved.reshape(*moved.shape[:-1], hd, length // hd)
+        views.append((np.swapaxes(minor, -1, -2), "minor"))
     return views
 
 

@@ -1,40 +1,34 @@
 """The objects a cache is made of, inside the student's process (part of the worker: imports
-nothing of the grader): every float array reachable from a root, breadth first and with no
-depth limit (a linked list of a thousand nodes is as reachable as a dict), through lists,
-tuples, dicts, sets, deques, objects, slots, closures and callable objects such as a PyTorch
-module; NumPy arrays, PyTorch tensors (bfloat16 by its bits) and float `array.array`s, read and
-written in their own memory. Never the weights: arrays mapped from the weights file, the
-weights argument's, and copies of either (recognised by shape and first values).
+nothing of the grader): all float memory (cache_memory.py) reachable from a root, breadth first
+and with no depth limit (a linked list of a thousand nodes is as reachable as a dict), through
+lists, tuples, dicts, sets, deques, objects, slots, closures, partials, suspended generators,
+object arrays, the course's own classes and callable objects such as a PyTorch module. Never
+the weights: arrays mapped from the weights file, the weights argument's, and copies of either
+(recognised by shape and first values).
 """
 
 import collections
 import functools
 import os
+import sys
+
+if __package__:
+    from . import cache_memory
+else:  # loaded by its path, as the worker loads its parts (swap.part): cache_memory first
+    cache_memory = sys.modules["_theinference_worker_cache_memory"]
+Source, as_sources, base_of = cache_memory.Source, cache_memory.as_sources, cache_memory.base_of
+address = cache_memory.address
 
 MAX_OBJECTS = 1_000_000  # objects the walk visits at most
-
-
-class Source:
-    """One float array reachable from the cache, read and written in its own dtype: a NumPy
-    array, or a PyTorch bfloat16 tensor's bits (`bf16`)."""
-
-    def __init__(self, array, bf16: bool = False):
-        self.array, self.bf16 = array, bf16
-
-    def decode(self, rows):
-        import numpy as np
-
-        if self.bf16:  # the upper half of a float32's bits
-            return (rows.astype(np.uint16).astype(np.uint32) << 16).view(np.float32)
-        return rows
 
 
 class Walk:
     """Every object reachable from the roots, breadth first (a linked list of a thousand nodes
     is as reachable as a dict), and the float arrays among them."""
 
-    def __init__(self, skip: "WeightSkip"):
+    def __init__(self, skip: "WeightSkip", classes: frozenset = frozenset()):
         self.skip = skip
+        self.classes = classes  # ids of the course's own classes, whose attributes are walked
         self.seen: set[int] = set()
         self.places: set[tuple] = set()  # (address, shape, strides, dtype) of each array kept
         self.sources: list[Source] = []
@@ -54,13 +48,14 @@ class Walk:
             queue.extend(self.take(obj))
 
     def take(self, obj) -> list:
-        """Keep obj when it is an array; else the objects it holds."""
-        source = as_source(obj)
-        if source is not None:
+        """Keep obj's float memory when it has some; else the objects it holds."""
+        sources = as_sources(obj)
+        if sources is None:
+            return children(obj, self.classes)
+        for source in sources:
             for candidate in (source, base_of(source)):
                 self.keep(candidate)
-            return []
-        return children(obj)
+        return []
 
     def keep(self, source: "Source | None") -> None:
         if source is None:
@@ -97,16 +92,20 @@ class Walk:
         )
 
 
-NOT_WALKED = (str, bytes, bytearray, int, float, complex, bool, type(None), type)
+NOT_WALKED = (str, bytes, int, float, complex, bool, type(None))
 
 
-def children(obj) -> list:
+def children(obj, classes: frozenset = frozenset()) -> list:
     """The objects obj holds: items, values, attributes, slots, a closure's cells, a bound
-    method's object. Never a module's or a function's globals (the whole program)."""
+    method's object, a partial's function and arguments, a suspended generator's variables,
+    an object array's items, the attributes of the course's own classes (`classes`). Never a
+    module's or a function's globals (the whole program), nor a library's classes."""
     import types
 
     if isinstance(obj, (*NOT_WALKED, types.ModuleType)):
         return []
+    if isinstance(obj, type):
+        return list(vars(obj).values()) if id(obj) in classes else []
     if isinstance(obj, dict):
         return list(obj.values())
     if isinstance(obj, (list, tuple, set, frozenset, collections.deque)):
@@ -117,6 +116,18 @@ def children(obj) -> list:
         return [cell.cell_contents for cell in obj.__closure__ or () if cell_filled(cell)]
     if isinstance(obj, types.BuiltinFunctionType):
         return []
+    if isinstance(obj, functools.partial):
+        return [obj.func, *obj.args, *obj.keywords.values()]
+    frame = suspended_frame(obj)
+    if frame is not None:
+        return list(frame.f_locals.values())
+    if is_object_array(obj):
+        return list(obj.ravel()[:MAX_OBJECTS])
+    return attributes(obj)
+
+
+def attributes(obj) -> list:
+    """An object's attribute values and slots."""
     held = []
     try:
         held += list(object.__getattribute__(obj, "__dict__").values())
@@ -132,58 +143,29 @@ def children(obj) -> list:
     return held
 
 
+def suspended_frame(obj):
+    """A generator's, coroutine's or async generator's frame, while it is suspended."""
+    import types
+
+    for kind, name in ((types.GeneratorType, "gi_frame"), (types.CoroutineType, "cr_frame"),
+                       (types.AsyncGeneratorType, "ag_frame")):
+        if isinstance(obj, kind):
+            return getattr(obj, name)
+    return None
+
+
+def is_object_array(obj) -> bool:
+    import numpy as np
+
+    return isinstance(obj, np.ndarray) and obj.dtype.kind == "O"
+
+
 def cell_filled(cell) -> bool:
     try:
         cell.cell_contents  # noqa: B018 (an empty cell raises)
     except ValueError:
         return False
     return True
-
-
-def as_source(obj) -> "Source | None":
-    """obj as a float array sharing its memory, or None: NumPy arrays, PyTorch tensors (a
-    bfloat16 one by its bits), `array.array` and float memoryviews."""
-    import array
-
-    import numpy as np
-
-    if isinstance(obj, np.ndarray):
-        return Source(obj)
-    if isinstance(obj, (array.array, memoryview)):
-        try:
-            a = np.asarray(obj)
-        except (TypeError, ValueError):
-            return None
-        return Source(a) if a.dtype.kind == "f" else None
-    if type(obj).__module__.split(".")[0] == "torch" and hasattr(obj, "detach"):
-        return torch_source(obj)
-    return None
-
-
-def torch_source(tensor) -> "Source | None":
-    try:
-        t = tensor.detach()
-        if str(t.dtype) == "torch.bfloat16":
-            import torch
-
-            return Source(t.view(torch.int16).numpy(), bf16=True)
-        return Source(t.numpy())
-    except Exception:  # noqa: BLE001 (on another device, sparse, ...: not readable here)
-        return None
-
-
-def base_of(source: Source) -> "Source | None":
-    """The array a view was taken from (a preallocated buffer behind a sliced view)."""
-    import numpy as np
-
-    base = source.array.base
-    if isinstance(base, np.ndarray) and base.dtype == source.array.dtype:
-        return Source(base, source.bf16)
-    return None
-
-
-def address(a) -> int:
-    return a.__array_interface__["data"][0]
 
 
 class WeightSkip:

@@ -44,11 +44,14 @@ def install_hook(name, course_dir: str, exchange, prepare, watch=None):
     return Hook(name, course_dir, exchange, prepare)
 
 
+DEPTH = 4  # course functions between the adapter and a return that is a moment, at most
+
+
 class ReturnWatch:
     """The swap after the prompt's prefill, wherever it happens and whatever it is called.
 
-    Every return into the adapter, or into a function of the course the adapter called, is a
-    moment the prompt's K/V may all be in memory (a prefill, by any name, or a library model
+    Every return into the adapter, or into a function of the course up to DEPTH calls below it,
+    is a moment the prompt's K/V may all be in memory (a prefill, by any name, or a library model
     called with a cache, has just returned); so is every return of a course function named
     `name` (`prefill`), wherever it is called from. At the first such moment the watch asks the
     grader for the swap; from then on, at each moment, it looks for every K/V row in what the
@@ -74,6 +77,7 @@ class ReturnWatch:
         self.adapter = None  # the adapter's frame, once it is called
         self.outer = sys._getframe(2)  # the worker frame that calls the adapter
         self.course_code: dict = {}  # code object -> whether it is the course's
+        self.course = CourseModules(course_dir)
         self.state["found"] = len(functions_named(name, course_dir))
         sys.settrace(self.on_call)
 
@@ -95,16 +99,24 @@ class ReturnWatch:
         named = frame.f_code.co_name == self.name and self.in_course(frame.f_code)
         if named:
             self.state["entered"] += 1
-        watched = caller is self.adapter or (
-            caller is not None
-            and caller.f_back is self.adapter
-            and caller.f_code.co_name != self.name  # its own return is watched: enough
-            and self.in_course(caller.f_code)
-        )
-        if not (named or watched):
+        if not (named or self.watched(caller)):
             return None
         frame.f_trace_lines = False
         return self.on_return if not named else self.on_named_return
+
+    def watched(self, caller) -> bool:
+        """Whether a return into `caller` is a moment: the adapter, or a course function at most
+        DEPTH calls below it, through course functions only, none of them named `name` (inside
+        it the K/V are half built; its own return is a moment)."""
+        for _ in range(DEPTH):
+            if caller is None:
+                return False
+            if caller is self.adapter:
+                return True
+            if caller.f_code.co_name == self.name or not self.in_course(caller.f_code):
+                return False
+            caller = caller.f_back
+        return caller is self.adapter
 
     def on_named_return(self, frame, event, arg):
         if event != "return":
@@ -131,7 +143,8 @@ class ReturnWatch:
                 return None
         caller = frame.f_back
         roots = [arg, dict(frame.f_locals), dict(caller.f_locals) if caller else {}]
-        self.state["swap"] = guarded(self.target.swap, roots, None)
+        kept, classes = self.course.state()
+        self.state["swap"] = guarded(self.target.swap, roots + kept, None, classes)
         if self.state["swap"].get("applied"):
             self.stop()
         return None
@@ -160,6 +173,7 @@ class Hook:
         # made after the work had begun (a guard met inside prefill included)
         self.state = {"hook": name, "calls": 0, "entered": 0, "found": 0, "swap": None}
         self.next_word: int | None = 1  # the call after which to tell the grader next
+        self.course = CourseModules(course_dir)
         for module, attr, fn in functions_named(name, course_dir):
             self.patched.append((module, attr, fn))
             setattr(module, attr, self._wrap(fn))
@@ -180,9 +194,11 @@ class Hook:
                 self.next_word = following if isinstance(following, int) else None
                 if isinstance(answer.get("swap"), dict):
                     roots, weights = cache_arguments(original, args, named)
+                    kept, classes = self.course.state()
                     target = guarded(self.prepare, answer["swap"], self.exchange)
                     self.state["swap"] = (target if isinstance(target, dict)
-                                          else guarded(target.swap, roots, weights))
+                                          else guarded(target.swap, roots + kept, weights,
+                                                       classes))
             return out
 
         hooked.__name__ = original.__name__
@@ -204,6 +220,35 @@ def guarded(step, *args):
         return step(*args)
     except Exception as exc:  # noqa: BLE001
         return {"applied": False, "reason": f"the grader's search failed: {exc!r}"}
+
+
+class CourseModules:
+    """The modules loaded from the course: their globals (a cache kept at module level) and
+    their own classes (one kept in class attributes) are where a cache may live too."""
+
+    def __init__(self, course_dir: str):
+        self.root = os.path.realpath(course_dir) + os.sep
+        self.known: dict = {}  # module name -> whether it was loaded from the course
+
+    def state(self) -> tuple[list, frozenset]:
+        """(each course module's globals, the ids of the classes they define)."""
+        spaces, classes = [], set()
+        for name, module in list(sys.modules.items()):
+            if not self.is_course(name, module):
+                continue
+            space = vars(module)
+            spaces.append(space)
+            classes |= {id(v) for v in list(space.values())
+                        if isinstance(v, type) and v.__module__ == module.__name__}
+        return spaces, frozenset(classes)
+
+    def is_course(self, name: str, module) -> bool:
+        known = self.known.get(name)
+        if known is None:
+            path = getattr(module, "__file__", None) or ""
+            known = bool(path) and os.path.realpath(path).startswith(self.root)
+            self.known[name] = known
+        return known
 
 
 def functions_named(name: str, course_dir: str) -> list:

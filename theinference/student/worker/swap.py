@@ -34,6 +34,7 @@ def part(name: str):
 
 
 protocol = part("protocol")  # first: cache_rows reads it
+cache_memory = part("cache_memory")  # before cache_walk, which reads it
 cache_walk, cache_rows = part("cache_walk"), part("cache_rows")
 Walk, WeightSkip = cache_walk.Walk, cache_walk.WeightSkip
 row_views = cache_rows.row_views
@@ -55,10 +56,11 @@ class Target:
         self.barren: dict = {}  # array's place -> digest of its bytes when no row was found
         self.unnamed_weights = None  # the WeightSkip of a search given no weights, kept
 
-    def swap(self, roots: list, weights) -> dict:
-        """Send what `roots` reach to the grader and write the rows it answers with: what was
-        done, for the grader's message (never for a pass)."""
-        walk = Walk(skip=self.weight_skip(weights))
+    def swap(self, roots: list, weights, classes: frozenset = frozenset()) -> dict:
+        """Send what `roots` reach (through the attributes of `classes`, the course's own, too)
+        to the grader and write the rows it answers with: what was done, for the grader's
+        message (never for a pass)."""
+        walk = Walk(skip=self.weight_skip(weights), classes=classes)
         for root in roots:
             walk.visit(root)
         held = sum(s.array.size for s in walk.sources)
@@ -154,6 +156,8 @@ def write_all(sources: list, writes: list, blobs: list, hd: int) -> None:
     targets = [writable(view, spans) for _, view, _, _ in places]
     for target, (source, _, rows, values) in zip(targets, places, strict=True):
         write_rows(source, target, rows, values)
+        if source.commit is not None:  # a copy (of a list of floats): put back where it lives
+            source.commit()
 
 
 def write_rows(source, target, at, values) -> None:
