@@ -174,14 +174,14 @@ def test_each_mode_has_the_account_it_can_trust(monkeypatch):
     (it could move itself out), or a TypeScript worker guarded (Node cannot be)."""
     place = cgroups.Home(2, Path("/sys/fs/cgroup/x"), "", "/x")
     monkeypatch.setattr(cgroups, "home", lambda: (place, ""))
-    assert account.choose("bwrap", PYTHON).kind == "cgroup-v2"
-    assert account.choose("unprivileged-user", TYPESCRIPT).kind == "cgroup-v2"
-    assert account.choose("none", PYTHON).kind == "seccomp"
-    assert account.choose("none", TYPESCRIPT).kind == "none"
+    assert account.choose(Sandbox("bwrap"), PYTHON).kind == "cgroup-v2"
+    assert account.choose(Sandbox("unprivileged-user"), TYPESCRIPT).kind == "cgroup-v2"
+    assert account.choose(Sandbox("none"), PYTHON).kind == "seccomp"
+    assert account.choose(Sandbox("none"), TYPESCRIPT).kind == "none"
     monkeypatch.setattr(cgroups, "home", lambda: (None, "cgroupfs is read-only"))
-    nothing = account.choose("bwrap", TYPESCRIPT)
+    nothing = account.choose(Sandbox("bwrap"), TYPESCRIPT)
     assert nothing.kind == "none" and "cgroupfs is read-only" in nothing.note
-    assert account.choose("none", PYTHON).note.startswith("CPU account: no cgroup")
+    assert account.choose(Sandbox("none"), PYTHON).note.startswith("CPU account: no cgroup")
 
 
 MOUNTINFO = """\

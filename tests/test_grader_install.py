@@ -137,10 +137,10 @@ def test_what_the_student_can_write_is_read_per_sandbox(tmp_path, monkeypatch):
         folder.mkdir()
         folder.chmod(mode)
     monkeypatch.setattr(reach, "install_paths", lambda: (open_to_all, roots_only))
-    assert reach.writable_install("unprivileged-user") == (str(open_to_all),)
-    assert reach.writable_install("bwrap") == ()
+    assert reach.writable_install(Sandbox("unprivileged-user")) == (str(open_to_all),)
+    assert reach.writable_install(Sandbox("bwrap")) == ()
     expected = tuple(str(p) for p in (open_to_all, roots_only) if os.access(p, os.W_OK))
-    assert reach.writable_install("none") == expected
+    assert reach.writable_install(Sandbox("none")) == expected
 
 
 def test_the_measured_workers_start_without_site_processing():
@@ -184,7 +184,7 @@ def test_where_the_student_can_write_the_install_no_cost_proof_is_measured(tmp_p
     from theinference.student.process import StudentProcess
     from theinference.student.setup import Limits, ProcessSetup
 
-    if not reach.writable_install("none"):
+    if not reach.writable_install(Sandbox("none")):
         pytest.skip("this user cannot write the grader's installation: nothing to refuse")
     course = course_with_planter(tmp_path / "c")
     setup = ProcessSetup(course, Path("/nonexistent"), Limits(timeout=60),

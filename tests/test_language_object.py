@@ -11,6 +11,7 @@ from theinference.course import languages
 from theinference.course.directory import init_course, open_course
 from theinference.course.languages import PYTHON, TYPESCRIPT
 from theinference.student.placement import Placement
+from theinference.student.sandbox import Sandbox
 
 PACKAGE = Path(theinference.__file__).parent
 LANGUAGE_PACKAGE = PACKAGE / "course" / "languages"
@@ -108,6 +109,6 @@ def test_the_worker_is_the_given_language_s(tmp_path):
     instead of using the one it was given (a Python course given TypeScript gets Node's
     worker)."""
     init_course(tmp_path / "c")
-    place = Placement("none", tmp_path / "c", tmp_path / "w", ("T", "t"), TYPESCRIPT)
+    place = Placement(Sandbox("none"), tmp_path / "c", tmp_path / "w", ("T", "t"), TYPESCRIPT)
     argv, *_ = place.command(["3", "4"], str(2**30))
     assert Path(argv[argv.index("--import") + 2]).name == TYPESCRIPT.worker

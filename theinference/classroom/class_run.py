@@ -151,7 +151,7 @@ def grading_sandbox(minimum: str | None) -> Sandbox:
     except SandboxError as exc:
         raise exits.Abort(f"refusing to grade below [grading] sandbox = {minimum!r}: {exc}",
                           exits.USAGE) from None
-    if reachable := writable_install(chosen.kind):
+    if reachable := writable_install(chosen):
         raise exits.Abort(
             f"refusing to grade a class in sandbox {chosen.kind}: {why(reachable)}, and in the "
             "grader of every submission after it; install bubblewrap, or grade as root from an "

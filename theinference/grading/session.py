@@ -105,7 +105,7 @@ def prepare(course_dir: Path, request: RunRequest,
     sandbox.notes.extend(weights.notes)
     # as the grader's own user, the student's process could read the cache's secret: answers
     # then stay in memory, and the secret is replaced after each run (see `run`)
-    answers = Answers.in_memory(weights) if sandbox.kind == "none" else Answers.cached(weights)
+    answers = Answers.in_memory(weights) if sandbox.traits.own_user else Answers.cached(weights)
     settings = course.root / SETTINGS_FILE
     produced = provenance([s.slug for s in chosen],
                           settings.read_bytes() if settings.is_file() else None,
@@ -182,7 +182,7 @@ def run(
         result = grade(setup, plan, localized)
     finally:
         getattr(draw, "close", lambda: None)()  # a live status line must not outlive its run
-        if setup.sandbox is not None and setup.sandbox.kind == "none":
+        if setup.sandbox is not None and setup.sandbox.traits.own_user:
             rotate_answer_secret()
     result = session.course.language.localize_result(result)
     if result.cancelled:

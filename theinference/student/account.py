@@ -17,9 +17,7 @@ from dataclasses import dataclass
 
 from theinference.course.languages import Language
 from theinference.student import cgroups
-
-# sandbox kinds whose student process cannot write the host's cgroupfs (see above)
-CANNOT_LEAVE = ("bwrap", "unprivileged-user")
+from theinference.student.sandbox import Sandbox
 
 CANNOT_APPLY = "the cost check cannot apply here, and a check that cannot apply does not pass"
 STARTED_A_PROCESS = (
@@ -64,10 +62,11 @@ class Account:
         )
 
 
-def choose(sandbox_kind: str, language: Language) -> Account:
-    """The account this run's measured calls get, for its sandbox and course language."""
+def choose(sandbox: Sandbox, language: Language) -> Account:
+    """The account this run's measured calls get, for its sandbox and course language: a
+    cgroup only where the student's process cannot leave it (not as the grader's own user)."""
     place, why = cgroups.home()
-    if place is not None and sandbox_kind in CANNOT_LEAVE:
+    if place is not None and not sandbox.traits.own_user:
         return Account(f"cgroup-v{place.version}", place, "")
     if place is not None:
         why = "the student's process runs as the grader's own user and could move itself out"

@@ -18,16 +18,19 @@ from theinference.student import holdings, identity, launch, sandbox
 
 
 class Placement:
+    """How one run's worker is started in its sandbox: the sandbox's own command module (with
+    sandbox.py, the one place a sandbox kind is told by its name)."""
+
     def __init__(
         self,
-        kind: str,
+        box: sandbox.Sandbox,
         course_dir: Path,
         weights: Path,
         token: tuple[str, str],
         language: Language,
         extra_env: dict[str, str] | None = None,
     ):
-        self.kind = kind  # bwrap | unprivileged-user | none
+        self.kind = box.kind  # bwrap | unprivileged-user | none
         self.course_dir = course_dir
         self.language = language  # which worker
         self.weights = weights

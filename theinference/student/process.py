@@ -57,16 +57,16 @@ class StudentProcess:
         self._sandbox = chosen
         self.sandbox = chosen.kind  # what this run had: bwrap | unprivileged-user | none
         self.language = setup.language or directory.language_of(self.course_dir)
-        self.account = accounts.choose(self.sandbox, self.language)
+        self.account = accounts.choose(chosen, self.language)
         self.cpu_account = self.account.kind  # what this run had: account.py
         self.notes = [*chosen.notes, *filter(None, [self.account.note])]
-        self.install_reach = reach.writable_install(self.sandbox)  # of the grader's: reach.py
+        self.install_reach = reach.writable_install(chosen)  # of the grader's: reach.py
         self.notes += [reach.note(self.install_reach)] if self.install_reach else []
         self._alone = ""  # the next start is a measured call's: guarded or measured (launch.py)
         self._import_output = ("", "")  # what the student's code printed while it loaded
         token = (RUN_TOKEN_VAR, self.token)
         self._place = Placement(
-            self.sandbox, self.course_dir, self.weights_path, token, self.language, self.env
+            chosen, self.course_dir, self.weights_path, token, self.language, self.env
         )
 
     @property
@@ -249,7 +249,7 @@ class StudentProcess:
         self._proc = spawned
         self.startups += 1
         if self._await_ready(started):  # bwrap's outer process, its PID 1, then the worker
-            chain = reaper.worker_chain(spawned.root, "bwrap" if self.sandbox == "bwrap" else None)
+            chain = reaper.worker_chain(spawned.root, self._sandbox.traits.wrapper)
             spawned.keep, spawned.worker = frozenset(chain), chain[-1]
             spawned.unaccounted = startup.account_for(self.account, spawned)
             self._let_load()
@@ -297,4 +297,4 @@ class StudentProcess:
         )
 
     def _crash_outcome(self) -> Outcome:
-        return startup.crash_outcome(self._proc, self.sandbox, self.account)
+        return startup.crash_outcome(self._proc, self._sandbox, self.account)

@@ -22,14 +22,13 @@ from pathlib import Path
 
 from theinference.student import launch, sandbox
 from theinference.student.account import CANNOT_APPLY
+from theinference.student.sandbox import Sandbox
 
 
-def writable_install(kind: str) -> tuple[str, ...]:
+def writable_install(box: Sandbox) -> tuple[str, ...]:
     """The folders and files of the grader's installation the student's process could write
-    in this sandbox kind (none: nothing it can plant in)."""
-    if kind == "bwrap":
-        return ()
-    can_write = others_can_write if kind == "unprivileged-user" else own_user_can_write
+    in this sandbox (none: nothing it can plant in)."""
+    can_write = WRITERS[box.traits.install_writer]
     return tuple(str(p) for p in install_paths() if can_write(p))
 
 
@@ -56,6 +55,13 @@ def others_can_write(path: Path) -> bool:
         return bool(path.stat().st_mode & 0o002)
     except OSError:
         return False
+
+
+WRITERS = {  # Traits.install_writer -> whether that writer can write a path
+    "nobody": lambda path: False,  # bound read-only (bwrap)
+    "others": others_can_write,  # a fresh uid that owns nothing and is in no group
+    "own user": own_user_can_write,  # the grader's own user
+}
 
 
 def why(paths: tuple[str, ...]) -> str:

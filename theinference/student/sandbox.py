@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MODES = ("auto", "bwrap", "unprivileged-user", "none")
-STRENGTH = {"none": 0, "unprivileged-user": 1, "bwrap": 2}  # what each kind enforces, in order
 INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap)"
 COURSE_MOUNT = "/course"
 WEIGHTS_MOUNT = "/weights/model.safetensors"
@@ -55,12 +54,42 @@ class SandboxError(Exception):
     """The requested sandbox cannot be had; the message says why and what to do."""
 
 
+@dataclass(frozen=True)
+class Traits:
+    """What a sandbox kind is, for every part of the grader that depends on it: the kind is
+    told apart by these, never by its name outside this module and placement.py (which wraps
+    the command)."""
+
+    strength: int  # what it enforces, in order: none 0, unprivileged-user 1, bwrap 2
+    own_user: bool  # the student's process runs as the grader's own user: it could read the
+    # grader's answer cache and keys, and leave a cgroup the grader puts it in
+    install_writer: str  # who could write the grader's installation: nobody | others | own user
+    wrapper: str | None  # the process between the grader and the worker, if any ("bwrap"),
+    # which reports a child killed by signal N as exit code 128 + N
+
+
+TRAITS = {
+    "none": Traits(0, own_user=True, install_writer="own user", wrapper=None),
+    "unprivileged-user": Traits(1, own_user=False, install_writer="others", wrapper=None),
+    "bwrap": Traits(2, own_user=False, install_writer="nobody", wrapper="bwrap"),
+}
+
+
 @dataclass
 class Sandbox:
     """How student processes of one run are started. kind: bwrap | unprivileged-user | none."""
 
     kind: str
     notes: list[str] = field(default_factory=list)  # said once per run, e.g. how to do better
+
+    @property
+    def traits(self) -> Traits:
+        return TRAITS[self.kind]
+
+    def signal_from_exit(self, code: int) -> int:
+        """The signal that killed the worker, as its wrapper's exit code says (0: none, or no
+        wrapper)."""
+        return signal_from_exit(code) if self.traits.wrapper else 0
 
 
 def choose(mode: str) -> Sandbox:

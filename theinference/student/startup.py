@@ -182,14 +182,14 @@ def seccomp_on(pid: int) -> bool:
     return any(line.split() == ["Seccomp:", "2"] for line in status.splitlines())
 
 
-def crash_outcome(proc: Worker, sandbox_kind: str, account: Account) -> Outcome:
+def crash_outcome(proc: Worker, box: sandbox.Sandbox, account: Account) -> Outcome:
     """How the worker ended before it replied, from its exit status."""
     try:
         code = proc.popen.wait(timeout=5)
     except subprocess.TimeoutExpired:
         return Outcome("crashed", message="the process closed its reply channel and hung")
-    if sandbox_kind == "bwrap" and sandbox.signal_from_exit(code):
-        code = -sandbox.signal_from_exit(code)  # bwrap passes a child's signal as 128 + N
+    if box.signal_from_exit(code):
+        code = -box.signal_from_exit(code)  # a wrapper passes a child's signal as 128 + N
     if code == -signal.SIGSYS and proc.guarded:  # its filter killed it: it forked
         why = account.why_no_cgroup
         return Outcome("started_process", message=accounts.STARTED_A_PROCESS.format(why=why))
