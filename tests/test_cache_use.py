@@ -274,8 +274,9 @@ def holder_layouts(k: np.ndarray, v: np.ndarray) -> dict:
         "ctypes float arrays": (
             [c_floats.from_buffer_copy(k.tobytes()), c_floats.from_buffer_copy(v.tobytes())],
             lambda c: (as_f32(bytes(c[0])), as_f32(bytes(c[1])))),
-        "an anonymous mmap": (
-            anonymous, lambda c: (as_f32(c[: k.nbytes]), as_f32(c[k.nbytes :]))),
+        "a memoryview of an anonymous mmap (shared memory's buffer)": (
+            memoryview(anonymous),
+            lambda c: (as_f32(c[: k.nbytes].tobytes()), as_f32(c[k.nbytes :].tobytes()))),
         "lists of Python floats": (
             {"k": [merged(k)[p].tolist() for p in range(N)],
              "v": [merged(v)[p].tolist() for p in range(N)]},
@@ -323,7 +324,8 @@ LAYOUTS = [
     "arena [(K|V) x capacity, d]", "one [2, d] array per token, in a deque",
     "heads with K|V interleaved [h, n, 2 hd]", "float16 arrays", "a closure's cell",
     "a complex64 array, K real and V imaginary", "int32 bit patterns", "a structured dtype",
-    "bytearray and BytesIO", "ctypes float arrays", "an anonymous mmap", "lists of Python floats",
+    "bytearray and BytesIO", "ctypes float arrays",
+    "a memoryview of an anonymous mmap (shared memory's buffer)", "lists of Python floats",
     "an object array of rows", "a suspended generator's frame", "a partial's arguments",
     "each position's heads kept head-minor [n, hd * h]",
     "each row's 64 values in a fixed order of their own",

@@ -2,7 +2,7 @@
 imports nothing of the grader): NumPy arrays (a complex one's real and imaginary parts, a
 structured one's float fields, 4-byte integers by their bits), PyTorch tensors (bfloat16 by its
 bits), `array.array`, ctypes float arrays, raw bytes read as float32 (bytearray, memoryview,
-mmap, BytesIO, shared memory) and lists of Python floats, each as arrays sharing it (a list's
+BytesIO, shared memory's buffer) and lists of Python floats, each as arrays sharing it (a list's
 as a copy, put back once written).
 """
 
@@ -28,8 +28,8 @@ def as_sources(obj) -> "list[Source] | None":
     None when obj is no memory of numbers (its children are walked instead): NumPy arrays
     (a complex one's real and imaginary parts, a structured one's float fields, 4-byte
     integers by their bits as float32), PyTorch tensors (a bfloat16 one by its bits),
-    `array.array`, ctypes float arrays, and raw bytes (bytearray, memoryview, mmap, BytesIO:
-    shared memory's included) read as float32."""
+    `array.array`, ctypes float arrays, and raw bytes (bytearray, memoryview, BytesIO: shared
+    memory's buffer included) read as float32."""
     import numpy as np
 
     if isinstance(obj, np.ndarray):
@@ -75,9 +75,10 @@ def raw_memory(obj):
     import array
     import ctypes
     import io
-    import mmap
 
-    if isinstance(obj, (array.array, memoryview, bytearray, mmap.mmap)):
+    # not an mmap object itself: the weights file's, mapped whole, would be read as floats; a
+    # cache kept in one is reached through its memoryview or the arrays viewing it
+    if isinstance(obj, (array.array, memoryview, bytearray)):
         return obj
     if isinstance(obj, ctypes.Array):
         return obj if obj._type_ in (ctypes.c_float, ctypes.c_double) else None

@@ -174,8 +174,9 @@ class WeightSkip:
     by their shape and first values."""
 
     def __init__(self, weights):
-        path = os.environ.get("THEINFERENCE_WEIGHTS", "")
+        path = self.path = os.environ.get("THEINFERENCE_WEIGHTS", "")
         self.ranges = mapped_ranges(path)
+        self.looked: set[int] = set()  # large arrays' addresses the mappings were read again for
         self.starts = collections.defaultdict(set)
         for shape, firsts in file_signatures(path).items():
             self.starts[shape] |= firsts
@@ -189,13 +190,23 @@ class WeightSkip:
 
     def __call__(self, a) -> bool:
         start = address(a)
-        if start in self.addresses or any(lo <= start < hi for lo, hi in self.ranges):
+        if start in self.addresses or self.mapped(start):
             return True
         firsts = self.starts.get(tuple(a.shape)) if a.size >= SIGNED else None
-        return bool(firsts) and first_values(a) in firsts
+        if bool(firsts) and first_values(a) in firsts:
+            return True
+        if a.nbytes >= LARGE and start not in self.looked:  # mapped since the skip was made?
+            self.looked.add(start)
+            self.ranges = mapped_ranges(self.path)
+            return self.mapped(start)
+        return False
+
+    def mapped(self, start: int) -> bool:
+        return any(lo <= start < hi for lo, hi in self.ranges)
 
 
 SIGNED = 4096  # arrays this large are compared with the weights' first values
+LARGE = 64 << 20  # bytes: an array this large not known is looked for in the mappings again
 
 
 def first_values(a) -> bytes:

@@ -99,20 +99,24 @@ class ReturnWatch:
         named = frame.f_code.co_name == self.name and self.in_course(frame.f_code)
         if named:
             self.state["entered"] += 1
-        if not (named or self.watched(caller)):
+        if not (named or self.watched(caller, self.in_course(frame.f_code))):
             return None
         frame.f_trace_lines = False
         return self.on_return if not named else self.on_named_return
 
-    def watched(self, caller) -> bool:
-        """Whether a return into `caller` is a moment: the adapter, or a course function at most
-        DEPTH calls below it, through course functions only, none of them named `name` (inside
-        it the K/V are half built; its own return is a moment)."""
-        for _ in range(DEPTH):
+    def watched(self, caller, own: bool) -> bool:
+        """Whether a return into `caller` is a moment: any return into the adapter or a course
+        function it called (a library model's included); deeper, up to DEPTH calls below the
+        adapter through course functions, a course function's own return (`own`: not the many
+        of a library's helpers inside a course function). Never inside a function named `name`
+        (there the K/V are half built; its own return is a moment)."""
+        for depth in range(DEPTH):
             if caller is None:
                 return False
             if caller is self.adapter:
                 return True
+            if depth >= 1 and not own:
+                return False
             if caller.f_code.co_name == self.name or not self.in_course(caller.f_code):
                 return False
             caller = caller.f_back

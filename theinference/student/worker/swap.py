@@ -45,15 +45,14 @@ class Target:
     arrays reachable from the roots are sent to the grader (whole, in their own dtype), which
     searches them for the prompt's K/V (which never come here) and answers with the rows to
     overwrite and their new values, or with why it found no cache. Whether the swap happened is
-    the grader's to judge, by the answer alone: nothing this process says passes a case. A
-    large array the grader found no row in is sent again only when its bytes have changed:
-    a moment costs its walk, not a copy of all it can reach."""
+    the grader's to judge, by the answer alone: nothing this process says passes a case. An
+    array the grader found no row in is sent again only when its bytes have changed."""
 
     def __init__(self, plan: dict, exchange):
         self.layers, h, self.hd, n = (int(plan[k]) for k in protocol.SWAP_PLAN)
         self.needed = 2 * self.layers * h * n * self.hd  # every layer's K and V: the least held
         self.exchange = exchange
-        self.barren: dict = {}  # array's place -> digest of its bytes when no row was found
+        self.barren: dict = {}  # array's place -> checksum of its bytes when no row was in it
         self.unnamed_weights = None  # the WeightSkip of a search given no weights, kept
 
     def swap(self, roots: list, weights, classes: frozenset = frozenset()) -> dict:
@@ -63,20 +62,29 @@ class Target:
         walk = Walk(skip=self.weight_skip(weights), classes=classes)
         for root in roots:
             walk.visit(root)
-        held = sum(s.array.size for s in walk.sources)
-        if held < self.needed:  # cheap: not yet there (a cache half built, or none)
+        # what was sent before and held no row, unchanged since, holds none now: not counted,
+        # not sent again (a moment costs its walk, not a copy of all it can reach)
+        fresh = []
+        if sum(s.array.size for s in walk.sources) >= self.needed:  # else not yet there: cheap
+            marks = [(s, mark(s.array)) for s in walk.sources]
+            fresh = [(s, m) for s, m in marks if self.barren.get(m[0]) != m[1]]
+        held = sum(s.array.size for s, _ in fresh)
+        if held < self.needed:  # a cache half built, or none
             return {
                 "applied": False,
-                "reason": f"{held} values found, fewer than the {self.needed} of every "
-                f"layer's K and V, among {walk.describe()}",
+                "reason": f"{held} values found (besides arrays found to hold no K/V before), "
+                f"fewer than the {self.needed} of every layer's K and V, among "
+                f"{walk.describe()}",
                 "seen": walk.summary(),
             }
-        sent = [s for s in walk.sources if not self.known_barren(s)]
+        sent = [s for s, _ in fresh]
         descriptions, blobs = sent_arrays(sent)
         word = {"outcome": "hooked", "probe": {"held": descriptions, "about": walk.describe()}}
         answer, back = self.exchange(word, blobs)
         for i in answer.get("barren") or []:
-            self.remember_barren(sent[i])
+            if isinstance(i, int) and 0 <= i < len(fresh):
+                place, digest = fresh[i][1]
+                self.barren[place] = digest
         writes = answer.get("write")
         if not isinstance(writes, list):
             reason = str(answer.get("reason", "the grader found no cache"))
@@ -98,31 +106,18 @@ class Target:
             self.unnamed_weights = WeightSkip(None)
         return self.unnamed_weights
 
-    def known_barren(self, source) -> bool:
-        place = barren_place(source.array)
-        return place is not None and self.barren.get(place) == bytes_digest(source.array)
-
-    def remember_barren(self, source) -> None:
-        place = barren_place(source.array)
-        if place is not None:
-            self.barren[place] = bytes_digest(source.array)
 
 
-SMALL = 1 << 16  # arrays up to this size are sent again at every moment (cheap)
-
-
-def barren_place(a) -> tuple | None:
-    """Where a large array lives, to know it again, or None for a small or strided one."""
-    if a.size <= SMALL or not (a.flags.c_contiguous or a.flags.f_contiguous):
-        return None
-    return (cache_walk.address(a), a.shape, a.strides, a.dtype.str)
-
-
-def bytes_digest(a) -> int:
-    """A checksum of a contiguous array's bytes (about 2 GB/s)."""
+def mark(a) -> tuple[tuple, int]:
+    """(where an array lives, a checksum of its bytes): what tells it again, unchanged."""
     import zlib
 
-    return zlib.crc32(memoryview(a.reshape(-1, order="A")).cast("B"))
+    import numpy as np
+
+    place = (cache_walk.address(a), a.shape, a.strides, a.dtype.str)
+    flat = a.reshape(-1, order="A") if a.flags.c_contiguous or a.flags.f_contiguous else None
+    data = memoryview(flat if flat is not None else np.ascontiguousarray(a)).cast("B")
+    return place, zlib.crc32(data)  # about 2 GB/s
 
 
 def sent_arrays(sources: list) -> tuple[list[dict], list[bytes]]:
