@@ -360,6 +360,20 @@ def test_the_swap_finds_and_overwrites_kv_in_any_layout(layout):
     assert np.array_equal(weights["copy"], k)  # the weights are never searched nor written
 
 
+def test_an_object_the_walk_cannot_read_does_not_hide_the_cache():
+    """Catches a walk that ends at the first object it cannot read (a closed BytesIO raises
+    when its buffer is asked for): the correct cache beside it would never be swapped."""
+    import io
+
+    k, v = kv(0), kv(1)
+    closed = io.BytesIO(bytes(4 * HD))
+    closed.close()
+    holder = {"odd": closed, "k": k.copy(), "v": v.copy()}
+    done = swap_in_process([holder], None, [LayerKV(k, v)], [LayerKV(kv(2), kv(3))])
+    assert done["applied"], done
+    np.testing.assert_array_equal(holder["k"], kv(2))
+
+
 def test_a_cache_missing_one_layer_is_not_swapped_and_says_which():
     """Catches a partial swap (some K/V kept elsewhere would make the answer meaningless) or a
     silent one: nothing is written, and the reason names the layer."""

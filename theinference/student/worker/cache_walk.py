@@ -48,10 +48,15 @@ class Walk:
             queue.extend(self.take(obj))
 
     def take(self, obj) -> list:
-        """Keep obj's float memory when it has some; else the objects it holds."""
-        sources = as_sources(obj)
-        if sources is None:
-            return children(obj, self.classes)
+        """Keep obj's float memory when it has some; else the objects it holds. An object the
+        walk cannot read (a closed BytesIO, a buffer of an odd format, an attribute that
+        raises) is passed over: one odd object never ends the search for the cache."""
+        try:
+            sources = as_sources(obj)
+            if sources is None:
+                return children(obj, self.classes)
+        except Exception:  # noqa: BLE001 (anything of the student's may raise when read)
+            return []
         for source in sources:
             for candidate in (source, base_of(source)):
                 self.keep(candidate)

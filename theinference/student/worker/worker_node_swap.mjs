@@ -47,9 +47,13 @@ function floatArrays(roots) {
     const obj = stack.pop();
     if (obj === null || typeof obj !== "object" || seen.has(obj)) continue;
     seen.add(obj);
-    if (obj instanceof Float32Array || obj instanceof Float64Array) found.push(obj);
-    else if (obj instanceof Map || obj instanceof Set) pushObjects(stack, obj.values());
-    else if (!ArrayBuffer.isView(obj)) pushObjects(stack, Object.values(obj));
+    try { // an object that throws when read (a getter, a proxy) is passed over, not the search
+      if (obj instanceof Float32Array || obj instanceof Float64Array) found.push(obj);
+      else if (obj instanceof Map || obj instanceof Set) pushObjects(stack, obj.values());
+      else if (!ArrayBuffer.isView(obj)) pushObjects(stack, Object.values(obj));
+    } catch {
+      continue;
+    }
   }
   return found.reverse();
 }
