@@ -103,8 +103,10 @@ def locate(held: list, group: list[int], search: Search, reorder: bool) -> list:
         decoded = np.concatenate(
             [held[i].decode(r).reshape(-1, hd) for i, r in zip(group, rows, strict=True)]
         )  # [rows, hd]
-        found, order = search.index.match(decoded), None
-        if found is None and reorder and kind != "minor":
+        found, order = None, None
+        if not reorder:
+            found = search.index.match(decoded)
+        elif kind != "minor":  # the first pass found none of these rows in their own order
             order = fixed_order(decoded, search)
             found = None if order is None else search.index.match(decoded[:, np.argsort(order)])
         runs_found = kind == "runs" and found is not None
