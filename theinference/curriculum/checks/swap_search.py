@@ -48,17 +48,15 @@ class Search:
         arrays held no row (not sent again while unchanged)."""
         hd = self.hd
         places, covered = [], np.zeros(len(self.index), dtype=bool)
-        groups = alike(held)
-        for group in groups:
+        for group in alike(held):
             places += locate(held, group, self, reorder=False)
-        if places:
-            covered[np.concatenate([place[3] for place in places])] = True
+        for place in places:
+            covered[place[3]] = True
         if not covered.all():  # rows kept in an order of their own, in each array left
             used = {place[0] for place in places}
             for i in (i for i in range(len(held)) if i not in used):
-                more = locate(held, [i], self, reorder=True)
-                places += more
-                for place in more:
+                for place in locate(held, [i], self, reorder=True):
+                    places.append(place)
                     covered[place[3]] = True
         barren = sorted(set(range(len(held))) - {place[0] for place in places})
         if not covered.all():

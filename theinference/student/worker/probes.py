@@ -62,7 +62,7 @@ class ReturnWatch:
 
     def __init__(self, name: str, course_dir: str, exchange, prepare):
         self.name, self.exchange, self.prepare = name, exchange, prepare
-        self.root = os.path.realpath(course_dir) + os.sep
+        self.course = CourseModules(course_dir)
         self.state = {
             "hook": name,
             "calls": 0,
@@ -77,14 +77,13 @@ class ReturnWatch:
         self.adapter = None  # the adapter's frame, once it is called
         self.outer = sys._getframe(2)  # the worker frame that calls the adapter
         self.course_code: dict = {}  # code object -> whether it is the course's
-        self.course = CourseModules(course_dir)
-        self.state["found"] = len(functions_named(name, course_dir))
+        self.state["found"] = len(functions_named(name, self.course))
         sys.settrace(self.on_call)
 
     def in_course(self, code) -> bool:
         known = self.course_code.get(code)
         if known is None:
-            known = os.path.realpath(code.co_filename).startswith(self.root)
+            known = self.course.holds(code.co_filename)
             self.course_code[code] = known
         return known
 
@@ -178,7 +177,7 @@ class Hook:
         self.state = {"hook": name, "calls": 0, "entered": 0, "found": 0, "swap": None}
         self.next_word: int | None = 1  # the call after which to tell the grader next
         self.course = CourseModules(course_dir)
-        for module, attr, fn in functions_named(name, course_dir):
+        for module, attr, fn in functions_named(name, self.course):
             self.patched.append((module, attr, fn))
             setattr(module, attr, self._wrap(fn))
         self.state["found"] = len(self.patched)
@@ -234,36 +233,37 @@ class CourseModules:
         self.root = os.path.realpath(course_dir) + os.sep
         self.known: dict = {}  # module name -> whether it was loaded from the course
 
+    def holds(self, path: str) -> bool:
+        """Whether a file lies in the course directory."""
+        return bool(path) and os.path.realpath(path).startswith(self.root)
+
+    def modules(self) -> list:
+        """The modules loaded from the course, now."""
+        found = []
+        for name, module in list(sys.modules.items()):
+            known = self.known.get(name)
+            if known is None:
+                known = self.known[name] = self.holds(getattr(module, "__file__", None) or "")
+            if known:
+                found.append(module)
+        return found
+
     def state(self) -> tuple[list, frozenset]:
         """(each course module's globals, the ids of the classes they define)."""
         spaces, classes = [], set()
-        for name, module in list(sys.modules.items()):
-            if not self.is_course(name, module):
-                continue
+        for module in self.modules():
             space = vars(module)
             spaces.append(space)
             classes |= {id(v) for v in list(space.values())
                         if isinstance(v, type) and v.__module__ == module.__name__}
         return spaces, frozenset(classes)
 
-    def is_course(self, name: str, module) -> bool:
-        known = self.known.get(name)
-        if known is None:
-            path = getattr(module, "__file__", None) or ""
-            known = bool(path) and os.path.realpath(path).startswith(self.root)
-            self.known[name] = known
-        return known
 
-
-def functions_named(name: str, course_dir: str) -> list:
+def functions_named(name: str, course: CourseModules) -> list:
     """(module, attribute, function) for every function called `name` (by its own name, so
     aliases count) held by a module loaded from the course directory."""
-    root = os.path.realpath(course_dir) + os.sep
     found = []
-    for module in list(sys.modules.values()):
-        path = getattr(module, "__file__", None) or ""
-        if not os.path.realpath(path).startswith(root):
-            continue
+    for module in course.modules():
         for attr, value in list(vars(module).items()):
             if inspect.isfunction(value) and value.__name__ == name:
                 found.append((module, attr, value))
