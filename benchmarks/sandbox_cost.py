@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.helpers import make_course, reference_text  # noqa: E402
-from theinference.oracle import weights as weights_module
+from theinference.oracle import private_copy
 from theinference.oracle.weights import load_weights  # noqa: E402
 from theinference.student.process import StudentProcess  # noqa: E402
 from theinference.student.sandbox import Sandbox, bwrap_problem, choose  # noqa: E402
@@ -66,7 +66,7 @@ def main() -> None:
         cache = Path(tmp) / "cache"
         os.environ["THEINFERENCE_CACHE_DIR"] = str(cache)
         load_weights("synthetic", course)  # made once, outside the figures
-        weights_module._LAST_READ.clear()  # a fresh grader process has no memo
+        private_copy._LAST_READ.clear()  # a fresh grader process has no memo
         started = time.monotonic()
         weights = load_weights("synthetic", course)
         print(f"weights load (read and sha256 of 500 MB): {time.monotonic() - started:.2f} s")

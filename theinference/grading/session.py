@@ -14,6 +14,7 @@ from theinference import exits
 from theinference.course.directory import SETTINGS_FILE, Course, open_course
 from theinference.curriculum.stages import Stage, StageError, load_stages, select, with_hidden_cases
 from theinference.grading.answers import Answers
+from theinference.grading.digests import SignedDigests
 from theinference.grading.grader import RunPlan, grade
 from theinference.grading.policy import EVERY_CASE, RunPolicy, selected
 from theinference.grading.provenance import provenance, with_run
@@ -101,7 +102,8 @@ def prepare(course_dir: Path, request: RunRequest,
     if request.policy.cases:
         chosen = filtered(chosen, request.policy.cases, named=bool(request.stages))
     sandbox = choose(request.sandbox)
-    weights = load_weights(request.weights or course.weights, course.root, present.notice)
+    weights = load_weights(request.weights or course.weights, course.root, present.notice,
+                           digest_memo(sandbox))
     sandbox.notes.extend(weights.notes)
     # as the grader's own user, the student's process could read the cache's secret: answers
     # then stay in memory, and the secret is replaced after each run (see `run`)
@@ -119,6 +121,14 @@ def prepare(course_dir: Path, request: RunRequest,
     if present.renderer is not None:
         session.renderer = present.renderer(session)
     return session
+
+
+def digest_memo(sandbox) -> SignedDigests | None:
+    """The weights' digests kept on disk, where the student's process cannot read the secret
+    that signs them (as for the answer cache, below); none where it could."""
+    from theinference.oracle.weights import cache_dir
+
+    return None if sandbox.traits.own_user else SignedDigests(cache_dir())
 
 
 def jobs_that_fit(stages: list[Stage]) -> int:

@@ -6,11 +6,13 @@ Whatever the source, the student's process is handed a *canonical* file (exactly
 tensors, float32, no `transformer.` prefix, no attention-mask buffers), so the template's
 small loader never meets a layout it cannot read.
 
-The oracle never reads that file while grading: every load reads the whole checkpoint into the
-grader's own memory and hashes exactly those bytes (about 1 s for 500 MB), so nothing written to
-the file later, in place and with its times put back or not, can move the oracle's answers, and
-a synthetic file altered since it was made is noticed on the next load and made again. No
-memo of hashes is kept on disk: a memo the student's process can write is a memo it can forge.
+The oracle never reads that file while grading: it computes on a private copy, the whole
+checkpoint read into the grader's own memory and hashed as read (private_copy.py; about 0.5 s
+for 500 MB), so nothing written to the file later, in place and with its times put back or not,
+can move the oracle's answers, and a synthetic file altered since it was made is noticed on the
+next load and made again. Where the run is given a memo of digests the student's process can
+neither read nor write (grading/digests.py), a file whose StatKey the memo knows is not read
+up front: its tensors are read on first use, and must hash to the digest the memo gave.
 """
 
 import fcntl
@@ -34,6 +36,7 @@ from theinference.oracle.checkpoint import (
 )
 from theinference.oracle.config import ModelConfig
 from theinference.oracle.hub import HubUnavailable, hub_file
+from theinference.oracle.private_copy import DigestMemo, PrivateTensors, read_private, stat_key
 from theinference.oracle.safetensors_io import SafetensorsError, map_tensors, tensors_in, write_file
 
 
@@ -53,7 +56,7 @@ class Weights:
     path: Path  # the canonical float32 file the student's process reads
     sha256: str
     config: ModelConfig
-    tensors: dict[str, np.ndarray]  # the grader's private read-only copy, hashed as read
+    tensors: PrivateTensors  # the grader's private read-only copy, hashed as read
     notes: tuple[str, ...] = ()  # e.g. an altered cached file that was made again
 
     @property
@@ -75,51 +78,66 @@ def cache_dir() -> Path:
 
 
 def load_weights(
-    spec: str, base_dir: Path, making: Callable[[str], None] = print_nothing
+    spec: str, base_dir: Path, making: Callable[[str], None] = print_nothing,
+    memo: DigestMemo | None = None,
 ) -> Weights:
-    """Resolve a `--weights` value (synthetic | gpt2 | path) to mapped, checked weights.
-    `making` is told, before the wait, when the synthetic checkpoint has to be made."""
+    """Resolve a `--weights` value (synthetic | gpt2 | path) to checked weights. `making` is
+    told, before the wait, when the synthetic checkpoint has to be made; `memo`, digests of
+    files read before (see the module's docstring)."""
     if spec == "synthetic":
-        path, buffer, notes = _verified_synthetic(making)
+        path, buffer, notes = _verified_synthetic(making, memo)
         return _open(spec, path, buffer, synthetic.SYNTHETIC_SHA256, notes)
     if spec == "gpt2":
-        return _open_user_file("gpt2", download_gpt2())
+        return _open_user_file("gpt2", download_gpt2(), memo)
     path = (base_dir / spec).expanduser()
     if not path.is_file():
         raise WeightsError(
             f"weights file {path} does not exist (use 'synthetic', 'gpt2' or a .safetensors path)"
         )
-    return _open_user_file(spec, path)
+    return _open_user_file(spec, path, memo)
+
+
+def _memo_says(path: Path, memo: DigestMemo | None) -> str | None:
+    """The digest `memo` holds for the file as it is now, if any."""
+    try:
+        return memo.known(stat_key(path)) if memo is not None else None
+    except OSError:
+        return None
 
 
 # --- synthetic -------------------------------------------------------------------------------
 
 
-def _verified_synthetic(making: Callable[[str], None]) -> tuple[Path, np.ndarray, tuple[str, ...]]:
-    """The synthetic file, its bytes as read and hashed, and a note if it had to be remade
-    (absent is normal; present with other bytes means something altered it)."""
+def _verified_synthetic(
+    making: Callable[[str], None], memo: DigestMemo | None
+) -> tuple[Path, np.ndarray | None, tuple[str, ...]]:
+    """The synthetic file, its bytes as read and hashed (None: the memo knows them intact),
+    and a note if it had to be remade (absent is normal; present with other bytes means
+    something altered it)."""
     path = cache_dir() / f"synthetic-gpt2-124m-v{synthetic.SYNTHETIC_VERSION}.safetensors"
-    buffer = _read_if_intact(path)
+    if _memo_says(path, memo) == synthetic.SYNTHETIC_SHA256:
+        return path, None, ()
+    buffer = _read_if_intact(path, memo)
     if buffer is not None:
         return path, buffer, ()
     with _locked(path):
-        buffer = _read_if_intact(path)  # another grader may have made it while we waited
+        buffer = _read_if_intact(path, memo)  # another grader may have made it while we waited
         if buffer is not None:
             return path, buffer, ()
         altered = path.exists()
         making(f"making the synthetic GPT-2 weights in {path.parent} (once; about 10 s)")
         path.unlink(missing_ok=True)
         _write_atomically(path, synthetic.synthetic_tensors(), synthetic.SYNTHETIC_SHA256)
-        buffer = _read_if_intact(path)
+        buffer = _read_if_intact(path, memo)
     if buffer is None:
         raise WeightsError(f"{path} changed while it was being made: is another program writing?")
     note = f"the synthetic weights in {path.parent} had been altered: they were made again"
     return path, buffer, (note,) if altered else ()
 
 
-def _read_if_intact(path: Path) -> np.ndarray | None:
+def _read_if_intact(path: Path, memo: DigestMemo | None) -> np.ndarray | None:
     try:
-        buffer, digest = read_private(path)
+        buffer, digest = read_private(path, memo)
     except OSError:
         return None
     return buffer if digest == synthetic.SYNTHETIC_SHA256 else None
@@ -144,10 +162,13 @@ def download_gpt2() -> Path:
 # --- a user's file ---------------------------------------------------------------------------
 
 
-def _open_user_file(name: str, path: Path) -> Weights:
-    """Check a user's checkpoint; hand over a canonical copy if its layout is not canonical."""
+def _open_user_file(name: str, path: Path, memo: DigestMemo | None) -> Weights:
+    """Check a user's checkpoint; hand over a canonical copy if its layout is not canonical.
+    A canonical file the memo knows is read on first use only."""
+    if (known := _memo_says(path, memo)) is not None and _is_canonical_file(path):
+        return _open(name, path, None, known)
     try:
-        buffer, digest = read_private(path)
+        buffer, digest = read_private(path, memo)
         tensors = tensors_in(buffer, path)
     except SafetensorsError as exc:
         raise WeightsError(str(exc)) from None
@@ -157,7 +178,7 @@ def _open_user_file(name: str, path: Path) -> Weights:
     config = infer_config(canonical, path)
     check_shapes(canonical, config, path)
     if is_canonical(tensors, canonical):
-        return Weights(name, path.resolve(), digest, config, tensors)
+        return Weights(name, path.resolve(), digest, config, PrivateTensors(path, digest, tensors))
     copy = cache_dir() / f"canonical-{digest[:16]}.safetensors"
     notes = ()
     if not _holds(copy, canonical):
@@ -166,7 +187,8 @@ def _open_user_file(name: str, path: Path) -> Weights:
                 notes = (f"{copy} had been altered: it was made again",) if copy.exists() else ()
                 copy.unlink(missing_ok=True)
                 _write_atomically(copy, canonical)
-    return Weights(name, copy.resolve(), digest, config, canonical, notes)
+    return Weights(name, copy.resolve(), digest, config,
+                   PrivateTensors(copy, digest, canonical), notes)
 
 
 def _holds(copy: Path, canonical: dict[str, np.ndarray]) -> bool:
@@ -183,47 +205,25 @@ def _holds(copy: Path, canonical: dict[str, np.ndarray]) -> bool:
 # --- shared plumbing -------------------------------------------------------------------------
 
 
-def _open(name: str, path: Path, buffer: np.ndarray, sha256: str, notes=()) -> Weights:
+def _is_canonical_file(path: Path) -> bool:
     try:
-        tensors = tensors_in(buffer, path)
-    except SafetensorsError as exc:
+        mapped = map_tensors(path)  # the header read, no tensor's bytes
+    except (SafetensorsError, OSError):
+        return False
+    return is_canonical(mapped, canonicalise(mapped))
+
+
+def _open(name: str, path: Path, buffer: np.ndarray | None, sha256: str, notes=()) -> Weights:
+    """The weights, their config and shapes checked: from `buffer` (read and hashed), or
+    from the file's header, its tensors then read on first use."""
+    try:
+        tensors = tensors_in(buffer, path) if buffer is not None else map_tensors(path)
+    except (SafetensorsError, OSError) as exc:
         raise WeightsError(f"cannot read weights {path}: {exc}") from None
     config = infer_config(tensors, path)
     check_shapes(tensors, config, path)
-    return Weights(name, path.resolve(), sha256, config, tensors, tuple(notes))
-
-
-def read_private(path: Path) -> tuple[np.ndarray, str]:
-    """The whole file read into this process's own memory ([size] uint8, read-only), and the
-    sha256 of exactly those bytes: what the oracle computes on is what was checked. The last
-    file read is kept in memory while its inode, size, mtime and ctime stay the same (a write
-    moves ctime, and os.utime cannot put ctime back), so a process loading it again (tests,
-    verify) does not pay twice; the memo lives in this process only, where nothing can forge it."""
-    key = _stat_key(path)
-    if key in _LAST_READ:
-        return _LAST_READ[key]
-    buffer = np.empty(key[3], dtype=np.uint8)
-    view, h, done = memoryview(buffer), hashlib.sha256(), 0
-    with path.open("rb", buffering=0) as f:
-        while done < buffer.size:
-            got = f.readinto(view[done : done + (1 << 24)])
-            if not got:
-                raise OSError(f"{path} shrank while it was read")
-            h.update(view[done : done + got])
-            done += got
-    buffer.flags.writeable = False
-    if _stat_key(path) == key:  # nothing wrote to it while it was read
-        _LAST_READ.clear()
-        _LAST_READ[key] = (buffer, h.hexdigest())
-    return buffer, h.hexdigest()
-
-
-_LAST_READ: dict[tuple, tuple[np.ndarray, str]] = {}
-
-
-def _stat_key(path: Path) -> tuple:
-    st = path.stat()
-    return (str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    private = PrivateTensors(path, sha256, tensors if buffer is not None else None)
+    return Weights(name, path.resolve(), sha256, config, private, tuple(notes))
 
 
 def _sha256_of(path: Path) -> str:

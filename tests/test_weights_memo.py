@@ -1,0 +1,125 @@
+"""The weights' digests kept between runs: a warm run reads no tensor until the oracle needs one,
+and nothing but the grader's own memo, over the very bytes it hashed, can spare the read."""
+
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from theinference.grading.digests import MEMO_FILE, SignedDigests
+from theinference.grading.session import digest_memo
+from theinference.oracle import private_copy
+from theinference.oracle import weights as weights_module
+from theinference.oracle.checkpoint import WeightsError
+from theinference.oracle.config import ModelConfig, expected_shapes
+
+SMALL = ModelConfig(n_layer=2, n_embd=128, vocab_size=300, n_ctx=32)
+
+
+def small_file(folder: Path) -> Path:
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(1)
+    tensors = {name: rng.standard_normal(shape).astype(np.float32)
+               for name, shape in expected_shapes(SMALL).items()}
+    path = folder / "m.safetensors"
+    save_file(tensors, str(path))
+    return path
+
+
+def fresh_load(path: Path, memo):
+    """A load as a new grader process makes it: nothing held from an earlier read."""
+    private_copy._LAST_READ.clear()
+    return weights_module.load_weights(str(path), path.parent, memo=memo)
+
+
+def tamper(path: Path, offset: int, data: bytes) -> None:
+    """A write in place with the times put back: what a process owning the file can do."""
+    import os
+
+    st = path.stat()
+    with path.open("r+b") as f:
+        f.seek(offset)
+        f.write(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_a_file_the_memo_knows_is_read_only_when_the_oracle_first_needs_it(tmp_path):
+    """Would catch a warm run still reading and hashing 500 MB up front (the memo unused), or
+    a lazy read handing the oracle other bytes than the first load's."""
+    path, memo = small_file(tmp_path), SignedDigests(tmp_path / "cache")
+    first = fresh_load(path, memo)
+    assert first.tensors.read  # nothing known yet: read and hashed, and the digest learned
+    ln_f = np.array(first.tensors["ln_f.weight"])
+    second = fresh_load(path, memo)
+    assert not second.tensors.read and second.sha256 == first.sha256
+    assert second.config == first.config
+    assert np.array_equal(second.tensors["ln_f.weight"], ln_f) and second.tensors.read
+
+
+def test_bytes_changed_after_the_memo_vouched_for_them_end_the_run_with_an_error(tmp_path):
+    """Would catch the oracle computing, over bytes written after the run began, answers it
+    files under the digest it began with."""
+    path, memo = small_file(tmp_path), SignedDigests(tmp_path / "cache")
+    fresh_load(path, memo)
+    lazy = fresh_load(path, memo)
+    tamper(path, path.stat().st_size - 64, b"\x00" * 64)
+    private_copy._LAST_READ.clear()
+    with pytest.raises(WeightsError, match="changed since the run began"):
+        lazy.tensors["wte.weight"]
+
+
+def test_a_file_written_in_place_is_read_again_whatever_the_memo_held(tmp_path):
+    """Would catch a memo keyed on size and mtime alone: the write moves the ctime."""
+    path, memo = small_file(tmp_path), SignedDigests(tmp_path / "cache")
+    before = fresh_load(path, memo)
+    tamper(path, path.stat().st_size - 64, b"\x01" * 64)
+    after = fresh_load(path, memo)
+    assert after.tensors.read and after.sha256 != before.sha256
+
+
+@pytest.mark.parametrize("forgery", ["another secret", "no mac"])
+def test_a_memo_not_signed_with_the_secret_is_not_believed(tmp_path, forgery):
+    """Would catch a memo read without its MAC: a forged entry would put the digest of the
+    weights as they were on a file rewritten since, and a run whose answers are all cached
+    would then judge against answers for weights the student's process never read."""
+    path, cache = small_file(tmp_path), tmp_path / "cache"
+    honest = fresh_load(path, SignedDigests(cache))
+    tamper(path, path.stat().st_size - 64, b"\x02" * 64)
+    key = private_copy.stat_key(path)
+    if forgery == "another secret":
+        elsewhere = SignedDigests(tmp_path / "elsewhere")
+        elsewhere.learn(key, honest.sha256)
+        (cache / MEMO_FILE).write_bytes((tmp_path / "elsewhere" / MEMO_FILE).read_bytes())
+    else:
+        import json
+
+        (cache / MEMO_FILE).write_text(json.dumps({json.dumps(list(key)): honest.sha256}))
+    loaded = fresh_load(path, SignedDigests(cache))
+    assert loaded.tensors.read and loaded.sha256 != honest.sha256
+
+
+def test_a_run_whose_student_could_read_the_secret_keeps_no_memo(tmp_path, monkeypatch):
+    """Would catch a memo given to a run whose student's process runs as the grader's own
+    user: it could sign a digest for weights it rewrote."""
+    monkeypatch.setenv("THEINFERENCE_CACHE_DIR", str(tmp_path))
+    own = types.SimpleNamespace(traits=types.SimpleNamespace(own_user=True))
+    other = types.SimpleNamespace(traits=types.SimpleNamespace(own_user=False))
+    assert digest_memo(own) is None
+    assert isinstance(digest_memo(other), SignedDigests)
+
+
+def test_a_synthetic_file_the_memo_knows_is_not_read_up_front(tmp_path, monkeypatch, weights):
+    """Would catch the default weights still read whole by every warm `theinference test`."""
+    import shutil
+
+    monkeypatch.setenv("THEINFERENCE_CACHE_DIR", str(tmp_path))
+    shutil.copyfile(weights.path, tmp_path / weights.path.name)
+    memo = SignedDigests(tmp_path)
+    private_copy._LAST_READ.clear()
+    assert weights_module.load_weights("synthetic", tmp_path, memo=memo).tensors.read
+    private_copy._LAST_READ.clear()
+    lazy = weights_module.load_weights("synthetic", tmp_path, memo=memo)
+    assert not lazy.tensors.read and lazy.sha256 == weights.sha256
+    assert np.array_equal(lazy.tensors["h.0.ln_1.bias"], weights.tensors["h.0.ln_1.bias"])
