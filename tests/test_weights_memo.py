@@ -90,12 +90,13 @@ def test_a_memo_not_signed_with_the_secret_is_not_believed(tmp_path, forgery):
     key = private_copy.stat_key(path)
     if forgery == "another secret":
         elsewhere = SignedDigests(tmp_path / "elsewhere")
-        elsewhere.learn(key, honest.sha256)
+        elsewhere.learn(key, {"sha256": honest.sha256, "parts": {}})
         (cache / MEMO_FILE).write_bytes((tmp_path / "elsewhere" / MEMO_FILE).read_bytes())
     else:
         import json
 
-        (cache / MEMO_FILE).write_text(json.dumps({json.dumps(list(key)): honest.sha256}))
+        forged = {json.dumps(list(key)): {"sha256": honest.sha256, "parts": {}}}
+        (cache / MEMO_FILE).write_text(json.dumps(forged))
     loaded = fresh_load(path, SignedDigests(cache))
     assert loaded.tensors.read and loaded.sha256 != honest.sha256
 
@@ -123,3 +124,21 @@ def test_a_synthetic_file_the_memo_knows_is_not_read_up_front(tmp_path, monkeypa
     lazy = weights_module.load_weights("synthetic", tmp_path, memo=memo)
     assert not lazy.tensors.read and lazy.sha256 == weights.sha256
     assert np.array_equal(lazy.tensors["h.0.ln_1.bias"], weights.tensors["h.0.ln_1.bias"])
+    assert list(lazy.tensors._tensors) == ["h.0.ln_1.bias"]  # that tensor alone was read
+
+
+def test_a_tensor_read_alone_is_checked_against_its_own_digest(tmp_path):
+    """Would catch a tensor read alone on a memo's word without its bytes hashed: a tensor
+    rewritten after the run began would reach the oracle."""
+    path, memo = small_file(tmp_path), SignedDigests(tmp_path / "cache")
+    whole = fresh_load(path, memo)
+    lazy = fresh_load(path, memo)
+    assert np.array_equal(lazy.tensors["h.1.attn.c_attn.weight"],
+                          whole.tensors["h.1.attn.c_attn.weight"])
+    from theinference.oracle.safetensors_io import read_header
+
+    header, start = read_header(path)
+    tamper(path, start + header["h.0.mlp.c_fc.bias"]["data_offsets"][0], b"\x03" * 8)
+    private_copy._LAST_READ.clear()
+    with pytest.raises(WeightsError, match="changed since the run began"):
+        lazy.tensors["h.0.mlp.c_fc.bias"]

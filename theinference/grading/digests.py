@@ -4,8 +4,9 @@ signed with its secret, so a warm run need not read and hash 500 MB before the f
 A digest is trusted exactly where the answers are: a run whose student process could read the
 secret (it runs as the grader's own user) is given no memo (session.py), and a memo written by
 anything without the secret is a miss. An entry is a file's StatKey (its inode, size, mtime and
-ctime: a write moves ctime, which os.utime cannot put back) and the sha256 of the bytes read;
-the tensors are still read and hashed before the oracle computes on them (oracle/private_copy.py).
+ctime: a write moves ctime, which os.utime cannot put back), the sha256 of the bytes read and
+that of each tensor's: a tensor is still read and hashed before the oracle computes on it
+(oracle/private_copy.py), alone where the run needs only a few.
 """
 
 import hashlib
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from theinference.atomic import atomic_write
 from theinference.grading.answer_cache import KEY_FILE, MAC_BYTES, read_or_make_secret
-from theinference.oracle.private_copy import StatKey
+from theinference.oracle.private_copy import Digests, StatKey
 
 MEMO_FILE = "weights-digests"
 KEPT = 8  # files remembered, the last learned kept
@@ -32,22 +33,22 @@ class SignedDigests:
         except OSError:
             self._secret = None
 
-    def known(self, key: StatKey) -> str | None:
+    def known(self, key: StatKey) -> Digests | None:
         return self._entries().get(json.dumps(list(key)))
 
-    def learn(self, key: StatKey, sha256: str) -> None:
+    def learn(self, key: StatKey, digests: Digests) -> None:
         if self._secret is None:
             return
         entries = self._entries()
         entries.pop(json.dumps(list(key)), None)
-        entries[json.dumps(list(key))] = sha256
+        entries[json.dumps(list(key))] = digests
         payload = json.dumps(dict(list(entries.items())[-KEPT:])).encode()
         try:
             atomic_write(self.path, self._mac(payload) + payload, 0o600)
         except OSError:
             pass  # a memo not kept: the next run reads the file again
 
-    def _entries(self) -> dict[str, str]:
+    def _entries(self) -> dict[str, Digests]:
         if self._secret is None:
             return {}
         try:
@@ -61,8 +62,13 @@ class SignedDigests:
             entries = json.loads(payload)
         except ValueError:
             return {}
-        good = isinstance(entries, dict) and all(isinstance(v, str) for v in entries.values())
+        good = isinstance(entries, dict) and all(well_formed(v) for v in entries.values())
         return entries if good else {}
 
     def _mac(self, payload: bytes) -> bytes:
         return hmac.new(self._secret or b"", b"digests\0" + payload, hashlib.sha256).digest()
+
+
+def well_formed(digests: object) -> bool:
+    return (isinstance(digests, dict) and isinstance(digests.get("sha256"), str)
+            and isinstance(digests.get("parts", {}), dict))

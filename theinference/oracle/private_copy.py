@@ -1,33 +1,37 @@
-"""The checkpoint in the grader's own memory: read whole, hashed as read, and held read-only, so
-what the oracle computes on is exactly what was checked.
+"""The checkpoint in the grader's own memory: read, hashed as read, and held read-only, so what
+the oracle computes on is exactly what was checked.
 
 A run whose answers all come from the answer cache never computes, so it never needs the
-tensors: they are read on first use (`PrivateTensors`), and checked then against the sha256 the
-run was keyed by. A file changed in between is an error, never an answer over other weights.
+tensors; a swap drawn per run on layer 0 needs a few. Where a memo (grading/digests.py) holds
+the digest of each tensor's bytes, hashed when the whole file was last read and found to be the
+file the run is keyed by, each tensor is read on first use and checked against its own digest
+(`PrivateTensors`). A file changed in between is an error, never an answer over other weights.
 """
 
 import hashlib
 import threading
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
 from theinference.oracle.checkpoint import WeightsError
-from theinference.oracle.safetensors_io import SafetensorsError, tensors_in
+from theinference.oracle.safetensors_io import SafetensorsError, decode, read_header, tensors_in
 
 StatKey = tuple  # (resolved path, device, inode, size, mtime_ns, ctime_ns)
+Digests = dict  # {"sha256": the file's, "parts": {tensor name: its bytes' sha256}}
 
 
 class DigestMemo(Protocol):
-    """sha256s of files read before, by their StatKey. A write moves a file's ctime, which
+    """Digests of files read before, by their StatKey. A write moves a file's ctime, which
     os.utime cannot put back, so a key still matching says the bytes are the ones hashed; only a
-    memo the student's process can neither read nor write may be given (grading/digests.py)."""
+    memo the student's process can neither read nor write may be given."""
 
-    def known(self, key: StatKey) -> str | None: ...
+    def known(self, key: StatKey) -> Digests | None: ...
 
-    def learn(self, key: StatKey, sha256: str) -> None: ...
+    def learn(self, key: StatKey, digests: Digests) -> None: ...
 
 
 def stat_key(path: Path) -> StatKey:
@@ -35,72 +39,118 @@ def stat_key(path: Path) -> StatKey:
     return (str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def read_private(path: Path, memo: DigestMemo | None = None) -> tuple[np.ndarray, str]:
-    """The whole file read into this process's own memory ([size] uint8, read-only), and the
-    sha256 of exactly those bytes. The last file read is kept in memory while its StatKey holds,
-    so a process loading it again (tests, verify) does not pay twice; `memo` learns the digest
-    of a file nothing wrote to while it was read."""
+@dataclass(frozen=True)
+class PrivateRead:
+    buffer: np.ndarray  # [size] uint8, read-only: the whole file
+    sha256: str
+    key: StatKey | None  # the file's, where nothing wrote to it while it was read
+
+
+def read_private(path: Path) -> PrivateRead:
+    """The whole file read into this process's own memory, and the sha256 of exactly those
+    bytes. The last file read is kept in memory while its StatKey holds, so a process loading
+    it again (tests, verify) does not pay twice."""
     key = stat_key(path)
     if key in _LAST_READ:
         return _LAST_READ[key]
-    buffer = np.empty(key[3], dtype=np.uint8)
-    view, h, done = memoryview(buffer), hashlib.sha256(), 0
+    buffer = read_range(path, 0, key[3])
+    read = PrivateRead(buffer, hashlib.sha256(buffer).hexdigest(),
+                       key if stat_key(path) == key else None)
+    if read.key is not None:
+        _LAST_READ.clear()
+        _LAST_READ[key] = read
+    return read
+
+
+_LAST_READ: dict[StatKey, PrivateRead] = {}
+
+
+def read_range(path: Path, begin: int, length: int) -> np.ndarray:
+    """[length] uint8 of the file from `begin`, read-only; an OSError if it is shorter."""
+    buffer = np.empty(length, dtype=np.uint8)
+    view, done = memoryview(buffer), 0
     with path.open("rb", buffering=0) as f:
-        while done < buffer.size:
+        f.seek(begin)
+        while done < length:
             got = f.readinto(view[done : done + (1 << 24)])
             if not got:
                 raise OSError(f"{path} shrank while it was read")
-            h.update(view[done : done + got])
             done += got
     buffer.flags.writeable = False
-    if stat_key(path) == key:  # nothing wrote to it while it was read
-        _LAST_READ.clear()
-        _LAST_READ[key] = (buffer, h.hexdigest())
-        if memo is not None:
-            memo.learn(key, h.hexdigest())
-    return buffer, h.hexdigest()
+    return buffer
 
 
-_LAST_READ: dict[StatKey, tuple[np.ndarray, str]] = {}
+def part_digests(tensors: dict[str, np.ndarray]) -> dict[str, str]:
+    """Each tensor's bytes' sha256, as stored (tensors viewing a whole file's read)."""
+    return {name: hashlib.sha256(t.view(np.uint8).reshape(-1)).hexdigest()
+            for name, t in tensors.items() if t.flags.c_contiguous}
 
 
 class PrivateTensors(Mapping):
-    """name -> tensor ([...] float32 views of the private copy). Given the tensors, they are
-    these; given none, the file is read on first use and must hash to `sha256`."""
+    """name -> tensor, the grader's own. Given `tensors`, they are these; given none, each is
+    read on first use: alone where `parts` holds its digest, else with the whole file, which
+    must hash to `sha256`."""
 
-    def __init__(self, path: Path, sha256: str, tensors: dict[str, np.ndarray] | None = None):
-        self._path, self._sha256, self._tensors = path, sha256, tensors
+    def __init__(self, path: Path, sha256: str, tensors: dict[str, np.ndarray] | None = None,
+                 parts: dict[str, str] | None = None):
+        self._path, self.sha256, self._parts = path, sha256, parts or {}
+        self._tensors: dict[str, np.ndarray] = dict(tensors or {})
+        self._names = list(tensors) if tensors is not None else None
         self._lock = threading.Lock()  # a stage's cases and its planner ask from threads
 
     @property
     def read(self) -> bool:
-        return self._tensors is not None
-
-    def _held(self) -> dict[str, np.ndarray]:
-        if self._tensors is None:
-            with self._lock:
-                if self._tensors is None:
-                    self._tensors = self._read_checked()
-        return self._tensors
-
-    def _read_checked(self) -> dict[str, np.ndarray]:
-        try:
-            buffer, digest = read_private(self._path)
-            tensors = tensors_in(buffer, self._path)
-        except (OSError, SafetensorsError) as exc:
-            raise WeightsError(f"cannot read the weights {self._path}: {exc}") from None
-        if digest != self._sha256:
-            raise WeightsError(
-                f"{self._path} changed since the run began (sha256 {digest[:12]}, not "
-                f"{self._sha256[:12]}): nothing was graded over it; run again"
-            )
-        return tensors
+        """Whether any tensor is held (a warm run that computes nothing holds none)."""
+        return bool(self._tensors)
 
     def __getitem__(self, name: str) -> np.ndarray:
-        return self._held()[name]
+        held = self._tensors.get(name)
+        if held is None:
+            with self._lock:
+                if name not in self._tensors:
+                    self._tensors.update(self._read_checked(name))
+                held = self._tensors[name]
+        return held
+
+    def _read_checked(self, name: str) -> dict[str, np.ndarray]:
+        try:
+            header, start = read_header(self._path)
+            if name in self._parts and name in header:
+                return {name: self._part(name, header[name], start)}
+            read = read_private(self._path)
+            tensors, digest = tensors_in(read.buffer, self._path), read.sha256
+        except (OSError, SafetensorsError) as exc:
+            raise WeightsError(f"cannot read the weights {self._path}: {exc}") from None
+        if digest != self.sha256:
+            raise changed(self._path, digest, self.sha256)
+        self._parts = {}  # all held now
+        return tensors
+
+    def _part(self, name: str, entry: dict, start: int) -> np.ndarray:
+        begin, end = entry["data_offsets"]
+        raw = read_range(self._path, start + begin, end - begin)
+        digest = hashlib.sha256(raw).hexdigest()
+        if digest != self._parts[name]:
+            raise changed(self._path, f"{name}: {digest}", self._parts[name])
+        return decode(raw, entry["dtype"]).reshape(entry["shape"])
+
+    def _all_names(self) -> list[str]:
+        if self._names is None:
+            try:
+                self._names = list(read_header(self._path)[0])
+            except (OSError, SafetensorsError) as exc:
+                raise WeightsError(f"cannot read the weights {self._path}: {exc}") from None
+        return self._names
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._held())
+        return iter(self._all_names())
 
     def __len__(self) -> int:
-        return len(self._held())
+        return len(self._all_names())
+
+
+def changed(path: Path, found: str, wanted: str) -> WeightsError:
+    return WeightsError(
+        f"{path} changed since the run began (sha256 {found[:40]}, not {wanted[:12]}): "
+        "nothing was graded over it; run again"
+    )

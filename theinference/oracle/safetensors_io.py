@@ -73,7 +73,7 @@ def map_tensors(path: Path) -> dict[str, np.ndarray]:
     for name, entry in header.items():
         begin, end = entry["data_offsets"]
         raw = mapped[data_start + begin : data_start + end]
-        tensors[name] = _decode(raw, entry["dtype"]).reshape(entry["shape"])
+        tensors[name] = decode(raw, entry["dtype"]).reshape(entry["shape"])
     return tensors
 
 
@@ -90,11 +90,11 @@ def tensors_in(buffer: np.ndarray, path: Path) -> dict[str, np.ndarray]:
     for name, entry in header.items():
         begin, end = entry["data_offsets"]
         raw_tensor = buffer[data_start + begin : data_start + end]
-        tensors[name] = _decode(raw_tensor, entry["dtype"]).reshape(entry["shape"])
+        tensors[name] = decode(raw_tensor, entry["dtype"]).reshape(entry["shape"])
     return tensors
 
 
-def _decode(raw: np.ndarray, dtype: str) -> np.ndarray:
+def decode(raw: np.ndarray, dtype: str) -> np.ndarray:
     if dtype == "BF16":  # bfloat16 is the top half of a float32
         halves = raw.view("<u2").astype(np.uint32) << 16
         return halves.view(np.float32)

@@ -36,7 +36,15 @@ from theinference.oracle.checkpoint import (
 )
 from theinference.oracle.config import ModelConfig
 from theinference.oracle.hub import HubUnavailable, hub_file
-from theinference.oracle.private_copy import DigestMemo, PrivateTensors, read_private, stat_key
+from theinference.oracle.private_copy import (
+    DigestMemo,
+    Digests,
+    PrivateRead,
+    PrivateTensors,
+    part_digests,
+    read_private,
+    stat_key,
+)
 from theinference.oracle.safetensors_io import SafetensorsError, map_tensors, tensors_in, write_file
 
 
@@ -85,8 +93,8 @@ def load_weights(
     told, before the wait, when the synthetic checkpoint has to be made; `memo`, digests of
     files read before (see the module's docstring)."""
     if spec == "synthetic":
-        path, buffer, notes = _verified_synthetic(making, memo)
-        return _open(spec, path, buffer, synthetic.SYNTHETIC_SHA256, notes)
+        path, read, notes = _verified_synthetic(making, memo)
+        return _open(spec, path, read, _memo_says(path, memo), memo, notes)
     if spec == "gpt2":
         return _open_user_file("gpt2", download_gpt2(), memo)
     path = (base_dir / spec).expanduser()
@@ -97,12 +105,17 @@ def load_weights(
     return _open_user_file(spec, path, memo)
 
 
-def _memo_says(path: Path, memo: DigestMemo | None) -> str | None:
-    """The digest `memo` holds for the file as it is now, if any."""
+def _memo_says(path: Path, memo: DigestMemo | None) -> Digests | None:
+    """The digests `memo` holds for the file as it is now, if any."""
     try:
         return memo.known(stat_key(path)) if memo is not None else None
     except OSError:
         return None
+
+
+def _intact_by_memo(path: Path, memo: DigestMemo | None, sha256: str) -> bool:
+    known = _memo_says(path, memo)
+    return known is not None and known.get("sha256") == sha256
 
 
 # --- synthetic -------------------------------------------------------------------------------
@@ -110,37 +123,37 @@ def _memo_says(path: Path, memo: DigestMemo | None) -> str | None:
 
 def _verified_synthetic(
     making: Callable[[str], None], memo: DigestMemo | None
-) -> tuple[Path, np.ndarray | None, tuple[str, ...]]:
+) -> tuple[Path, PrivateRead | None, tuple[str, ...]]:
     """The synthetic file, its bytes as read and hashed (None: the memo knows them intact),
     and a note if it had to be remade (absent is normal; present with other bytes means
     something altered it)."""
     path = cache_dir() / f"synthetic-gpt2-124m-v{synthetic.SYNTHETIC_VERSION}.safetensors"
-    if _memo_says(path, memo) == synthetic.SYNTHETIC_SHA256:
+    if _intact_by_memo(path, memo, synthetic.SYNTHETIC_SHA256):
         return path, None, ()
-    buffer = _read_if_intact(path, memo)
+    buffer = _read_if_intact(path)
     if buffer is not None:
         return path, buffer, ()
     with _locked(path):
-        buffer = _read_if_intact(path, memo)  # another grader may have made it while we waited
+        buffer = _read_if_intact(path)  # another grader may have made it while we waited
         if buffer is not None:
             return path, buffer, ()
         altered = path.exists()
         making(f"making the synthetic GPT-2 weights in {path.parent} (once; about 10 s)")
         path.unlink(missing_ok=True)
         _write_atomically(path, synthetic.synthetic_tensors(), synthetic.SYNTHETIC_SHA256)
-        buffer = _read_if_intact(path, memo)
+        buffer = _read_if_intact(path)
     if buffer is None:
         raise WeightsError(f"{path} changed while it was being made: is another program writing?")
     note = f"the synthetic weights in {path.parent} had been altered: they were made again"
     return path, buffer, (note,) if altered else ()
 
 
-def _read_if_intact(path: Path, memo: DigestMemo | None) -> np.ndarray | None:
+def _read_if_intact(path: Path) -> PrivateRead | None:
     try:
-        buffer, digest = read_private(path, memo)
+        read = read_private(path)
     except OSError:
         return None
-    return buffer if digest == synthetic.SYNTHETIC_SHA256 else None
+    return read if read.sha256 == synthetic.SYNTHETIC_SHA256 else None
 
 
 # --- real GPT-2 through the Hub --------------------------------------------------------------
@@ -166,10 +179,10 @@ def _open_user_file(name: str, path: Path, memo: DigestMemo | None) -> Weights:
     """Check a user's checkpoint; hand over a canonical copy if its layout is not canonical.
     A canonical file the memo knows is read on first use only."""
     if (known := _memo_says(path, memo)) is not None and _is_canonical_file(path):
-        return _open(name, path, None, known)
+        return _open(name, path, None, known, memo)
     try:
-        buffer, digest = read_private(path, memo)
-        tensors = tensors_in(buffer, path)
+        read = read_private(path)
+        tensors, digest = tensors_in(read.buffer, path), read.sha256
     except SafetensorsError as exc:
         raise WeightsError(str(exc)) from None
     except OSError as exc:
@@ -178,6 +191,7 @@ def _open_user_file(name: str, path: Path, memo: DigestMemo | None) -> Weights:
     config = infer_config(canonical, path)
     check_shapes(canonical, config, path)
     if is_canonical(tensors, canonical):
+        _learn(memo, read, tensors)
         return Weights(name, path.resolve(), digest, config, PrivateTensors(path, digest, tensors))
     copy = cache_dir() / f"canonical-{digest[:16]}.safetensors"
     notes = ()
@@ -213,17 +227,29 @@ def _is_canonical_file(path: Path) -> bool:
     return is_canonical(mapped, canonicalise(mapped))
 
 
-def _open(name: str, path: Path, buffer: np.ndarray | None, sha256: str, notes=()) -> Weights:
-    """The weights, their config and shapes checked: from `buffer` (read and hashed), or
-    from the file's header, its tensors then read on first use."""
+def _open(name: str, path: Path, read: PrivateRead | None, known: Digests | None,
+          memo: DigestMemo | None, notes=()) -> Weights:
+    """The weights, their config and shapes checked: from `read` (the whole file, read and
+    hashed; the memo learns its digests), or, where the memo `known` them, from the file's
+    header, each tensor then read on first use and checked against its digest."""
     try:
-        tensors = tensors_in(buffer, path) if buffer is not None else map_tensors(path)
+        tensors = tensors_in(read.buffer, path) if read is not None else map_tensors(path)
     except (SafetensorsError, OSError) as exc:
         raise WeightsError(f"cannot read weights {path}: {exc}") from None
     config = infer_config(tensors, path)
     check_shapes(tensors, config, path)
-    private = PrivateTensors(path, sha256, tensors if buffer is not None else None)
-    return Weights(name, path.resolve(), sha256, config, private, tuple(notes))
+    if read is not None:
+        _learn(memo, read, tensors)
+        private = PrivateTensors(path, read.sha256, tensors)
+    else:
+        private = PrivateTensors(path, known["sha256"], parts=known.get("parts") or {})
+    return Weights(name, path.resolve(), private.sha256, config, private, tuple(notes))
+
+
+def _learn(memo: DigestMemo | None, read: PrivateRead, tensors: dict[str, np.ndarray]) -> None:
+    """The memo told the digests of a file read whole while nothing wrote to it."""
+    if memo is not None and read.key is not None:
+        memo.learn(read.key, {"sha256": read.sha256, "parts": part_digests(tensors)})
 
 
 def _sha256_of(path: Path) -> str:
