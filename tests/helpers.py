@@ -25,6 +25,53 @@ def make_course(root: Path, kvcache: str | None = None) -> Path:
     return root
 
 
+def with_template_stubs(kvcache: str, template_dir: Path | None = None) -> str:
+    """A solution's src/kvcache.py with a stub for each function the template's adapters
+    import and it does not define, raising as the template's stub does: a layout that
+    implements only some stages (one added after it) still imports, and is `todo` on the
+    others alone. `template_dir`: the Python template's, else the package's."""
+    import ast
+
+    from theinference.course.directory import TEMPLATE_DIR
+
+    template_dir = template_dir or TEMPLATE_DIR
+    adapters = ast.parse((template_dir / "tests" / "adapters.py").read_text())
+    wanted = top_level_names(adapters) - top_level_names(ast.parse(kvcache))
+    template = ast.parse((template_dir / "src" / "kvcache.py").read_text())
+    stubs = [
+        f"\n\ndef {node.name}(*args, **kwargs):\n    raise NotImplementedError({message!r})\n"
+        for node in template.body
+        if getattr(node, "name", None) in wanted and (message := stub_message(node))
+    ]
+    return kvcache + "".join(stubs)
+
+
+def top_level_names(module) -> set[str]:
+    """What a module defines at its top: functions, classes, assignments and imports."""
+    import ast
+
+    names = set()
+    for node in module.body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
+
+
+def stub_message(node) -> str | None:
+    """The message a template stub raises NotImplementedError with (None: not a stub)."""
+    import ast
+
+    for call in ast.walk(node):
+        if (isinstance(call, ast.Call) and getattr(call.func, "id", "") == "NotImplementedError"
+                and call.args and isinstance(call.args[0], ast.Constant)):
+            return call.args[0].value
+    return None
+
+
 def reference_text() -> str:
     return (SOLUTIONS / "reference_kvcache.py").read_text()
 
@@ -55,14 +102,15 @@ def statuses(run) -> dict[str, str]:
     return {s.slug: s.status.value for s in run.stages}
 
 
-STAGES = [
-    "single-step-attention",
-    "build-prefill",
-    "full-decode-step",
-    "per-step-identity",
-    "generate-loop",
-    "prefix-caching",
-]
+def stage_slugs() -> list[str]:
+    """Every stage's slug, in course order, as the registry has them (a stage added there is
+    graded by every test that grades them all, with no list here to add it to)."""
+    from theinference.curriculum.stages import load_stages
+
+    return [stage.slug for stage in load_stages()]
+
+
+STAGES = stage_slugs()
 
 
 def alive(pid: int) -> bool:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import SOLUTIONS, installed, make_course
+from tests.helpers import SOLUTIONS, installed, make_course, with_template_stubs
 from tests.test_cache_use import FLOORED, SWAPPED, grade_proofs
 from theinference.curriculum.stages import load_stages
 from theinference.results import Status
@@ -66,8 +66,10 @@ def layouts(names: list[str]) -> list:
 
 
 def layout_course(root: Path, layout: str) -> Path:
-    """A course holding a solution's src/kvcache.py, and its own tests/adapters.py if any."""
-    course = make_course(root, (SOLUTIONS / layout).read_text())
+    """A course holding a solution's src/kvcache.py and its own tests/adapters.py if any, else
+    the template's adapters (and its stubs for any stage the solution leaves out)."""
+    kvcache = (SOLUTIONS / layout).read_text()
+    course = make_course(root, kvcache if layout in OWN_ADAPTERS else with_template_stubs(kvcache))
     if layout in OWN_ADAPTERS:
         adapters = (SOLUTIONS / OWN_ADAPTERS[layout]).read_text()
         (course / "tests" / "adapters.py").write_text(adapters)

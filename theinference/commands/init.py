@@ -3,10 +3,19 @@ from typing import Annotated
 
 import typer
 
+from theinference.course.languages import ALL, Language
+
+
+def said(language: Language) -> str:
+    """python, or ts (TypeScript): a language as --lang takes it, and its title where that is
+    another word (the help lists every language, so a new one needs no word here)."""
+    other = language.title.lower() != language.name
+    return f"{language.name} ({language.title})" if other else language.name
+
 
 def init(
     directory: Annotated[Path, typer.Argument(help="Where to create the course.")],
-    lang: Annotated[str, typer.Option("--lang", help="python | ts (TypeScript).")] = "python",
+    lang: Annotated[str, typer.Option("--lang", help=" | ".join(map(said, ALL)) + ".")] = "python",
     ci: Annotated[
         str | None, typer.Option("--ci", help="Also add a CI workflow: github (grades on push).")
     ] = None,

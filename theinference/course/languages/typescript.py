@@ -1,6 +1,8 @@
 """TypeScript: the course in the seeds' camelCase, run by the Node worker (worker_node.mjs)
 under the course's own tsx, which `npm install` puts in its node_modules."""
 
+import ast
+import re
 import shutil
 from pathlib import Path
 
@@ -13,10 +15,9 @@ TSX_ENTRY = Path("node_modules/tsx/package.json")
 # the Node worker reports a refusal as RangeError, which the grader reads as ValueError
 EXCEPTIONS = {"ValueError": "RangeError"}
 
-# The course's Python names and their TypeScript spelling (the seeds' camelCase), the one
-# statement of it: reports are told in these, and the grader asks the Node worker for the
-# adapters and hooks by them (Language.spelled). Applied to whole words only.
-NAMES = {
+# What the seeds' camelCase cannot say: the course's files, code and words whose TypeScript is
+# another expression, and the exceptions thrown instead
+SPOKEN = {
     "tests/adapters.py": "tests/adapters.ts",
     "src/kvcache.py": "src/kvcache.ts",
     "src/gpt2.py": "src/gpt2.ts",
@@ -29,31 +30,42 @@ NAMES = {
     **EXCEPTIONS,
     "raise": "throw",
     "raises": "throws",
-    "run_step_attention": "runStepAttention",
-    "run_prefill_cache": "runPrefillCache",
-    "run_prefill": "runPrefill",
-    "run_decode_step": "runDecodeStep",
-    "run_decode_sequence": "runDecodeSequence",
-    "run_generate": "runGenerate",
-    "run_prefix_caching": "runPrefixCaching",
-    "attn_step": "attnStep",
-    "layer_attn_incremental": "layerAttnIncremental",
-    "embed_token": "embedToken",
-    "block_step": "blockStep",
-    "decode_step": "decodeStep",
-    "decode_sequence": "decodeSequence",
-    "attn_sublayer": "attnSublayer",
-    "ln_rows": "lnRows",
-    "recompute_logits": "recomputeLogits",
-    "load_weights": "loadWeights",
-    "prompt_ids": "promptIds",
-    "continuation_ids": "continuationIds",
-    "seq_ids": "seqIds",
-    "next_id": "nextId",
-    "max_new_tokens": "maxNewTokens",
-    "token_id": "tokenId",
-    "ln_hidden": "lnHidden",
 }
+PYTHON_FILES = ("src/kvcache.py", "src/gpt2.py", "tests/adapters.py")
+TS_FILES = ("src/kvcache.ts", "src/gpt2.ts", "tests/adapters.ts")
+SNAKE = re.compile(r"[a-z][a-z0-9]*(_[a-z0-9]+)+")
+
+
+def camel(name: str) -> str:
+    """decode_step -> decodeStep"""
+    first, *rest = name.split("_")
+    return first + "".join(word.capitalize() for word in rest)
+
+
+def defined_names(source: str) -> set[str]:
+    """The functions, classes and parameters a Python file defines."""
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+    return names
+
+
+def camel_twins(python: Path, typescript: Path) -> dict[str, str]:
+    """Every name the Python template defines whose camelCase the TypeScript template spells:
+    a stage's adapter and stubs, written in both, are spelled here without being listed."""
+    defined = set().union(*(defined_names((python / f).read_text()) for f in PYTHON_FILES))
+    spelled = set(re.findall(r"\w+", " ".join((typescript / f).read_text() for f in TS_FILES)))
+    return {name: camel(name) for name in sorted(defined)
+            if SNAKE.fullmatch(name) and camel(name) in spelled}
+
+
+# The course's Python names and their TypeScript spelling, the one statement of it: reports are
+# told in these, and the grader asks the Node worker for the adapters and hooks by them
+# (Language.spelled). Applied to whole words only.
+NAMES = {**camel_twins(TEMPLATES / "python", TEMPLATES / "ts"), **SPOKEN}
 
 
 def check_runtime(root: Path) -> None:
