@@ -20,7 +20,7 @@ from theinference.curriculum.stages import load_stages, select, with_run_draws
 from theinference.grading import answer_cache
 from theinference.grading.ahead import drawn_stages, plan_ahead
 from theinference.grading.answers import Answers
-from theinference.grading.grader import RunPlan, grade
+from theinference.grading.grader import RunPlan, grade, wanted_again
 from theinference.grading.judging import kept_prompts
 from theinference.grading.policy import RunPolicy
 from theinference.grading.policy import plan as plan_cases
@@ -114,7 +114,8 @@ def test_the_answers_on_disk_keep_their_bound_least_recently_used_first(tmp_path
 
 def test_a_failing_stage_asks_again_only_what_its_diagnosis_reads(tmp_path, weights):
     """Catches a failing try that asks every departing case again over the student's own
-    cache (a failing save cost more than a passing one), and a limit that costs the stage its
+    cache (a failing save cost more than a passing one), one that goes on asking once the
+    catalogue has named the bug on the first two, and a limit that costs the stage its
     diagnosis."""
     course = make_course(tmp_path / "course", planted("decode-position-zero"))
     (stage,) = select(load_stages(), ["full-decode-step"])
@@ -125,8 +126,24 @@ def test_a_failing_stage_asks_again_only_what_its_diagnosis_reads(tmp_path, weig
     (result,) = run.stages
     assert result.status == Status.FAILED and result.suspected_bug == "position-zero"
     unasked = [c.name for c in result.cases if c.message.startswith(UNASKED.split("{")[0])]
-    # the four small ones asked again (the catalogue reads up to four), the long one not
-    assert len(result.cases) == 5 and unasked == [result.cases[-1].name], unasked
+    # the first two asked again (the catalogue confirms a bug on two), then no more: it
+    # names position-zero alone on them
+    assert len(result.cases) == 5 and unasked == [c.name for c in result.cases[2:]], unasked
+
+
+def test_asking_again_stops_when_the_catalogue_has_named_one_bug():
+    """Catches asking again past the first two failing answers once one bug explains them
+    (the failing try pays a case twice for nothing), and stopping while candidates are left to
+    tell apart (the diagnosis would lose them) or asking a long case past the first two."""
+    (stage,) = select(load_stages(), ["full-decode-step"])
+    small = next(c for c in stage.cases if c.name.startswith("one-token"))
+    long = next(c for c in stage.cases if "(1023)" in c.name)
+    named, open_question = (lambda: True), (lambda: False)
+    assert wanted_again(small, 0, named) and wanted_again(small, 1, named)
+    assert not wanted_again(small, 2, named)
+    assert wanted_again(small, 2, open_question) and wanted_again(small, 3, open_question)
+    assert not wanted_again(small, 4, open_question)
+    assert wanted_again(long, 1, open_question) and not wanted_again(long, 2, open_question)
 
 
 def test_the_grader_runs_its_blas_on_one_thread_unless_told_otherwise():

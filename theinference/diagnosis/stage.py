@@ -8,7 +8,7 @@ import numpy as np
 
 from theinference.diagnosis.bugs import bug_table
 from theinference.diagnosis.errors import lesson_for, shares_one_error
-from theinference.diagnosis.fingerprints import Known, computed, match_catalogue
+from theinference.diagnosis.fingerprints import MIN_CASES, Known, Match, computed, match_catalogue
 from theinference.diagnosis.numbers import numbers_shown
 from theinference.oracle.recompute import Recompute
 from theinference.results import CaseResult, Status
@@ -53,6 +53,21 @@ class Teaching:
     candidates: tuple[str, ...] = ()
 
 
+def catalogue_match(failures: list[Failure], tolerance: Tolerance, recompute: Recompute,
+                    known: Known = computed) -> Match:
+    """What the bug catalogue says of the failing answers, the smallest first."""
+    ordered = sorted(failures, key=lambda f: len(str(f.args)))
+    return match_catalogue([(f.check, f.args, f.actual) for f in ordered], tolerance,
+                           recompute.w, recompute.config, known)
+
+
+def named_alone(found: Match) -> bool:
+    """One bug explains every failing answer tried, on as many as confirm it: more answers
+    would name no other (what a failing try asks again for stops here)."""
+    return (found.bug is not None and not found.several and len(found.candidates) == 1
+            and found.cases_tried >= MIN_CASES)
+
+
 def diagnose_stage(
     cases: list[CaseResult],
     failures: list[Failure],
@@ -67,11 +82,7 @@ def diagnose_stage(
     bad = [c for c in cases if c.status not in (Status.PASSED, Status.SKIPPED)]
     if not any(c.status in DIAGNOSED_STATUSES for c in bad):
         return StageDiagnosis()
-    ordered = sorted(failures, key=lambda f: len(str(f.args)))
-    found = match_catalogue(
-        [(f.check, f.args, f.actual) for f in ordered], tolerance, recompute.w, recompute.config,
-        known,
-    )
+    found = catalogue_match(failures, tolerance, recompute, known)
     name, hint = found.words(language, recompute.config)
     if name:
         ids = tuple(b.id for b in found.candidates)

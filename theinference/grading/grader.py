@@ -9,11 +9,12 @@ output reads the same diagnosis.
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
 from theinference.curriculum.stages import Stage
 from theinference.diagnosis.fingerprints import MAX_CASES, MIN_CASES
-from theinference.diagnosis.stage import Failure, diagnose_stage
+from theinference.diagnosis.stage import Failure, catalogue_match, diagnose_stage, named_alone
 from theinference.grading.ahead import Planner, drawn_stages, runs_alone
 from theinference.grading.answers import Answers
 from theinference.grading.beside import Workers, grade_beside, long_run
@@ -102,12 +103,17 @@ def grade(setup: ProcessSetup, plan: RunPlan, listener: Listener = ignore) -> Ru
     return result
 
 
-def wanted_again(case, failing: int) -> bool:
+def wanted_again(case, failing: int, settled: Callable[[], bool]) -> bool:
     """Whether an answer that departs over the swapped cache is asked again over the
     student's own cache, for the diagnosis: the catalogue confirms a bug on MIN_CASES failing
-    answers and tells candidates apart on up to MAX_CASES of the smallest; a long case past
-    the first MIN_CASES would double a failing try's cost for little it does not know."""
-    return failing < MIN_CASES or (failing < MAX_CASES and case_size(case) <= LONG_CASE_TOKENS)
+    answers and tells candidates apart on up to MAX_CASES of the smallest, so past MIN_CASES
+    only while it has not `settled` on one bug; a long case past the first MIN_CASES would
+    double a failing try's cost for little it does not know."""
+    if failing < MIN_CASES:
+        return True
+    if failing >= MAX_CASES or case_size(case) > LONG_CASE_TOKENS:
+        return False
+    return not settled()
 
 
 def serialized(listener: Listener) -> Listener:
@@ -230,7 +236,7 @@ class StageRun:
     def one_case(self, case, cases, process, failures: list[Failure]) -> CaseResult:
         self.listener(CaseStarted(self.stage.slug, case.name, cases.index(case), len(cases)))
         with self.lock:
-            ask_again = wanted_again(case, len(failures))
+            ask_again = wanted_again(case, len(failures), lambda: self.settled(failures))
         if runs_alone(case, self.answers.recompute.config) or case_size(case) > LONG_CASE_TOKENS:
             # its CPU is measured, or it is long (its wall time nears the timeout on a busy
             # machine): the oracle's plans are made by then, nothing shares the cores with it
@@ -241,6 +247,13 @@ class StageRun:
                 failures.append(Failure(case.check, args, verdict.actual))
         self.listener(CaseFinished(self.stage.slug, result))
         return result
+
+    def settled(self, failures: list[Failure]) -> bool:
+        """The catalogue names one bug on the failing answers so far (the same match the
+        stage's diagnosis makes at its end, its variants kept in the answer cache)."""
+        found = catalogue_match(failures, self.stage.tolerance, self.answers.recompute,
+                                self.answers.cache.get_or_compute)
+        return named_alone(found)
 
     def stops_after(self, results: list[CaseResult], numeric: int, following) -> bool:
         """A first case that is todo: the stage is not started, the rest would say the same.
