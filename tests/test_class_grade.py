@@ -18,7 +18,7 @@ from tests import classroom_helpers as ch
 from tests.bugs import planted
 from tests.test_hostile import SUBMISSIONS
 from theinference.cli import app
-from theinference.output.formats import SCHEMA
+from theinference.results.json_form import SCHEMA
 
 # one worker runs this file: the class graded once (`graded`) serves every test here
 pytestmark = pytest.mark.xdist_group("test_class_grade")

@@ -1,0 +1,152 @@
+"""The results read back from the JSON the grader writes (results/json_form.py): the round
+trip RunResult -> JSON -> RunResult is exact for every field the JSON carries; malformed,
+foreign or forged JSON is a ResultsError that says where, never a traceback."""
+
+import json
+import re
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from theinference.results import CaseResult, RunResult, StageResult, Status
+from theinference.results.compare import Tolerance, compare
+from theinference.results.error_map import error_map, numbered
+from theinference.results.json_form import from_json, read_run, to_json
+from theinference.results.reading import ResultsError
+
+TOL = Tolerance(atol=1e-4, rtol=1e-3)
+
+
+def failing_case() -> CaseResult:
+    """A failed case carrying every figure: comparisons (noise floor, argmax), where it
+    departs, its error map, per-step errors, the suspected bug and an error lesson."""
+    expected = np.linspace(-1, 1, 24, dtype=np.float32).reshape(2, 12)
+    actual = expected.copy()
+    actual[1, 5:] += 0.5
+    logits = compare("logits", actual, expected, TOL, logits=True)
+    ratio = np.abs(actual - expected) / (TOL.atol + TOL.rtol * np.abs(expected))
+    grid = error_map(ratio, ("layer", numbered(2)), ("position", numbered(12)))
+    return CaseResult(
+        name="two tokens", status=Status.FAILED, message="K departs at layer 1",
+        hint="append K/V first", comparisons=[replace(logits, noise=2.5e-7)],
+        steps=[0.25, 812.5], suspected_bug="attend-old-length", lesson=None,
+        where={"layer": 1, "tensor": "K", "position": 5}, error_map=grid,
+        stdout="printed\n", stderr="warned\n", student_seconds=0.1234, oracle_seconds=0.5,
+    )
+
+
+def generated_case() -> CaseResult:
+    tokens = {"yours": [5, 6, 7], "expected": [5, 6, 8], "first_divergence": 2,
+              "near_ties": []}
+    return CaseResult(name="3 tokens", status=Status.FAILED, message="token 2 departs",
+                      tokens=tokens, where={"token": 2})
+
+
+def run_of_every_kind() -> RunResult:
+    """A failing stage, a crashed and timed-out one, a partial one, a skipped one."""
+    crashed = CaseResult(
+        name="short prompt", status=Status.ERROR, message="NameError: name 'cahce'",
+        traceback='File "src/kvcache.py", line 3\nNameError', lesson="misspelt-name",
+        stderr="\x1b[2Kboom", student_seconds=0.01)
+    timed_out = CaseResult(name="long prompt", status=Status.TIMEOUT, message="over 60 s",
+                           hidden=True, student_seconds=60.0)
+    return RunResult(
+        stages=[
+            StageResult("single-step-attention", "Attention", Status.FAILED,
+                        cases=[CaseResult(name="one token", status=Status.PASSED),
+                               failing_case()],
+                        seconds=1.5, suspected_bug="attend-old-length",
+                        candidates=["attend-old-length", "no-append"],
+                        bug_name="attends over the old length", hint="append K/V first",
+                        where={"layer": 1}, first_case="two tokens", worst_case="two tokens",
+                        diagnosed=True),
+            StageResult("build-prefill", "Prefill", Status.ERROR, cases=[crashed, timed_out],
+                        seconds=61.25, lesson="misspelt-name", shared_error=False,
+                        bug_name="a misspelt name"),
+            StageResult("generate-loop", "Generate", Status.FAILED, cases=[generated_case()],
+                        partial=True, not_run=["32 tokens", "hidden case 1"]),
+            StageResult("prefix-caching", "Prefix", Status.SKIPPED,
+                        reason="build-prefill did not pass"),
+        ],
+        weights_label="synthetic (ad77915c57eb)", weights_sha256="a" * 64, seconds=70.5,
+        worker_startups=2, worker_startup_seconds=0.75,
+        environment={"theinference": "1.0", "python": "3.11", "numpy": "2", "blas": "x",
+                     "platform": "linux"},
+        notes=["the sandbox is none: run as root for a stronger one"], sandbox="none",
+        cpu_account="seccomp", provenance={"theinference": "1.0", "specs": {"a": "0" * 16}},
+        speed={"schema": "theinference.speed/1", "status": "failed", "reason": "it failed"},
+    )
+
+
+def test_a_run_of_every_kind_reads_back_exactly():
+    """Catches a field the JSON carries lost or changed on the way back (a comparison's
+    noise floor, a case's error map, tokens, a stage's diagnosis, a crash's traceback, a
+    partial stage's cases not run, the run's sandbox and notes)."""
+    run = run_of_every_kind()
+    text = json.dumps(to_json(run), indent=2)
+    assert read_run(text) == run
+    assert read_run(text.encode()) == run
+    assert to_json(read_run(text)) == to_json(run)  # and written again, the same JSON
+
+
+def test_a_cancelled_run_and_one_without_speed_read_back_exactly():
+    """Catches the reader inventing a speed figure where none was written, or losing that a
+    watch-mode run was cancelled (its results incomplete)."""
+    run = replace(run_of_every_kind(), speed=None, cancelled=True, provenance={})
+    assert from_json(json.loads(json.dumps(to_json(run)))) == run
+
+
+def written() -> dict:
+    return json.loads(json.dumps(to_json(run_of_every_kind())))
+
+
+def forged(change) -> dict:
+    data = written()
+    change(data)
+    return data
+
+
+HOSTILE = {
+    "another version's": (forged(lambda d: d.update(schema="theinference.results/2")),
+                          "schema is not theinference.results/3"),
+    "not an object": ([], "results must be an object, not a list"),
+    "an unknown status": (forged(lambda d: d["stages"][0].update(status="great")),
+                          "results.stages[0]: status must be one of passed"),
+    "a number for a message": (
+        forged(lambda d: d["stages"][1]["cases"][0].update(message=5)),
+        "results.stages[1].cases[0]: message must be a string, not a number"),
+    "true for seconds": (forged(lambda d: d["timings"].update(total_seconds=True)),
+                         "results.timings: total_seconds must be a number, not true or false"),
+    "a stage without cases": (forged(lambda d: d["stages"][3].pop("cases")),
+                              "results.stages[3]: cases is missing"),
+    "passed claimed over failing stages": (forged(lambda d: d.update(passed=True)),
+                                           "passed or partial disagrees"),
+    "an error map departing outside its grid": (
+        forged(lambda d: d["stages"][0]["cases"][1]["error_map"].update(first=[99, 0])),
+        "error_map: its labels, cells and first departure disagree"),
+    "a speed ratio without its figures": (
+        forged(lambda d: d.update(speed={"schema": "theinference.speed/1",
+                                         "status": "measured", "ratio": 2.0})),
+        "results.speed: tokens_per_cpu_second is missing"),
+    "a comparison's shape of strings": (
+        forged(lambda d: d["stages"][0]["cases"][1]["comparisons"][0].update(shape=["a"])),
+        "comparisons[0]: shape must be a list, each a whole number"),
+}
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_hostile_results_are_refused_saying_where(name):
+    """Catches results that are not the grader's (forged, damaged, another version's) read as
+    if they were, or refused with a KeyError or TypeError from deep inside a reader."""
+    data, said = HOSTILE[name]
+    with pytest.raises(ResultsError, match=re.escape(said)):
+        from_json(data)
+
+
+@pytest.mark.parametrize("text", ["{", "[" * 100_000, b'{"a": "\xc3\x28"}', "9" * 5000])
+def test_text_that_is_not_json_is_refused(text):
+    """Catches unparseable results (truncated, nested past the parser, not UTF-8) escaping as
+    a RecursionError or a decode error instead of a ResultsError."""
+    with pytest.raises(ResultsError):
+        read_run(text)
