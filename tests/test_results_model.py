@@ -1,19 +1,27 @@
-"""The results read back from the JSON the grader writes (results/json_form.py): the round
-trip RunResult -> JSON -> RunResult is exact for every field the JSON carries; malformed,
-foreign or forged JSON is a ResultsError that says where, never a traceback."""
+"""One result model: every reader of results takes a RunResult, read back from the JSON the
+grader writes by the one reader (results/json_form.py; a class record's by
+results/submission.py). The round trip RunResult -> JSON -> RunResult is exact for every field
+the JSON carries; malformed, foreign or forged JSON is a ResultsError that says where, never a
+traceback; the classroom reads the results the grader wrote, never a file the student did."""
 
 import json
 import re
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
+from theinference.classroom import batch
+from theinference.classroom.batch import Plan
+from theinference.cli import app
 from theinference.results import CaseResult, RunResult, StageResult, Status
 from theinference.results.compare import Tolerance, compare
 from theinference.results.error_map import error_map, numbered
 from theinference.results.json_form import from_json, read_run, to_json
 from theinference.results.reading import ResultsError
+from theinference.results.submission import Record, StageRow, record_from_json, record_json
 
 TOL = Tolerance(atol=1e-4, rtol=1e-3)
 
@@ -150,3 +158,68 @@ def test_text_that_is_not_json_is_refused(text):
     a RecursionError or a decode error instead of a ResultsError."""
     with pytest.raises(ResultsError):
         read_run(text)
+
+
+# --- a class's record, and the summary command --------------------------------------------
+
+
+def test_a_record_reads_back_exactly_with_its_run():
+    """Catches a class record's field (its rows, job share, code, or the run inside it) lost
+    on the way through its file."""
+    record = Record("ann", "graded", "", 1.5, 3.0,
+                    rows=[StageRow("single-step-attention", "failed", 1.5, 3.0, "x", 812.5, 1, 2)],
+                    source="ann.zip", language="python", content_sha256="c" * 64,
+                    plan_key="p" * 64, seconds=12.3, provenance={"seed": "none"},
+                    code={"src/kvcache.py": "pass\n"}, sandbox="bwrap", cpu_account="cgroup-v2",
+                    sandbox_notes=["note"], allocation={"jobs": 1}, results=run_of_every_kind())
+    assert record_from_json(json.loads(json.dumps(record_json(record)))) == record
+
+
+def test_the_summary_command_refuses_forged_results_without_a_traceback(tmp_path):
+    """Catches `theinference summary` tracing back on a results file that is not the
+    grader's (a CI job summary made from whatever the repository holds)."""
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(forged(lambda d: d["stages"][0].update(status="great"))))
+    result = CliRunner().invoke(app, ["summary", str(path)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "results.stages[0]: status must be one of" in result.output
+    path.write_text(json.dumps(written()))
+    shown = CliRunner().invoke(app, ["summary", str(path)])
+    assert shown.exit_code == 0 and "| build-prefill | error | 0/2 |" in shown.output
+
+
+# --- the classroom reads what the grader wrote --------------------------------------------------
+
+
+def graded_with(monkeypatch, writes: str | None) -> tuple:
+    """run_test on a submission holding a forged results.json, the grader's run replaced by
+    one that exits 0 having written `writes` (None: nothing) to its output."""
+    passing = json.dumps(to_json(replace(run_of_every_kind(), stages=[])))
+
+    def grader(cmd, *args, **kwargs):
+        if writes is not None:
+            Path(cmd[cmd.index("--output") + 1]).write_text(writes)
+        return 0
+
+    monkeypatch.setattr(batch, "run_bounded", grader)
+    files = {name: passing.encode() for name in ("results.json", "src/results.json")}
+    files["kvcache.py"] = b"pass\n"
+    return batch.run_test(files, Plan(weights="synthetic", points={}), jobs=1)
+
+
+def test_a_results_file_in_the_submission_is_never_read(monkeypatch):
+    """Catches the classroom taking a results.json the student submitted (here a passing one)
+    as the grader's: a grader that wrote nothing leaves the submission ungraded."""
+    status, message, run = graded_with(monkeypatch, None)
+    assert (status, run) == ("grader-error", None), message
+
+
+def test_unreadable_results_are_the_graders_error_saying_where(monkeypatch):
+    """Catches results the grader's output file holds but are not the grader's (damaged, or
+    written by the student's process beside the course) graded, or tracing back."""
+    bad = json.dumps(forged(lambda d: d["stages"][2].update(partial="yes")))
+    status, message, run = graded_with(monkeypatch, bad)
+    assert (status, run) == ("grader-error", None)
+    assert message.startswith("unreadable results: results.stages[2]: partial must be")
+    status, _, run = graded_with(monkeypatch, json.dumps(written()))
+    assert status == "graded" and run == run_of_every_kind()

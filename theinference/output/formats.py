@@ -19,7 +19,7 @@ from theinference.atomic import atomic_write
 from theinference.course.settings import Grading
 from theinference.results import CaseResult, RunResult, StageResult, Status, where_text
 from theinference.results.json_form import to_json
-from theinference.results.text import inert_copy, xml_text
+from theinference.results.text import inert_copy, no_surrogates, xml_text
 
 WRITTEN_MODE = 0o644  # as a file made under the usual umask: a results file is for reading
 SCHEMA_FILE = Path(__file__).with_name("schema") / "results-v3.json"
@@ -111,7 +111,9 @@ def to_gradescope(run: RunResult, grading: Grading) -> dict:
     from theinference.grading.scores import stage_points
     from theinference.output.gradescope import gradescope_results
 
-    return gradescope_results(to_json(run), stage_points(run.stages, grading), grading)
+    # the student's text as JSON keeps it: raw, less lone surrogates
+    clean = inert_copy(run, no_surrogates)
+    return gradescope_results(clean, stage_points(run.stages, grading), grading)
 
 
 def to_html(run: RunResult) -> str:
