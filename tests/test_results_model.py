@@ -2,8 +2,10 @@
 grader writes by the one reader (results/json_form.py; a class record's by
 results/submission.py). The round trip RunResult -> JSON -> RunResult is exact for every field
 the JSON carries; malformed, foreign or forged JSON is a ResultsError that says where, never a
-traceback; the classroom reads the results the grader wrote, never a file the student did."""
+traceback; the classroom reads the results the grader wrote, never a file the student did;
+and no module but the readers indexes a run's JSON."""
 
+import ast
 import json
 import re
 from dataclasses import replace
@@ -13,6 +15,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+import theinference
 from theinference.classroom import batch
 from theinference.classroom.batch import Plan
 from theinference.cli import app
@@ -23,6 +26,7 @@ from theinference.results.json_form import from_json, read_run, to_json
 from theinference.results.reading import ResultsError
 from theinference.results.submission import Record, StageRow, record_from_json, record_json
 
+PACKAGE = Path(theinference.__file__).parent
 TOL = Tolerance(atol=1e-4, rtol=1e-3)
 
 
@@ -223,3 +227,57 @@ def test_unreadable_results_are_the_graders_error_saying_where(monkeypatch):
     assert message.startswith("unreadable results: results.stages[2]: partial must be")
     status, _, run = graded_with(monkeypatch, json.dumps(written()))
     assert status == "graded" and run == run_of_every_kind()
+
+
+# --- no module but the readers indexes a run's JSON -------------------------------------------
+
+READERS = {PACKAGE / "results" / "json_form.py", PACKAGE / "results" / "submission.py"}
+RUN_KEYS = {"stages", "cases", "comparisons", "timings", "worst_tolerance_multiple", "results"}
+# other files' own keys of the same name, each read where its file is
+OTHER_FORMATS = {
+    "course/settings.py": {"stages"},  # [grading] stages in theinference.toml
+    "curriculum/stages.py": {"cases"},  # a stage spec's cases (specs/*.toml)
+    "grading/progress.py": {"stages"},  # the course's progress file, not a run
+}
+
+
+def run_json_reads(source: str) -> list[tuple[int, str]]:
+    """(line, key) of every `x["stages"]`-style read and `x.get("stages")` of a run's key."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        key = None
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+            key = node.slice
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in ("get", "pop", "setdefault") and node.args):
+            key = node.args[0]
+        if isinstance(key, ast.Constant) and key.value in RUN_KEYS:
+            found.append((node.lineno, key.value))
+    return found
+
+
+def test_no_module_but_the_readers_indexes_a_runs_json():
+    """Catches a reader of results (Gradescope, the gradebook, the class report, a regrade,
+    a command) indexing a run's JSON dict again instead of taking the RunResult (or Record)
+    the one reader makes: its checks, and its errors that say where, would not apply."""
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        name = path.relative_to(PACKAGE).as_posix()
+        allowed = OTHER_FORMATS.get(name, set())
+        reads = [(line, key) for line, key in run_json_reads(path.read_text())
+                 if key not in allowed]
+        if path not in READERS and reads:
+            found[name] = reads
+    assert not found, found
+
+
+@pytest.mark.parametrize("planted", [
+    'rows = record["stages"]\n',
+    'cases = stage.get("cases", [])\n',
+    'worst = max(c["worst_tolerance_multiple"] for c in x)\n',
+    'spent = (record.get("results") or {})\n',
+    'total = data["timings"]["total_seconds"]\n',
+])
+def test_the_scan_catches_a_planted_read(planted):
+    """Catches the scan above going blind (it would then pass whatever the package does)."""
+    assert run_json_reads(planted) and run_json_reads(planted)[0][0] == 1

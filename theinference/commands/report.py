@@ -113,13 +113,13 @@ SeedOpt = Annotated[int | None, typer.Option(help="Hidden cases' seed (default: 
 ResultsOpt = Annotated[str, typer.Option(help="The merged results folder.")]
 
 
-def class_job(**options):
+def class_job(stages: list[str] | None, **options):
     """The options every task is told, checked before a file is written."""
     from theinference.classroom.clusters import ClassJob, JobError
 
-    options["stages"] = tuple(options.get("stages") or ())
+    given = {k: v for k, v in options.items() if v is not None}
     try:
-        return ClassJob(**{k: v for k, v in options.items() if v is not None})
+        return ClassJob(stages=tuple(stages or ()), **given)
     except JobError as exc:
         raise fail(str(exc), exits.USAGE) from None
 
