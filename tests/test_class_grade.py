@@ -18,7 +18,7 @@ from tests import classroom_helpers as ch
 from tests.bugs import planted
 from tests.test_hostile import SUBMISSIONS
 from theinference.cli import app
-from theinference.output.formats import SCHEMA
+from theinference.results.json_form import SCHEMA
 
 # one worker runs this file: the class graded once (`graded`) serves every test here
 pytestmark = pytest.mark.xdist_group("test_class_grade")
@@ -171,13 +171,15 @@ def test_the_class_report_agrees_and_renders_in_chromium(graded, tmp_path):
     """Would catch a report whose figures differ from the records, a broken student link, a
     page that fetches anything, or one a real browser cannot render."""
     from theinference.classroom.class_report import class_summary
+    from theinference.results.submission import record_from_json
 
     root = graded[0]
     html = tmp_path / "class.html"
     result = runner.invoke(app, ["report", str(root / "results"), "--html", str(html)])
     assert result.exit_code == 0, result.output
     got = records(root / "results")
-    summary = class_summary(sorted(got.values(), key=lambda r: r["id"]))
+    summary = class_summary([record_from_json(r) for r in sorted(got.values(),
+                                                                key=lambda r: r["id"])])
     graded_ids = [s for s, e in EXPECTED.items() if e[0] == "graded"]
     passing = [s for s in graded_ids if EXPECTED[s][1] == "passed"]
     assert summary["pass_rate"]["single-step-attention"] == len(passing) / len(graded_ids)

@@ -69,8 +69,10 @@ def test_a_class_grades_right(tmp_path, weights):
     html = tmp_path / "class.html"
     assert runner.invoke(app, ["report", str(out), "--html", str(html)]).exit_code == 0
     from theinference.classroom.class_report import class_summary
+    from theinference.results.submission import record_from_json
 
-    summary = class_summary(sorted(got.values(), key=lambda r: r["id"]))
+    summary = class_summary([record_from_json(r) for r in sorted(got.values(),
+                                                                key=lambda r: r["id"])])
     for slug in STAGES:
         passing = sum(r["stages"][STAGES.index(slug)]["status"] == "passed" for r in got.values())
         assert summary["pass_rate"][slug] == passing / len(got)

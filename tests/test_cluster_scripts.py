@@ -13,8 +13,8 @@ import yaml
 from typer.testing import CliRunner
 
 from tests.test_workflows import slurm_folder
-from theinference.classroom.records import SCHEMA
 from theinference.cli import app
+from theinference.results.submission import SCHEMA
 
 runner = CliRunner()
 

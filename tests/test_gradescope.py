@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
@@ -21,6 +22,8 @@ from theinference import __version__
 from theinference.cli import app
 from theinference.course.settings import Grading
 from theinference.output.gradescope import gradescope_results
+from theinference.results import CaseResult, RunResult, StageResult, Status
+from theinference.results.compare import Comparison, Tolerance
 
 runner = CliRunner()
 SCHEMA = json.loads(
@@ -28,39 +31,34 @@ SCHEMA = json.loads(
 )
 
 
-def comparison(worst: float, mismatched: int) -> dict:
-    return {"label": "attention output", "shape": [768], "mismatched": mismatched, "total": 768,
-            "max_abs": 0.5, "max_abs_index": [3], "max_rel": 2.0, "max_rel_index": [3],
-            "worst_tolerance_multiple": worst, "worst_index": [3], "atol": 1e-4, "rtol": 1e-3}
+def comparison(worst: float, mismatched: int) -> Comparison:
+    return Comparison(label="attention output", shape=(768,), mismatched=mismatched, total=768,
+                      max_abs=0.5, max_abs_index=(3,), max_rel=2.0, max_rel_index=(3,),
+                      worst=worst, worst_index=(3,), tolerance=Tolerance(1e-4, 1e-3))
 
 
-def case(name, status, hidden=False, **extra) -> dict:
-    base = {"name": name, "status": status, "message": f"{name} {status}", "hint": "",
-            "suspected_bug": None, "comparisons": [], "traceback": "", "stdout": "",
-            "stderr": "", "hidden": hidden}
-    return base | extra
+def case(name, status, hidden=False, **extra) -> CaseResult:
+    base = {"message": f"{name} {status}"}
+    return CaseResult(name=name, status=Status(status), hidden=hidden, **(base | extra))
 
 
-RESULTS = {
-    "schema": "theinference.results/1",
-    "weights": {"label": "synthetic", "sha256": "ab"},
-    "timings": {"total_seconds": 12.4},
-    "stages": [
-        {"slug": "single-step-attention", "title": "Attention", "status": "failed", "reason": "",
-         "cases": [
-             case("one token", "passed", comparisons=[comparison(0.01, 0)]),
-             case("two tokens", "failed", comparisons=[comparison(812.0, 700)],
-                  suspected_bug="attend-old-length", hint="append K/V first",
-                  stdout="x" * 10_000),
-             case("hidden case 1 (seed 5, 9 tokens)", "passed", hidden=True),
-         ]},
-        {"slug": "build-prefill", "title": "Prefill", "status": "error", "reason": "",
-         "cases": [case("short prompt", "error", message="NameError: name 'cahce' is not defined",
-                        traceback="Traceback (most recent call last):\n"
-                        + "".join(f'  File "src/kvcache.py", line {i}, in f\n' for i in range(60))
-                        + "NameError: name 'cahce' is not defined")]},
+RESULTS = RunResult(
+    weights_label="synthetic", weights_sha256="ab", seconds=12.4,
+    stages=[
+        StageResult("single-step-attention", "Attention", Status.FAILED, cases=[
+            case("one token", "passed", comparisons=[comparison(0.01, 0)]),
+            case("two tokens", "failed", comparisons=[comparison(812.0, 700)],
+                 suspected_bug="attend-old-length", hint="append K/V first",
+                 stdout="x" * 10_000),
+            case("hidden case 1 (seed 5, 9 tokens)", "passed", hidden=True),
+        ]),
+        StageResult("build-prefill", "Prefill", Status.ERROR, cases=[
+            case("short prompt", "error", message="NameError: name 'cahce' is not defined",
+                 traceback="Traceback (most recent call last):\n"
+                 + "".join(f'  File "src/kvcache.py", line {i}, in f\n' for i in range(60))
+                 + "NameError: name 'cahce' is not defined")]),
     ],
-}
+)
 
 
 def test_results_carry_the_diagnosis_and_validate():
@@ -98,14 +96,14 @@ def test_gradescope_and_the_gradebook_score_alike_but_for_a_partial_run():
     chose (`grade --case`, also a partial run) as a full run scores them."""
     from theinference.classroom.records import stage_rows
 
-    partial = {**RESULTS, "stages": [{**s, "partial": True} for s in RESULTS["stages"]]}
+    partial = replace(RESULTS, stages=[replace(s, partial=True) for s in RESULTS.stages])
     points = {"single-step-attention": 3, "build-prefill": 2}
     grading = Grading(partial_credit=True)
     for results, expected in ((RESULTS, [1.0, 1.0, 0.0]), (partial, [0.0, 0.0, 0.0])):
         tests = gradescope_results(results, points, grading)["tests"]
         assert [t["score"] for t in tests] == expected
         rows = stage_rows(results, points, grading)
-        assert sum(r["score"] for r in rows) == pytest.approx(2.0)
+        assert sum(r.score for r in rows) == pytest.approx(2.0)
 
 
 def gradescope_root(tmp_path: Path, settings: str, submission: dict[str, str]) -> Path:

@@ -21,6 +21,8 @@ from theinference.output import report, screen
 from theinference.output.formats import render
 from theinference.output.gradescope import gradescope_results
 from theinference.results import CaseResult, RunResult, StageResult, Status
+from theinference.results.json_form import read_run
+from theinference.results.submission import Record
 from theinference.results.text import (
     csv_cell,
     html_text,
@@ -114,7 +116,7 @@ def test_json_keeps_the_students_text_raw_but_encodable():
 
 def rendered_gradescope(run: RunResult) -> tuple[dict, list[str]]:
     """results.json and each of its markdown outputs rendered as Gradescope would (HTML on)."""
-    data = gradescope_results(json.loads(render(run, "json")), {}, Grading())
+    data = gradescope_results(read_run(render(run, "json")), {}, Grading())
     md = MarkdownIt("commonmark", {"html": True}).enable("table")
     return data, [md.render(t["output"]) for t in [data, *data["tests"]]]
 
@@ -154,8 +156,8 @@ def test_the_class_report_and_gradebook_keep_a_hostile_id_as_text():
     """Catches a submission named like markup or a formula that runs in the class report or
     in the spreadsheet the gradebook opens in."""
     sid = "=HYPERLINK(\"http://x.test\")<script>x</script>\x1b[2J"
-    record = {"id": sid, "status": "rejected", "score": 0.0, "max_score": 1.0,
-              "message": "refused: <img src=x>\x07", "stages": [], "content_sha256": "0"}
+    record = Record(sid, "rejected", "refused: <img src=x>\x07", max_score=1.0,
+                    content_sha256="0")
     body = student_body(record)
     assert "<script>" not in body and "<img" not in body and "\x1b" not in body
     assert "\\x1b[2J" in body and "\\x07" in body
@@ -200,9 +202,8 @@ def test_the_class_summary_shows_a_hostile_id_as_text(capsys, monkeypatch):
     in the instructor's summary table."""
     from theinference.output.class_screens import print_class_summary
 
-    record = {"id": "[bold red]x[/]\x1b[2J", "status": "rejected", "score": 0.0,
-              "max_score": 1.0, "message": "refused: [link=https://x.test]y[/link]",
-              "stages": []}
+    record = Record("[bold red]x[/]\x1b[2J", "rejected",
+                    "refused: [link=https://x.test]y[/link]", max_score=1.0)
     monkeypatch.setenv("COLUMNS", "200")  # one line per row: nothing wrapped
     print_class_summary([record], 0, "gradebook.csv")
     err = capsys.readouterr().err

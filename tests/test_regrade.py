@@ -15,6 +15,7 @@ from tests import classroom_helpers as ch
 from theinference.classroom.regrade import diff_records
 from theinference.cli import app
 from theinference.grading.provenance import flatten
+from theinference.results.submission import record_from_json
 
 # one worker runs this file: the class graded twice once (`regraded`) serves every test here
 pytestmark = pytest.mark.xdist_group("test_regrade")
@@ -121,7 +122,7 @@ def test_a_changed_spec_is_named(regraded):
     new = json.loads(json.dumps(old))
     new["provenance"]["specs"]["single-step-attention"] = "0" * 16
     new["stages"][0].update(status="failed", score=0.0)
-    (change,) = diff_records([old], [new]).changes
+    (change,) = diff_records([record_from_json(old)], [record_from_json(new)]).changes
     assert change.because == ["specs.single-step-attention"]
 
 
@@ -141,6 +142,6 @@ def test_a_hostile_student_id_stays_text(regraded):
     for record in (old, new):
         record["id"] = "=HYPERLINK(1)\x1b[2K"
     new["stages"][0].update(status="failed", score=0.0)
-    regrade = diff_records([old], [new])
+    regrade = diff_records([record_from_json(old)], [record_from_json(new)])
     assert "\x1b" not in text(regrade) and "\\x1b[2K" in text(regrade)
     assert "\n'=HYPERLINK(1)" in csv_text(regrade)

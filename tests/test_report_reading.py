@@ -24,7 +24,7 @@ from theinference.curriculum.stages import load_stages
 from theinference.output import html_page
 from theinference.output.cases import comparison_table
 from theinference.output.consoles import console
-from theinference.output.formats import comparison_json, write
+from theinference.output.formats import write
 from theinference.output.heatmap import COLOURS, RAMP
 from theinference.output.plain import case_text
 from theinference.output.report import print_header, print_run, stage_block
@@ -33,6 +33,7 @@ from theinference.output.terminal import renderer
 from theinference.results import CaseResult, RunResult, StageResult, Status
 from theinference.results.compare import Tolerance, compare
 from theinference.results.events import RunFinished, RunStarted, StageFinished
+from theinference.results.json_form import comparison_json
 
 # one worker runs this file: the runs its module fixtures grade serve several tests each
 pytestmark = pytest.mark.xdist_group("test_report_reading")

@@ -16,6 +16,7 @@ from theinference.classroom.report_sections import similarity_section
 from theinference.classroom.similarity import similar_pairs
 from theinference.cli import app
 from theinference.course.languages import PYTHON, TYPESCRIPT
+from theinference.results.submission import Record
 
 # one worker runs this file: the class graded once (`class_report`) serves every test here
 pytestmark = pytest.mark.xdist_group("test_similarity")
@@ -38,15 +39,15 @@ def renamed(text: str, renames: dict[str, str]) -> str:
     return text
 
 
-def record(sid: str, code: dict[str, str]) -> dict:
-    return {"id": sid, "code": code}
+def record(sid: str, code: dict[str, str]) -> Record:
+    return Record(sid, "graded", code=code)
 
 
 def kvcache(text: str) -> dict[str, str]:
     return {"src/kvcache.py": text}
 
 
-def pairs_of(records: list[dict]) -> list[tuple[str, str]]:
+def pairs_of(records: list[Record]) -> list[tuple[str, str]]:
     return [(p.a, p.b) for p in similar_pairs(records)]
 
 

@@ -20,7 +20,8 @@ from theinference.grading.speed import speed_after, speed_of, yardstick_course
 from theinference.oracle import gpt2 as oracle
 from theinference.output.formats import SCHEMA_FILE
 from theinference.output.gradescope import gradescope_results
-from theinference.results import RunResult, StageResult, Status
+from theinference.results import CaseResult, RunResult, StageResult, Status
+from theinference.results.submission import Record
 from theinference.student.process import StudentProcess
 from theinference.student.sandbox import choose
 from theinference.student.setup import Limits, ProcessSetup
@@ -75,10 +76,10 @@ def test_a_run_without_the_generate_loop_has_no_speed():
     assert speed["status"] == "not graded"
 
 
-def results_with(speed: dict | None) -> dict:
-    stage = {"slug": "generate-loop", "title": "The generate loop", "status": "passed",
-             "cases": [{"name": "16 tokens", "status": "passed", "comparisons": []}]}
-    return {"stages": [stage], "timings": {"total_seconds": 3}, "speed": speed}
+def results_with(speed: dict | None) -> RunResult:
+    case = CaseResult(name="16 tokens", status=Status.PASSED)
+    stage = StageResult("generate-loop", "The generate loop", Status.PASSED, cases=[case])
+    return RunResult([stage], "synthetic", "0" * 64, seconds=3, speed=speed)
 
 
 def test_the_leaderboard_is_posted_only_when_configured_and_measured():
@@ -107,17 +108,18 @@ def test_the_class_report_ranks_figures_and_shows_statuses():
     """Would catch the ranked table out of order, a failing or refused submission given a
     rank, or a section shown for a class graded without speed."""
     records = [
-        {"id": "slow", "results": {"speed": {**MEASURED, "ratio": 0.4}}},
-        {"id": "fast", "results": {"speed": MEASURED}},
-        {"id": "broken", "results": {"speed": {"status": "failed", "reason": "..."}}},
-        {"id": "refused", "status": "rejected", "results": None},
+        Record("slow", "graded", results=results_with({**MEASURED, "ratio": 0.4})),
+        Record("fast", "graded", results=results_with(MEASURED)),
+        Record("broken", "graded", results=results_with({"status": "failed", "reason": "..."})),
+        Record("refused", "rejected", results=None),
     ]
     html = speed_section(records)
     assert html.index("fast") < html.index("slow") < html.index("broken")
     assert "<td>1</td><td>fast</td><td>0.90x</td>" in html
     assert "<td>-</td><td>broken</td><td class=failed>failed</td>" in html
     assert "<td>-</td><td>refused</td><td class=rejected>rejected</td>" in html
-    assert speed_section([{"id": "a", "status": "graded", "results": {}}]) == ""  # speed off
+    speed_off = Record("a", "graded", results=results_with(None))
+    assert speed_section([speed_off]) == ""  # speed off
 
 
 def test_a_partial_run_gets_no_speed_through_the_command_line(tmp_path, weights):

@@ -15,6 +15,8 @@ from typer.testing import CliRunner
 
 from theinference import __version__
 from theinference.cli import app
+from theinference.results import CaseResult, RunResult, StageResult, Status
+from theinference.results.json_form import to_json
 
 runner = CliRunner()
 
@@ -50,11 +52,11 @@ def test_init_with_ci_github_adds_a_workflow_with_a_job_summary(tmp_path):
 
 def test_summary_prints_the_stage_table(tmp_path):
     """Would catch the job summary losing a stage, its status or its suspected bug."""
-    results = {"passed": False, "stages": [
-        {"slug": "build-prefill", "status": "failed", "cases": [
-            {"status": "passed"}, {"status": "failed", "suspected_bug": "missing-ln-f"}]}]}
+    cases = [CaseResult(name="a", status=Status.PASSED),
+             CaseResult(name="b", status=Status.FAILED, suspected_bug="missing-ln-f")]
+    stage = StageResult("build-prefill", "Prefill", Status.FAILED, cases=cases)
     path = tmp_path / "r.json"
-    path.write_text(json.dumps(results))
+    path.write_text(json.dumps(to_json(RunResult([stage], "synthetic", "0" * 64))))
     result = runner.invoke(app, ["summary", str(path)])
     assert "| build-prefill | failed | 1/2 | missing-ln-f |" in result.output
     assert "not all stages passed" in result.output

@@ -29,6 +29,7 @@ from theinference.course.directory import SETTINGS_FILE, TEMPLATE_DIR
 from theinference.course.settings import Settings
 from theinference.grading.provenance import seed_label
 from theinference.oracle.weights import cache_dir
+from theinference.results import RunResult
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 SOURCE_DIR = "theinference-src"  # in the bundle: this theinference, installed by setup.sh
@@ -123,10 +124,10 @@ def warm(settings: Settings, points: dict[str, float]) -> tuple[int, float]:
 
 @dataclass(frozen=True)
 class Graded:
-    """What grading root/submission came to: the results JSON of `theinference test`, or why
+    """What grading root/submission came to: the run `theinference test` graded, or why
     there is none; and what Gradescope's extra_data records."""
 
-    results: dict | None
+    results: RunResult | None
     failure: str = ""
     extra: dict | None = None
 
@@ -140,7 +141,7 @@ def grade_submission(root: Path, plan: Plan) -> Graded:
     status, message, results = run_test(files, plan, jobs=1)
     if results is None:
         return Graded(None, f"The grader could not finish ({status}): {message}")
-    provenance = {**results.get("provenance", {}), "seed": seed_label(plan.seed)}
+    provenance = {**results.provenance, "seed": seed_label(plan.seed)}
     extra = {"content_sha256": content_hash(files), "seed": plan.seed.value,
              "provenance": provenance}
     return Graded(results, extra=extra)

@@ -28,13 +28,17 @@ from theinference.classroom.intake import (
     remove_tree,
     submission_language,
 )
-from theinference.classroom.records import FINAL, SCHEMA, read_record, record_path, stage_rows
+from theinference.classroom.records import FINAL, read_record, record_path, stage_rows
 from theinference.course.languages.runner import RunnerError
 from theinference.course.settings import Grading
 from theinference.grading.allocation import Allocation, read_allocation
 from theinference.grading.provenance import provenance, with_run
 from theinference.grading.seed import NO_SEED, SEED_VAR, Seed
 from theinference.oracle.weights import cache_dir
+from theinference.results import RunResult
+from theinference.results.json_form import read_run
+from theinference.results.reading import ResultsError
+from theinference.results.submission import Record
 
 STDERR_KEPT = 4000
 
@@ -121,15 +125,15 @@ def grade_class(
     plan: Plan,
     results_dir: Path,
     jobs: int,
-    on_done: Callable[[dict, bool], None] = lambda record, reused: None,
+    on_done: Callable[[Record, bool], None] = lambda record, reused: None,
     allocation: Allocation | None = None,
-) -> list[dict]:
+) -> list[Record]:
     """Grade every submission (reusing a record whose content and plan are unchanged), `jobs`
     at once within `allocation` (default: this process's)."""
     key = plan.key()
     allocation = allocation or read_allocation()
 
-    def one(sub: Submission) -> dict:
+    def one(sub: Submission) -> Record:
         record, reused = grade_or_reuse(sub, plan, key, results_dir, jobs, allocation)
         on_done(record, reused)
         return record
@@ -138,7 +142,7 @@ def grade_class(
         return list(pool.map(one, subs))
 
 
-def grade_or_reuse(sub, plan, key, results_dir, jobs, allocation) -> tuple[dict, bool]:
+def grade_or_reuse(sub, plan, key, results_dir, jobs, allocation) -> tuple[Record, bool]:
     from theinference.classroom.records import write_record
 
     started = time.monotonic()
@@ -150,7 +154,7 @@ def grade_or_reuse(sub, plan, key, results_dir, jobs, allocation) -> tuple[dict,
         return record, False
     digest = content_hash(files)
     old = read_record(record_path(results_dir, sub.id))
-    if old and (old["content_sha256"], old["plan_key"]) == (digest, key) and old["status"] in FINAL:
+    if old and (old.content_sha256, old.plan_key) == (digest, key) and old.status in FINAL:
         return old, True
     status, message, results = run_test(files, plan, jobs, allocation)
     ran = Ran(status, message, results, files, job_share(allocation, jobs))
@@ -166,45 +170,44 @@ class Ran:
 
     status: str  # graded | rejected | grader-error
     message: str
-    results: dict | None = None
+    results: RunResult | None = None
     files: dict[str, bytes] | None = None
     share: dict | None = None
 
 
-def new_record(sub, plan, key: str, ran: Ran, started: float) -> dict:
+def new_record(sub, plan, key: str, ran: Ran, started: float) -> Record:
     results, files = ran.results, ran.files
-    digest = "" if files is None else content_hash(files)
-    language = None if files is None else submission_language(files, plan.settings_toml).name
     rows = stage_rows(results, plan.points, plan.grading)
-    sandbox = (results or {}).get("sandbox", "not run")
-    return {
-        "schema": SCHEMA,
-        "id": sub.id,
-        "source": sub.path.name,
-        "language": language,  # python | ts; None when the submission could not be read
-        "content_sha256": digest,
-        "plan_key": key,
-        "status": ran.status,
-        "message": ran.message,
-        "seconds": round(time.monotonic() - started, 3),
-        "score": round(sum(r["score"] for r in rows), 4),
-        "max_score": round(sum(r["max_score"] for r in rows), 4),
-        "stages": rows,
-        "provenance": with_run(plan.provenance(), sandbox),
-        "code": own_code(files) if files else {},
-        "sandbox": (results or {}).get("sandbox"),  # bwrap | unprivileged-user | none
-        "cpu_account": (results or {}).get("cpu_account"),  # cgroup-v2 | ... (account.py)
-        "sandbox_notes": (results or {}).get("notes", []),
-        "allocation": ran.share,  # job_share: what its job had; None when nothing ran
-        "results": results,
-    }
+    return Record(
+        id=sub.id,
+        source=sub.path.name,
+        language=None if files is None else submission_language(files, plan.settings_toml).name,
+        content_sha256="" if files is None else content_hash(files),
+        plan_key=key,
+        status=ran.status,
+        message=ran.message,
+        seconds=round(time.monotonic() - started, 3),
+        score=round(sum(r.score for r in rows), 4),
+        max_score=round(sum(r.max_score for r in rows), 4),
+        rows=rows,
+        provenance=with_run(plan.provenance(), results.sandbox if results else "not run"),
+        code=own_code(files) if files else {},
+        sandbox=results.sandbox if results else None,  # bwrap | unprivileged-user | none
+        cpu_account=results.cpu_account if results else None,  # cgroup-v2 | ... (account.py)
+        sandbox_notes=list(results.notes) if results else [],
+        allocation=ran.share,  # job_share: what its job had; None when nothing ran
+        results=results,
+    )
 
 
 def run_test(files: dict[str, bytes], plan: Plan, jobs: int,
-             allocation: Allocation | None = None) -> tuple[str, str, dict | None]:
+             allocation: Allocation | None = None) -> tuple[str, str, RunResult | None]:
     """`theinference test` on a fresh course holding the student's files, in a throwaway
     folder, as one of `jobs` sharing `allocation` (default: this process's); returns (status,
-    message, its JSON)."""
+    message, its run). Its results are read from that folder, outside the course the student's
+    files are laid in (a results file among them is never the one read), and only once the
+    grader exited as a run that graded does (0 or 1); results not as the grader writes them
+    are the grader's error, with where they go wrong."""
     work = Path(tempfile.mkdtemp(prefix="theinference-grade-"))
     try:
         language = submission_language(files, plan.settings_toml)
@@ -216,12 +219,14 @@ def run_test(files: dict[str, bytes], plan: Plan, jobs: int,
                                jobs, plan.test_env(), allocation)
         tail = errors.read_bytes()[-STDERR_KEPT:].decode(errors="replace").strip()
         if code in (0, 1) and output.is_file():
-            return "graded", "", json.loads(output.read_text())
+            return "graded", "", read_run(output.read_bytes())
         if code is None:
             return "grader-error", f"not finished within {plan.submission_timeout:g} s", None
         return "grader-error", f"theinference test exited {code}: {tail}", None
     except RunnerError as exc:
         return "grader-error", str(exc), None
+    except ResultsError as exc:
+        return "grader-error", f"unreadable results: {exc}", None
     except (OSError, ValueError) as exc:
         return "grader-error", f"{type(exc).__name__}: {exc}", None
     finally:

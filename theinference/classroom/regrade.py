@@ -12,9 +12,11 @@ import io
 from dataclasses import dataclass, field
 
 from theinference.grading.provenance import flatten
+from theinference.results.submission import Record, StageRow
 from theinference.results.text import csv_cell, terminal_text
 
 ABSENT = "absent"
+ABSENT_ROW = StageRow("", ABSENT, 0.0, 0.0)  # a stage one of the two runs did not plan
 
 
 @dataclass
@@ -40,9 +42,9 @@ class Regrade:
     students: int  # in either run
 
 
-def diff_records(old: list[dict], new: list[dict]) -> Regrade:
+def diff_records(old: list[Record], new: list[Record]) -> Regrade:
     """Every stage whose status or score moved between the two runs, student by student."""
-    before, after = {r["id"]: r for r in old}, {r["id"]: r for r in new}
+    before, after = {r.id: r for r in old}, {r.id: r for r in new}
     changes: list[StageChange] = []
     differing: dict[str, int] = {}
     for sid in sorted(before.keys() | after.keys()):
@@ -57,42 +59,41 @@ def diff_records(old: list[dict], new: list[dict]) -> Regrade:
     return Regrade(changes, differing, len(before.keys() | after.keys()))
 
 
-def differing_fields(a: dict | None, b: dict | None) -> list[str]:
+def differing_fields(a: Record | None, b: Record | None) -> list[str]:
     """Provenance fields whose values differ, and `content` for a resubmission."""
     if a is None or b is None:
         return []
-    old, new = flatten(a.get("provenance")), flatten(b.get("provenance"))
-    old["content"], new["content"] = a.get("content_sha256", ""), b.get("content_sha256", "")
+    old, new = flatten(a.provenance), flatten(b.provenance)
+    old["content"], new["content"] = a.content_sha256, b.content_sha256
     return sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
 
 
-def whole_student(sid: str, a: dict | None, b: dict | None, because: list[str]) -> StageChange:
+def whole_student(sid: str, a: Record | None, b: Record | None,
+                  because: list[str]) -> StageChange:
     """A student graded in one run only."""
     return StageChange(
         student=sid, stage="",
-        old_status=a["status"] if a else ABSENT, new_status=b["status"] if b else ABSENT,
-        old_score=a["score"] if a else 0.0, new_score=b["score"] if b else 0.0,
+        old_status=a.status if a else ABSENT, new_status=b.status if b else ABSENT,
+        old_score=a.score if a else 0.0, new_score=b.score if b else 0.0,
         old_bug=None, new_bug=None, worst_error=None, because=because,
     )
 
 
-def stage_changes(sid: str, a: dict, b: dict, because: list[str]) -> list[StageChange]:
-    rows_a = {r["slug"]: r for r in a["stages"]}
-    rows_b = {r["slug"]: r for r in b["stages"]}
+def stage_changes(sid: str, a: Record, b: Record, because: list[str]) -> list[StageChange]:
+    rows_a = {r.slug: r for r in a.rows}
+    rows_b = {r.slug: r for r in b.rows}
     cases_a, cases_b = case_names(a), case_names(b)
     out = []
     for slug in [*rows_a, *(s for s in rows_b if s not in rows_a)]:
-        x, y = rows_a.get(slug), rows_b.get(slug)
-        old_status, new_status = (x or {}).get("status", ABSENT), (y or {}).get("status", ABSENT)
-        old_score, new_score = (x or {}).get("score", 0.0), (y or {}).get("score", 0.0)
-        if (old_status, old_score) == (new_status, new_score):
+        x, y = rows_a.get(slug, ABSENT_ROW), rows_b.get(slug, ABSENT_ROW)
+        if (x.status, x.score) == (y.status, y.score):
             continue
         before, after = cases_a.get(slug, []), cases_b.get(slug, [])
         out.append(StageChange(
-            student=sid, stage=slug, old_status=old_status, new_status=new_status,
-            old_score=old_score, new_score=new_score,
-            old_bug=(x or {}).get("suspected_bug"), new_bug=(y or {}).get("suspected_bug"),
-            worst_error=(y or {}).get("worst_tolerance_multiple"),
+            student=sid, stage=slug, old_status=x.status, new_status=y.status,
+            old_score=x.score, new_score=y.score,
+            old_bug=x.suspected_bug, new_bug=y.suspected_bug,
+            worst_error=y.worst_tolerance_multiple,
             cases_added=[c for c in after if c not in before],
             cases_removed=[c for c in before if c not in after],
             because=because,
@@ -100,10 +101,10 @@ def stage_changes(sid: str, a: dict, b: dict, because: list[str]) -> list[StageC
     return out
 
 
-def case_names(record: dict) -> dict[str, list[str]]:
+def case_names(record: Record) -> dict[str, list[str]]:
     """slug -> the names of the cases its run graded."""
-    stages = (record.get("results") or {}).get("stages", [])
-    return {s["slug"]: [c["name"] for c in s.get("cases", [])] for s in stages}
+    stages = record.results.stages if record.results else []
+    return {s.slug: [c.name for c in s.cases] for s in stages}
 
 
 # --- text and CSV ------------------------------------------------------------------------------

@@ -8,14 +8,15 @@ from collections import Counter
 from theinference.classroom.regrade import Regrade
 from theinference.classroom.similarity import Pair
 from theinference.classroom.svg import histogram
+from theinference.results.submission import Record
 from theinference.results.text import html_text as escape  # controls shown, not kept
 
 
-def record_speed(record: dict) -> dict | None:
-    return (record.get("results") or {}).get("speed")
+def record_speed(record: Record) -> dict | None:
+    return record.results.speed if record.results else None
 
 
-def speed_rows(records: list[dict]) -> tuple[list[tuple[str, dict]], list[tuple[str, str]]]:
+def speed_rows(records: list[Record]) -> tuple[list[tuple[str, dict]], list[tuple[str, str]]]:
     """(student, figure) ranked fastest first; (student, status) for those without one: the
     generate loop's status, or the record's own when it was never graded (rejected). Empty
     when no record was timed (speed was off)."""
@@ -23,16 +24,16 @@ def speed_rows(records: list[dict]) -> tuple[list[tuple[str, dict]], list[tuple[
         return [], []
     ranked, unranked = [], []
     for r in records:
-        speed = record_speed(r) or {"status": r["status"]}
+        speed = record_speed(r) or {"status": r.status}
         if speed.get("status") == "measured" and speed.get("ratio") is not None:
-            ranked.append((r["id"], speed))
+            ranked.append((r.id, speed))
         else:
-            unranked.append((r["id"], str(speed.get("status", "not measured"))))
+            unranked.append((r.id, str(speed.get("status", "not measured"))))
     ranked.sort(key=lambda row: (-row[1]["ratio"], row[0]))
     return ranked, sorted(unranked)
 
 
-def speed_section(records: list[dict]) -> str:
+def speed_section(records: list[Record]) -> str:
     """A ranked table and the distribution of the ratios; empty when speed was not on."""
     ranked, unranked = speed_rows(records)
     if not ranked and not unranked:
@@ -74,8 +75,8 @@ SHARE_KEYS = ("jobs", "cpus", "memory_bytes", "allocation_cpus", "allocation_mem
               "cpus_from", "memory_from")
 
 
-def has_share(record: dict) -> bool:
-    share = record.get("allocation")
+def has_share(record: Record) -> bool:
+    share = record.allocation
     return isinstance(share, dict) and all(key in share for key in SHARE_KEYS)
 
 
@@ -87,12 +88,12 @@ def share_row(s: dict) -> tuple[str, ...]:
             f"{gib(s['allocation_memory_bytes'])} ({s['memory_from']})")
 
 
-def allocation_section(records: list[dict]) -> str:
+def allocation_section(records: list[Record]) -> str:
     """What the jobs that graded the class had: CPUs (the BLAS threads each job was given)
     and memory, shared out of the allocation the grader read, and where those figures came
     from; a row per distinct share, with how many submissions it graded. Empty when no
     record says (every one reused from before this was recorded, or none ran)."""
-    shares = Counter(share_row(r["allocation"]) for r in records if has_share(r))
+    shares = Counter(share_row(r.allocation) for r in records if has_share(r))
     if not shares:
         return ""
     rows = [f"<tr>{''.join(f'<td>{escape(cell)}</td>' for cell in row)}<td>{count}</td></tr>"

@@ -19,6 +19,7 @@ from pathlib import PurePosixPath
 
 from theinference.course.directory import template_files
 from theinference.course.languages import Language, by_suffix
+from theinference.results.submission import Record
 from theinference.results.text import terminal_text
 
 THRESHOLD = 0.5  # measured: independent solutions share 0.14-0.34, a renamed copy 1.0
@@ -63,10 +64,10 @@ def detector():
     return copydetect
 
 
-def similar_pairs(records: list[dict], threshold: float = THRESHOLD) -> list[Pair]:
+def similar_pairs(records: list[Record], threshold: float = THRESHOLD) -> list[Pair]:
     """Every pair of students whose own code is at least `threshold` alike, most alike
     first."""
-    prints = {r["id"]: fingerprints(r.get("code") or {}) for r in records}
+    prints = {r.id: fingerprints(r.code) for r in records}
     pairs = []
     for a, b in itertools.combinations(sorted(prints), 2):
         pair = compare(a, prints[a], b, prints[b])

@@ -3,6 +3,7 @@ example of `grade --shard`), and a student repository's workflow that grades on 
 writes the stage table to the job summary."""
 
 from theinference import __version__
+from theinference.results import RunResult, Status
 
 MATRIX = """# Grade a class in {shards} parallel jobs, then merge (`theinference workflow matrix`).
 # Put the submissions in {submissions}/ (one folder or archive per student) and the course's
@@ -94,15 +95,14 @@ def student_workflow() -> str:
     return STUDENT.format(version=__version__)
 
 
-def stage_table_markdown(results: dict) -> str:
+def stage_table_markdown(run: RunResult) -> str:
     """The job summary: one row per stage of a `theinference test --json` file."""
     from theinference.grading.scores import suspected_bug_of
 
     lines = ["| stage | status | cases passed | suspected bug |", "|---|---|---|---|"]
-    for stage in results.get("stages", []):
-        cases = stage.get("cases", [])
-        passed = sum(c["status"] == "passed" for c in cases)
+    for stage in run.stages:
+        passed = sum(c.status == Status.PASSED for c in stage.cases)
         bug = suspected_bug_of(stage) or ""
-        lines.append(f"| {stage['slug']} | {stage['status']} | {passed}/{len(cases)} | {bug} |")
-    verdict = "all stages passed" if results.get("passed") else "not all stages passed yet"
+        lines.append(f"| {stage.slug} | {stage.status} | {passed}/{len(stage.cases)} | {bug} |")
+    verdict = "all stages passed" if run.passed else "not all stages passed yet"
     return f"### theinference: {verdict}\n\n" + "\n".join(lines) + "\n"

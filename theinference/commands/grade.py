@@ -90,5 +90,5 @@ def grade(
                               run.allocation)
     path = write_gradebook(out, records)
     print_class_summary(records, sum(reused), str(path))
-    finished = all(r["status"] != "grader-error" for r in records)
+    finished = all(r.status != "grader-error" for r in records)
     raise typer.Exit(exits.OK if finished else exits.UNFINISHED)

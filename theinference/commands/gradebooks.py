@@ -44,7 +44,7 @@ def say_merged(merged, submissions: Path | None) -> bool:
     every student of the class has a finished grade."""
     from collections import Counter
 
-    sandboxes = Counter(r.get("sandbox") or "not run" for r in merged.records)
+    sandboxes = Counter(r.sandbox or "not run" for r in merged.records)
     if sandboxes:
         typer.echo("sandbox: " + ", ".join(f"{k} {n}" for k, n in sorted(sandboxes.items())))
     if merged.dropped:
@@ -53,7 +53,7 @@ def say_merged(merged, submissions: Path | None) -> bool:
     if merged.missing:
         typer.echo(f"missing {len(merged.missing)} (no shard graded them; their row says "
                    f"missing): {', '.join(merged.missing)}", err=True)
-    unfinished = [r["id"] for r in merged.records if r["status"] == "grader-error"]
+    unfinished = [r.id for r in merged.records if r.status == "grader-error"]
     if unfinished:
         typer.echo(f"unfinished {len(unfinished)} (the grader could not finish them; grade "
                    f"again to retry): {', '.join(unfinished)}", err=True)

@@ -1,15 +1,17 @@
 """`theinference report`, `workflow matrix` and `summary`: the class report and GitHub
 Actions workflows (class_report.py, workflow.py)."""
 
-import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from theinference import exits
 from theinference.commands.grade import fail
 from theinference.commands.options import command_group
+
+if TYPE_CHECKING:  # read only when a report is asked for
+    from theinference.results.submission import Record
 
 
 def report(
@@ -42,7 +44,7 @@ def report(
     typer.echo(f"{html} ({len(records)} students; {len(written) - 1} student pages)")
 
 
-def report_sections(records: list[dict], since: Path | None, threshold: float | None):
+def report_sections(records: "list[Record]", since: Path | None, threshold: float | None):
     """Speed, similarity (unless threshold is None), changes since an earlier run, and what
     the grading jobs had."""
     from theinference.classroom import report_sections as sections
@@ -111,13 +113,13 @@ SeedOpt = Annotated[int | None, typer.Option(help="Hidden cases' seed (default: 
 ResultsOpt = Annotated[str, typer.Option(help="The merged results folder.")]
 
 
-def class_job(**options):
+def class_job(stages: list[str] | None, **options):
     """The options every task is told, checked before a file is written."""
     from theinference.classroom.clusters import ClassJob, JobError
 
-    options["stages"] = tuple(options.get("stages") or ())
+    given = {k: v for k, v in options.items() if v is not None}
     try:
-        return ClassJob(**{k: v for k, v in options.items() if v is not None})
+        return ClassJob(stages=tuple(stages or ()), **given)
     except JobError as exc:
         raise fail(str(exc), exits.USAGE) from None
 
@@ -179,12 +181,13 @@ def summary(
 ) -> None:
     """The stage table in markdown (for a CI job summary)."""
     from theinference.classroom.workflow import stage_table_markdown
+    from theinference.results.json_form import read_run
 
-    try:
-        data = json.loads(results.read_text())
+    try:  # a ResultsError (not the grader's results) is a ValueError too
+        run = read_run(results.read_bytes())
     except (OSError, ValueError) as exc:
         raise fail(f"cannot read {results}: {exc}", exits.USAGE) from None
-    typer.echo(stage_table_markdown(data), nl=False)
+    typer.echo(stage_table_markdown(run), nl=False)
 
 
 def add_ci(directory: Path, ci: str) -> Path:

@@ -16,6 +16,8 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from theinference.results import Status
+from theinference.results.submission import Record
 from theinference.results.text import terminal_text
 
 STATUS_STYLE = {"graded": "green", "rejected": "yellow", "grader-error": "red"}
@@ -41,27 +43,27 @@ def grading_progress(total: int, reused_label: str = "unchanged"):
     with progress:
         task = progress.add_task("", total=total)
 
-        def on_done(record: dict, reused: bool) -> None:
-            note = reused_label if reused else record["status"]
-            score = f"{record['score']:g}/{record['max_score']:g}"
-            line = f"{terminal_text(record['id'])}: {note} {score}"
+        def on_done(record: Record, reused: bool) -> None:
+            note = reused_label if reused else record.status
+            score = f"{record.score:g}/{record.max_score:g}"
+            line = f"{terminal_text(record.id)}: {note} {score}"
             progress.update(task, advance=1, description=escape(line))
 
         yield on_done
 
 
-def print_class_summary(records: list[dict], reused: int, gradebook: str) -> None:
+def print_class_summary(records: list[Record], reused: int, gradebook: str) -> None:
     out = console()
     table = Table(title=f"{len(records)} submissions ({reused} unchanged, not regraded)")
     for column in ("student", "status", "score", "stages passed", "suspected bugs"):
         table.add_column(column)
     for r in records:
-        passed = sum(s["status"] == "passed" for s in r["stages"])
-        bugs = ", ".join(s["suspected_bug"] for s in r["stages"] if s["suspected_bug"])
-        style = STATUS_STYLE.get(r["status"], "")
+        passed = sum(s.status == Status.PASSED for s in r.rows)
+        bugs = ", ".join(s.suspected_bug for s in r.rows if s.suspected_bug)
+        style = STATUS_STYLE.get(r.status, "")
         # a student id is a file name and a message may quote one: text, never markup
-        table.add_row(Text(terminal_text(r["id"])), Text(r["status"], style),
-                      f"{r['score']:g}/{r['max_score']:g}", f"{passed}/{len(r['stages'])}",
-                      Text(terminal_text(bugs or r["message"][:60])))
+        table.add_row(Text(terminal_text(r.id)), Text(r.status, style),
+                      f"{r.score:g}/{r.max_score:g}", f"{passed}/{len(r.rows)}",
+                      Text(terminal_text(bugs or r.message[:60])))
     out.print(table)
     out.print(Text(f"gradebook: {terminal_text(gradebook)}"))

@@ -1,6 +1,7 @@
-"""Results for machines: JSON (versioned, schema in schema/results-v3.json), JUnit XML and
-Gradescope's results.json (gradescope.py). Pure functions of a RunResult and the course's
-[grading] settings; the terminal report is report.py.
+"""Results for machines: JSON (versioned, schema in schema/results-v3.json; written and read
+back by results/json_form.py), JUnit XML and Gradescope's results.json (gradescope.py). Pure
+functions of a RunResult and the course's [grading] settings; the terminal report is
+report.py.
 
 FORMATS is the one list of them: the command line derives its --format choices and its
 --json/--junit/--gradescope file options from it, and `write` sends any of them anywhere."""
@@ -13,117 +14,15 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from theinference.atomic import atomic_write
 from theinference.course.settings import Grading
 from theinference.results import CaseResult, RunResult, StageResult, Status, where_text
+from theinference.results.json_form import to_json
 from theinference.results.text import inert_copy, no_surrogates, xml_text
 
-if TYPE_CHECKING:  # NumPy stays out of the command line's start-up
-    from theinference.results.compare import Comparison
-
-SCHEMA = "theinference.results/3"
 WRITTEN_MODE = 0o644  # as a file made under the usual umask: a results file is for reading
 SCHEMA_FILE = Path(__file__).with_name("schema") / "results-v3.json"
-
-
-def to_json(run: RunResult) -> dict:
-    # the student's text stays as written (JSON escapes every control), less lone surrogates
-    return inert_copy({
-        "schema": SCHEMA,
-        "passed": run.passed,
-        "partial": run.partial,
-        "cancelled": run.cancelled,
-        "sandbox": run.sandbox,
-        "cpu_account": run.cpu_account,  # what counted the student's CPU (student/account.py)
-        "notes": list(run.notes),  # the sandbox's and the weights' (e.g. how to do better)
-        "weights": {"label": run.weights_label, "sha256": run.weights_sha256},
-        "environment": run.environment,
-        "timings": timings(run),
-        "stages": [stage_json(s) for s in run.stages],
-        "provenance": run.provenance,
-        **({"speed": run.speed} if run.speed is not None else {}),
-    }, no_surrogates)
-
-
-def timings(run: RunResult) -> dict:
-    """Wall time split into the student's calls, the oracle, and the grader's own share."""
-    student, oracle = run.student_seconds, run.oracle_seconds
-    return {
-        "total_seconds": round(run.seconds, 4),
-        "student_seconds": round(student, 4),
-        "oracle_seconds": round(oracle, 4),
-        "grader_seconds": round(max(run.seconds - student - oracle, 0.0), 4),
-        "worker_startups": run.worker_startups,
-        "worker_startup_seconds": round(run.worker_startup_seconds, 4),
-    }
-
-
-def stage_json(stage: StageResult) -> dict:
-    return {
-        "slug": stage.slug,
-        "title": stage.title,
-        "status": stage.status.value,
-        "reason": stage.reason,
-        "seconds": round(stage.seconds, 4),
-        "partial": stage.partial,
-        "not_run": list(stage.not_run),
-        "suspected_bug": stage.suspected_bug,
-        "candidates": list(stage.candidates),
-        "bug_name": stage.bug_name,
-        "hint": stage.hint,
-        "lesson": stage.lesson,
-        "where": stage.where,
-        "first_case": stage.first_case,
-        "worst_case": stage.worst_case,
-        "shared_error": stage.shared_error,
-        "diagnosed": stage.diagnosed,
-        "cases": [case_json(c) for c in stage.cases],
-    }
-
-
-def case_json(case: CaseResult) -> dict:
-    return {
-        "name": case.name,
-        "hidden": case.hidden,
-        "status": case.status.value,
-        "message": case.message,
-        "hint": case.hint,
-        "suspected_bug": case.suspected_bug,
-        "lesson": case.lesson,
-        "where": case.where,
-        "error_map": case.error_map,
-        "comparisons": [comparison_json(c) for c in case.comparisons],
-        "steps": case.steps,
-        "tokens": case.tokens,
-        "traceback": case.traceback,
-        "stdout": case.stdout,
-        "stderr": case.stderr,
-        "student_seconds": round(case.student_seconds, 4),
-        "oracle_seconds": round(case.oracle_seconds, 4),
-    }
-
-
-def comparison_json(c: Comparison) -> dict:
-    return {
-        "label": c.label,
-        "shape": list(c.shape),
-        "mismatched": c.mismatched,
-        "total": c.total,
-        "max_abs": c.max_abs,
-        "max_abs_index": list(c.max_abs_index),
-        "max_rel": c.max_rel,
-        "max_rel_index": list(c.max_rel_index),
-        "worst_tolerance_multiple": c.worst,
-        "worst_index": list(c.worst_index),
-        "atol": c.tolerance.atol,
-        "rtol": c.tolerance.rtol,
-        "argmax_actual": c.argmax_actual,
-        "argmax_expected": c.argmax_expected,
-        "noise_floor": c.noise,
-        "noise_multiple": c.noise_multiple,
-    }
 
 
 def to_junit(run: RunResult) -> str:
@@ -212,7 +111,9 @@ def to_gradescope(run: RunResult, grading: Grading) -> dict:
     from theinference.grading.scores import stage_points
     from theinference.output.gradescope import gradescope_results
 
-    return gradescope_results(to_json(run), stage_points(run.stages, grading), grading)
+    # the student's text as JSON keeps it: raw, less lone surrogates
+    clean = inert_copy(run, no_surrogates)
+    return gradescope_results(clean, stage_points(run.stages, grading), grading)
 
 
 def to_html(run: RunResult) -> str:

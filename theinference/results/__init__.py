@@ -1,5 +1,7 @@
 """Results are plain values, built once and complete by the grader: every output (the terminal,
-the watch screen, JSON, JUnit, Gradescope, the class report) reads these and works nothing out."""
+the watch screen, JSON, JUnit, Gradescope, the class report) reads these and works nothing out.
+Where a run comes from its JSON (a class's grading, `summary`), json_form.py reads it back as
+these very values."""
 
 from __future__ import annotations
 
