@@ -51,6 +51,8 @@ def test_a_file_the_memo_knows_is_read_only_when_the_oracle_first_needs_it(tmp_p
     path, memo = small_file(tmp_path), SignedDigests(tmp_path / "cache")
     first = fresh_load(path, memo)
     assert first.tensors.read  # nothing known yet: read and hashed, and the digest learned
+    # ... the file's alone: a run in a fresh cache reads the bytes once and hashes them once
+    assert memo.known(private_copy.stat_key(path))["parts"] == {}
     ln_f = np.array(first.tensors["ln_f.weight"])
     second = fresh_load(path, memo)
     assert not second.tensors.read and second.sha256 == first.sha256
@@ -124,7 +126,11 @@ def test_a_synthetic_file_the_memo_knows_is_not_read_up_front(tmp_path, monkeypa
     lazy = weights_module.load_weights("synthetic", tmp_path, memo=memo)
     assert not lazy.tensors.read and lazy.sha256 == weights.sha256
     assert np.array_equal(lazy.tensors["h.0.ln_1.bias"], weights.tensors["h.0.ln_1.bias"])
-    assert list(lazy.tensors._tensors) == ["h.0.ln_1.bias"]  # that tensor alone was read
+    assert len(lazy.tensors._tensors) > 1  # read whole: each tensor's digest is learned now
+    private_copy._LAST_READ.clear()
+    alone = weights_module.load_weights("synthetic", tmp_path, memo=memo)
+    assert np.array_equal(alone.tensors["h.0.ln_1.bias"], weights.tensors["h.0.ln_1.bias"])
+    assert list(alone.tensors._tensors) == ["h.0.ln_1.bias"]  # that tensor alone was read
 
 
 def test_a_tensor_read_alone_is_checked_against_its_own_digest(tmp_path):
@@ -132,9 +138,11 @@ def test_a_tensor_read_alone_is_checked_against_its_own_digest(tmp_path):
     rewritten after the run began would reach the oracle."""
     path, memo = small_file(tmp_path), SignedDigests(tmp_path / "cache")
     whole = fresh_load(path, memo)
+    fresh_load(path, memo).tensors["wpe.weight"]  # a known file read whole: its parts learned
     lazy = fresh_load(path, memo)
     assert np.array_equal(lazy.tensors["h.1.attn.c_attn.weight"],
                           whole.tensors["h.1.attn.c_attn.weight"])
+    assert list(lazy.tensors._tensors) == ["h.1.attn.c_attn.weight"]
     from theinference.oracle.safetensors_io import read_header
 
     header, start = read_header(path)

@@ -10,7 +10,7 @@ file the run is keyed by, each tensor is read on first use and checked against i
 
 import hashlib
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -89,11 +89,13 @@ def part_digests(tensors: dict[str, np.ndarray]) -> dict[str, str]:
 class PrivateTensors(Mapping):
     """name -> tensor, the grader's own. Given `tensors`, they are these; given none, each is
     read on first use: alone where `parts` holds its digest, else with the whole file, which
-    must hash to `sha256`."""
+    must hash to `sha256` (`read_whole` is then told, so a memo can learn the parts)."""
 
     def __init__(self, path: Path, sha256: str, tensors: dict[str, np.ndarray] | None = None,
-                 parts: dict[str, str] | None = None):
+                 parts: dict[str, str] | None = None,
+                 read_whole: Callable[[PrivateRead, dict], None] | None = None):
         self._path, self.sha256, self._parts = path, sha256, parts or {}
+        self._read_whole = read_whole  # told of a whole read and its tensors, once checked
         self._tensors: dict[str, np.ndarray] = dict(tensors or {})
         self._names = list(tensors) if tensors is not None else None
         self._lock = threading.Lock()  # a stage's cases and its planner ask from threads
@@ -124,6 +126,8 @@ class PrivateTensors(Mapping):
         if digest != self.sha256:
             raise changed(self._path, digest, self.sha256)
         self._parts = {}  # all held now
+        if self._read_whole is not None:
+            self._read_whole(read, tensors)
         return tensors
 
     def _part(self, name: str, entry: dict, start: int) -> np.ndarray:

@@ -16,6 +16,7 @@ up front: its tensors are read on first use, and must hash to the digest the mem
 """
 
 import fcntl
+import functools
 import hashlib
 import os
 from collections.abc import Callable, Iterator
@@ -191,7 +192,7 @@ def _open_user_file(name: str, path: Path, memo: DigestMemo | None) -> Weights:
     config = infer_config(canonical, path)
     check_shapes(canonical, config, path)
     if is_canonical(tensors, canonical):
-        _learn(memo, read, tensors)
+        _learn(memo, read)
         return Weights(name, path.resolve(), digest, config, PrivateTensors(path, digest, tensors))
     copy = cache_dir() / f"canonical-{digest[:16]}.safetensors"
     notes = ()
@@ -239,17 +240,23 @@ def _open(name: str, path: Path, read: PrivateRead | None, known: Digests | None
     config = infer_config(tensors, path)
     check_shapes(tensors, config, path)
     if read is not None:
-        _learn(memo, read, tensors)
+        _learn(memo, read)
         private = PrivateTensors(path, read.sha256, tensors)
     else:
-        private = PrivateTensors(path, known["sha256"], parts=known.get("parts") or {})
+        parts = known.get("parts") or {}
+        whole = None if parts else functools.partial(_learn, memo)  # the parts learned then
+        private = PrivateTensors(path, known["sha256"], parts=parts, read_whole=whole)
     return Weights(name, path.resolve(), private.sha256, config, private, tuple(notes))
 
 
-def _learn(memo: DigestMemo | None, read: PrivateRead, tensors: dict[str, np.ndarray]) -> None:
-    """The memo told the digests of a file read whole while nothing wrote to it."""
+def _learn(memo: DigestMemo | None, read: PrivateRead,
+           tensors: dict[str, np.ndarray] | None = None) -> None:
+    """The memo told the digest of a file read whole while nothing wrote to it, and given its
+    `tensors`, theirs (a second pass over the bytes: paid by a run that reads a known file
+    whole, so a run in a fresh cache, which reads it once, does not)."""
     if memo is not None and read.key is not None:
-        memo.learn(read.key, {"sha256": read.sha256, "parts": part_digests(tensors)})
+        parts = part_digests(tensors) if tensors is not None else {}
+        memo.learn(read.key, {"sha256": read.sha256, "parts": parts})
 
 
 def _sha256_of(path: Path) -> str:
