@@ -15,6 +15,7 @@ grader's installation (reach.py), nothing is measured: the rate could be its.
 """
 
 import hashlib
+import time
 
 from theinference.student import reach
 from theinference.student.process import StudentProcess
@@ -23,26 +24,50 @@ TRIES = 3
 TIMEOUT = 120.0
 
 def rate_now(process: StudentProcess) -> tuple[float | None, str]:
-    """(FLOP per CPU-second, "") for the process's course and sandbox, measured afresh now:
-    beside a measured call, under the load that call will meet (benchmarks/floor_spread.py);
-    (None, why) when it could not be measured."""
-    return measure(process)
+    """(FLOP per CPU-second, "") for the process's course and sandbox, measured now: beside a
+    measured call, under the load that call will meet (benchmarks/floor_spread.py), or
+    within the last FRESH_FOR seconds, for the same course, sandbox and language, by this
+    grader (a stage's measured calls follow each other: CPU time, which the floors compare,
+    barely moves with the load in so short a time); (None, why) when it could not be."""
+    if (refused := untrusted(process)) is not None:  # asked every time: files change
+        return None, refused
+    sandbox = process.setup.sandbox
+    key = (str(process.course_dir), sandbox.kind if sandbox else None, process.language.name)
+    kept = _MEASURED.get(key)
+    if kept is not None and time.monotonic() - kept[0] < FRESH_FOR:
+        return kept[1], ""
+    rate, why = measure(process)
+    if rate is not None:
+        _MEASURED[key] = (time.monotonic(), rate)
+    return rate, why
 
 
-def measure(process: StudentProcess) -> tuple[float | None, str]:
+FRESH_FOR = 60.0
+_MEASURED: dict[tuple, tuple[float, float]] = {}  # key -> (when, rate), this grader's own
+
+
+def untrusted(process: StudentProcess) -> str | None:
+    """Why no rate measured for this course could be trusted, if one could not."""
     language = process.language
     if language.provided_kernel and (changed := kernel_changed(process)):
         if earlier_kernel(process):
-            return None, (
+            return (
                 "src/kernel.ts and kernel.wasm are an earlier release's: copy src/kernel.ts, "
                 "kernel.wasm, kernel-fma.wasm and kernel.wat from a course made by "
                 f"`theinference init --lang {language.name}` "
                 "(the floor is measured only with the current kernel)"
             )
-        return None, f"{changed} is not the provided one: the rate it gives cannot be trusted"
+        return f"{changed} is not the provided one: the rate it gives cannot be trusted"
     if process.install_reach:  # a .pth file or a changed NumPy would run in it
-        return None, reach.why(process.install_reach)
-    m, k, n, repeat = language.calibration
+        return reach.why(process.install_reach)
+    return None
+
+
+def measure(process: StudentProcess) -> tuple[float | None, str]:
+    """The rate measured afresh, in a sibling process (or why it cannot be trusted)."""
+    if (refused := untrusted(process)) is not None:
+        return None, refused
+    m, k, n, repeat = process.language.calibration
     flop = 2.0 * m * k * n * repeat
     best = 0.0
     with process.sibling("calibrate") as calibrating:
