@@ -98,6 +98,7 @@ class PrivateTensors(Mapping):
         self._read_whole = read_whole  # told of a whole read and its tensors, once checked
         self._tensors: dict[str, np.ndarray] = dict(tensors or {})
         self._names = list(tensors) if tensors is not None else None
+        self._header: tuple[dict, int] | None = None  # read once, when first needed
         self._lock = threading.Lock()  # a stage's cases and its planner ask from threads
 
     @property
@@ -114,11 +115,23 @@ class PrivateTensors(Mapping):
                 held = self._tensors[name]
         return held
 
+    def _layout(self) -> tuple[dict, int]:
+        """The file's header (name -> dtype, shape, offsets) and where its data begins."""
+        if self._header is None:
+            try:
+                self._header = read_header(self._path)
+            except (OSError, SafetensorsError) as exc:
+                raise WeightsError(f"cannot read the weights {self._path}: {exc}") from None
+        return self._header
+
     def _read_checked(self, name: str) -> dict[str, np.ndarray]:
-        try:
-            header, start = read_header(self._path)
-            if name in self._parts and name in header:
+        if name in self._parts and name in self._layout()[0]:
+            header, start = self._layout()
+            try:
                 return {name: self._part(name, header[name], start)}
+            except OSError as exc:
+                raise WeightsError(f"cannot read the weights {self._path}: {exc}") from None
+        try:
             read = read_private(self._path)
             tensors, digest = tensors_in(read.buffer, self._path), read.sha256
         except (OSError, SafetensorsError) as exc:
@@ -140,10 +153,7 @@ class PrivateTensors(Mapping):
 
     def _all_names(self) -> list[str]:
         if self._names is None:
-            try:
-                self._names = list(read_header(self._path)[0])
-            except (OSError, SafetensorsError) as exc:
-                raise WeightsError(f"cannot read the weights {self._path}: {exc}") from None
+            self._names = list(self._layout()[0])
         return self._names
 
     def __iter__(self) -> Iterator[str]:

@@ -94,8 +94,8 @@ def load_weights(
     told, before the wait, when the synthetic checkpoint has to be made; `memo`, digests of
     files read before (see the module's docstring)."""
     if spec == "synthetic":
-        path, read, notes = _verified_synthetic(making, memo)
-        return _open(spec, path, read, _memo_says(path, memo), memo, notes)
+        path, read, known, notes = _verified_synthetic(making, memo)
+        return _open(spec, path, read, known, memo, notes)
     if spec == "gpt2":
         return _open_user_file("gpt2", download_gpt2(), memo)
     path = (base_dir / spec).expanduser()
@@ -114,39 +114,35 @@ def _memo_says(path: Path, memo: DigestMemo | None) -> Digests | None:
         return None
 
 
-def _intact_by_memo(path: Path, memo: DigestMemo | None, sha256: str) -> bool:
-    known = _memo_says(path, memo)
-    return known is not None and known.get("sha256") == sha256
-
-
 # --- synthetic -------------------------------------------------------------------------------
 
 
 def _verified_synthetic(
     making: Callable[[str], None], memo: DigestMemo | None
-) -> tuple[Path, PrivateRead | None, tuple[str, ...]]:
-    """The synthetic file, its bytes as read and hashed (None: the memo knows them intact),
-    and a note if it had to be remade (absent is normal; present with other bytes means
-    something altered it)."""
+) -> tuple[Path, PrivateRead | None, Digests | None, tuple[str, ...]]:
+    """The synthetic file; its bytes as read and hashed, or (read None) the digests the memo
+    holds for them intact; and a note if it had to be remade (absent is normal; present with
+    other bytes means something altered it)."""
     path = cache_dir() / f"synthetic-gpt2-124m-v{synthetic.SYNTHETIC_VERSION}.safetensors"
-    if _intact_by_memo(path, memo, synthetic.SYNTHETIC_SHA256):
-        return path, None, ()
-    buffer = _read_if_intact(path)
-    if buffer is not None:
-        return path, buffer, ()
+    known = _memo_says(path, memo)
+    if known is not None and known.get("sha256") == synthetic.SYNTHETIC_SHA256:
+        return path, None, known, ()
+    read = _read_if_intact(path)
+    if read is not None:
+        return path, read, None, ()
     with _locked(path):
-        buffer = _read_if_intact(path)  # another grader may have made it while we waited
-        if buffer is not None:
-            return path, buffer, ()
+        read = _read_if_intact(path)  # another grader may have made it while we waited
+        if read is not None:
+            return path, read, None, ()
         altered = path.exists()
         making(f"making the synthetic GPT-2 weights in {path.parent} (once; about 10 s)")
         path.unlink(missing_ok=True)
         _write_atomically(path, synthetic.synthetic_tensors(), synthetic.SYNTHETIC_SHA256)
-        buffer = _read_if_intact(path)
-    if buffer is None:
+        read = _read_if_intact(path)
+    if read is None:
         raise WeightsError(f"{path} changed while it was being made: is another program writing?")
     note = f"the synthetic weights in {path.parent} had been altered: they were made again"
-    return path, buffer, (note,) if altered else ()
+    return path, read, None, (note,) if altered else ()
 
 
 def _read_if_intact(path: Path) -> PrivateRead | None:
