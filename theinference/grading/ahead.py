@@ -25,7 +25,7 @@ import time
 from theinference.curriculum.checks import CHECKS
 from theinference.curriculum.stages import Stage, with_run_draws
 from theinference.grading.answers import Answers
-from theinference.grading.judging import is_measured, kept_prompts
+from theinference.grading.judging import is_measured, kept_prompts, swaps
 from theinference.grading.policy import RunPolicy, quick_draws
 from theinference.grading.policy import plan as plan_cases
 from theinference.oracle.checkpoint import WeightsError
@@ -50,7 +50,7 @@ def plan_ahead(stages: list[Stage], answers: Answers, policy: RunPolicy, seed: i
         answers.bases = kept_prompts(stage, config)
         for case in plan_cases(stage, policy).cases:
             check = CHECKS[case.check]
-            if check.swap is None:
+            if not swaps(check, case):
                 continue
             if stop.is_set():
                 return made
@@ -78,7 +78,7 @@ class Planner:
         self.answers, self.stop = answers, stop
         config = answers.recompute.config
         self.todo = [(case, CHECKS[case.check]) for case in cases
-                     if CHECKS[case.check].swap is not None]
+                     if swaps(CHECKS[case.check], case)]
         self.todo = [(case, check, check.arguments(case, config), int(case.inputs.get("swap", 0)))
                      for case, check in self.todo]
         self.todo = [(case, check, args, seed) for case, check, args, seed in self.todo

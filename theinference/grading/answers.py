@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from theinference.curriculum.checks import CHECKS
+from theinference.curriculum.checks import CHECKS, swap
 from theinference.grading.answer_cache import AnswerCache
 from theinference.oracle import gpt2 as oracle
 from theinference.oracle.cached_path import CachedPath
@@ -61,14 +61,18 @@ class Answers:
     def prompt_state(self, recompute: Recompute, prompt: list[int], new_ids: list[int]):
         """swap.prompt_state, from K/V kept across runs: the prompt's K/V are the first rows of
         a kept prompt it begins (`bases`, the stage's fixed prompts: a causal forward's first
-        rows depend on the first tokens alone), else its own, kept; the unswapped logits, one
+        rows depend on the first tokens alone), else its own, not kept; the unswapped logits, one
         decode of `new_ids` over them, kept too. A swap drawn per run then costs the oracle a few
         decodes, not a forward over the prompt."""
-        base = next((b for b in self.bases if b[: len(prompt)] == prompt), prompt)
+        base = next((b for b in self.bases if b[: len(prompt)] == prompt), None)
+        if base is None:  # drawn afresh for this run (a hidden case, a cost proof): not kept
+            return swap.prompt_state(recompute, prompt, new_ids)
         kv = self.cache.get_or_compute("swap:prompt-kv", [base], lambda: kv_of(recompute, base))
         finds = [LayerKV(k=layer.k[:, : len(prompt)], v=layer.v[:, : len(prompt)]) for layer in kv]
 
         def unswapped() -> np.ndarray:  # [len(new_ids), vocab]
+            if not new_ids:  # the K/V alone were asked for
+                return np.zeros((0, recompute.config.vocab_size), np.float32)
             decoded = oracle.extend(new_ids, recompute.w, recompute.config.n_layer, finds)
             return oracle.logits_at(decoded.hidden, recompute.w, list(range(len(new_ids))))
 
@@ -104,7 +108,9 @@ class Answers:
         if making is not None:
             making.wait()
         made = self.ahead.pop(key, None)
-        return None if made is None else (replace(made[0], calls=0, offered=False), made[1])
+        if made is None or made[0] is None:  # none made, or none drawn (generate_loop.py)
+            return made
+        return replace(made[0], calls=0, offered=False), made[1]
 
     def noise(self, check_name: str, args: list) -> float | None:
         """max |the recompute - GPT-2 itself along the cached path|: the float32 drift a

@@ -12,45 +12,39 @@ import time
 from dataclasses import dataclass, replace
 
 from theinference.curriculum.checks import CHECKS, Check, Verdict
-from theinference.curriculum.checks.floor import (
-    CANNOT_MEASURE,
-    budget,
-    forward_flop,
-    worth_measuring,
-)
+from theinference.curriculum.checks.floor import budget, forward_flop, worth_measuring
 from theinference.curriculum.checks.swap import DEPARTS, UNASKED, Seen, SwapPlan, departs
 from theinference.curriculum.stages import Case, Stage
 from theinference.diagnosis.errors import lesson_for
 from theinference.grading.answers import Answers
+from theinference.grading.outcomes import verdict_for_must_raise, verdict_without_value
 from theinference.results import CaseResult, Status, finding_of
 from theinference.student.calibration import rate_now
-from theinference.student.channel import Probe
+from theinference.student.channel import NO_PROBE, Probe
 from theinference.student.process import StudentProcess
 from theinference.student.replies import Outcome
 
-OUTCOME_STATUS = {
-    "todo": Status.TODO,
-    "timeout": Status.TIMEOUT,
-    "cpu_limit": Status.FAILED,  # a CPU budget is a cost check's: past it, the cost failed
-}
 UNACCOUNTED = ("unaccounted", "started_process")  # a measured call that cannot be trusted
 REFUSAL_FRACTION = 0.5  # of one forward's floor over the prompt, when the spec names none
 
 
 def grade_case(
-    stage: Stage, case: Case, process: StudentProcess, answers: Answers, ask_again: bool = True
+    stage: Stage, case: Case, process: StudentProcess, answers: Answers, ask_again: bool = True,
+    lift_limit: bool = True,
 ) -> tuple[CaseResult, list, Verdict]:
     """The case's result, complete (an error's lesson included), with the adapter's arguments
     and the judge's verdict (whose `actual` the stage's diagnosis reads). `ask_again`: an
     answer that departs over the swapped cache is asked again over the student's own cache
-    (asked_unswapped) only while the stage's diagnosis still wants failing answers."""
+    (asked_unswapped) only while the stage's diagnosis still wants failing answers.
+    `lift_limit`: a measured call's CPU limit ends once its swap is sent (measured_call)."""
     check = CHECKS[case.check]
     args = check.arguments(case, answers.recompute.config)
     clock = OracleClock()
-    fixed = fix_answer(check, case, args, answers, clock)
     measured = is_measured(check, case, args, answers.recompute.config)
+    fixed = fix_answer(check, case, args, answers, clock)
     if measured:
-        outcome = measured_call(stage, check, args, process, answers)
+        outcome = measured_call(stage, check, args, process, answers,
+                                measured_probe(check, fixed, lift_limit))
     elif case.inputs.get("must_raise"):
         outcome = refusal_call(stage, case, args, process, answers)
     else:
@@ -60,7 +54,10 @@ def grade_case(
     asked = Question(stage, case, args, answers, clock)
     verdict = judge(asked, outcome, fixed, measured=measured)
     if isinstance(fixed, SwapPlan) and departs(verdict):
-        if ask_again:
+        if ask_again and measured:  # the floor's evidence, as where no swap could be made
+            outcome = measured_call(stage, check, args, process, answers, NO_PROBE)
+            verdict = judge(asked, outcome, fixed, rerun=True, measured=True)
+        elif ask_again:
             outcome, verdict = asked_unswapped(asked, process, fixed)
         else:
             verdict.message = UNASKED.format(hook=stage.words["hook"])
@@ -90,6 +87,12 @@ def kept_prompts(stage: Stage, config) -> list[list[int]]:
     return sorted(prompts, key=len, reverse=True)
 
 
+def swaps(check: Check, case: Case) -> bool:
+    """Whether the case's call has its cache swapped: a check's that swaps, but a request that
+    must be refused (it never reaches a cache)."""
+    return check.swap is not None and not case.inputs.get("must_raise")
+
+
 def is_measured(check: Check, case: Case, args: list, config) -> bool:
     """Whether the call runs alone in a fresh process against the floor: a cost proof, or a
     graded case whose recompute needs many times a cache's work (floor.worth_measuring)."""
@@ -107,6 +110,8 @@ def asked_unswapped(asked: "Question", process, plan: SwapPlan):
     outcome = process.call(check.adapter, asked.args, stage.timeout,
                            Probe(check.hook, check.watch))
     verdict = judge(asked, outcome, plan, rerun=True)
+    if verdict.status == Status.PASSED and check.flop is not None:
+        return outcome, verdict  # right over its own cache: the floor's cases prove cache use
     if verdict.status == Status.PASSED:
         verdict = Verdict(Status.FAILED, message=DEPARTS.format(hook=stage.words["hook"]))
     elif verdict.status == Status.FAILED:
@@ -116,8 +121,9 @@ def asked_unswapped(asked: "Question", process, plan: SwapPlan):
 
 def fix_answer(check: Check, case: Case, args: list, answers: Answers, clock: "OracleClock"):
     """The answer the call will be judged against, before the call: a swap's plan, the
-    expected value of the call's own arguments, or None where it depends on the answer."""
-    if check.swap is not None:
+    expected value of the call's own arguments, or None where it depends on the answer (or no
+    swap could be drawn: its plan is None)."""
+    if swaps(check, case):
         seed = int(case.inputs.get("swap", 0))
         made = answers.planned(case.check, args, seed)  # ahead.py: beside, or between runs
         if made is not None:
@@ -129,12 +135,25 @@ def fix_answer(check: Check, case: Case, args: list, answers: Answers, clock: "O
     return None
 
 
-def measured_call(stage: Stage, check: Check, args: list, process, answers: Answers) -> Outcome:
+def measured_probe(check: Check, plan, lift_limit: bool) -> Probe:
+    """A measured call's probe: with a swap `plan`, its cache is swapped after the prefill,
+    and once the grader has sent the swap the CPU limit is lifted: the answer over the swapped
+    cache is then the evidence, whatever the cost (unless `lift_limit` is off: an earlier case
+    showed a decode that ignores the swap, which would recompute here to the end)."""
+    if not isinstance(plan, SwapPlan):
+        return NO_PROBE
+    swapped = (lambda: plan.sent) if lift_limit else None
+    return Probe(check.hook, check.watch, plan.answer, swapped=swapped)
+
+
+def measured_call(stage: Stage, check: Check, args: list, process, answers: Answers,
+                  probe: Probe) -> Outcome:
     """The call alone in a fresh process whose every CPU-second is accounted, stopped at the
     stage's fraction of the floor: the CPU time a recompute's arithmetic needs at this
-    machine's rate, measured just before it (checks/floor.py)."""
+    machine's rate, measured just before it (checks/floor.py); `probe`: measured_probe's."""
     flop = check.flop(args, answers.recompute.config)
-    outcome = cpu_bounded_call((check.adapter, args, None), stage, process, flop, "floor_fraction")
+    call = (check.adapter, args, None)
+    outcome = cpu_bounded_call(call, stage, process, flop, "floor_fraction", probe)
     if outcome.kind == "cpu_limit":
         outcome.kind = "returned"  # judged: a call stopped at the limit recomputes
     return outcome
@@ -154,26 +173,27 @@ def refusal_call(stage: Stage, case: Case, args: list, process, answers: Answers
                             "refusal_fraction")
 
 
-def cpu_bounded_call(call: tuple, stage: Stage, process, flop: float, fraction: str):
+def cpu_bounded_call(call: tuple, stage: Stage, process, flop: float, fraction: str,
+                     probe: Probe = NO_PROBE):
     """The call alone (StudentProcess.call_alone) under `flop` at this machine's rate times the
-    stage's `fraction`; its probe holds what was measured, or why nothing could be (an
+    stage's `fraction`; its `measured` holds what was measured, or why nothing could be (an
     `error`), or why the call fails whatever it returned (a `failure`)."""
     rate, why = rate_now(process)  # beside the call, under the load it will meet
     if rate is None:
         outcome = Outcome("returned")
-        outcome.probe = {"error": why}
+        outcome.measured = {"error": why}
         return outcome
     share = float(stage.words.get(fraction, REFUSAL_FRACTION))
     floor, limit = budget(flop, rate, share)
     adapter, args, warm_args = call  # the adapter, its arguments, a warm-up's (or None)
-    outcome = process.call_alone(adapter, args, stage.timeout, limit, warm_args)
+    outcome = process.call_alone(adapter, args, stage.timeout, limit, warm_args, probe)
     if outcome.kind in UNACCOUNTED:
         failure = outcome.message
         outcome = Outcome("returned")
-        outcome.probe = {"failure": failure}
+        outcome.measured = {"failure": failure}
         return outcome
     measured = {"cpu_seconds": outcome.cpu_seconds, "floor": floor, "limit": limit}
-    outcome.probe = measured | {"rate": rate, "stopped": outcome.kind == "cpu_limit"}
+    outcome.measured = measured | {"rate": rate, "stopped": outcome.kind == "cpu_limit"}
     return outcome
 
 
@@ -215,10 +235,10 @@ def judge(
         return verdict_without_value(outcome)
     value = outcome.value
     seen = Seen(fixed, outcome.probe, rerun) if isinstance(fixed, SwapPlan) else None
-    if seen is not None:
+    if check.flop is not None:  # what was measured, where the call was; the swap, where made
+        value = (outcome.value, outcome.measured if measured else None, seen)
+    elif seen is not None:
         value = (outcome.value, seen)
-    elif check.flop is not None:  # what was measured, where the call was
-        value = (outcome.value, outcome.probe if measured else None)
 
     def ask(question: list):
         if isinstance(fixed, SwapPlan) and question == args:
@@ -233,67 +253,3 @@ def judge(
         noise = clock.timed(answers.noise, case.check, args)
         verdict.comparisons = [replace(c, noise=noise) for c in verdict.comparisons]
     return verdict
-
-
-def verdict_for_must_raise(outcome: Outcome, case: Case) -> Verdict:
-    """A case whose request is invalid (e.g. generating past the context): the student's code
-    must refuse it with the exception the template names, up front: at almost no cost, not
-    from a guard met once the work has begun nor by crashing into it."""
-    wanted = case.inputs.get("raises", "ValueError")
-    request = case.inputs["must_raise"]
-    measured = outcome.probe or {}
-    if measured.get("failure"):
-        return Verdict(Status.FAILED, message=f"{request}: {measured['failure']}")
-    if measured.get("stopped"):
-        return Verdict(Status.FAILED, message=refused_too_late(request, None, measured, wanted))
-    if outcome.kind == "raised" and outcome.exception == wanted:
-        return refusal_verdict(outcome, request, wanted)
-    if outcome.kind == "raised":
-        return Verdict(
-            Status.FAILED,
-            message=f"{request}: it raised {outcome.message} instead of "
-            f"{wanted}. Check the request up front and raise {wanted}.",
-        )
-    if outcome.kind == "returned" and "error" in measured:
-        return Verdict(Status.FAILED, message=CANNOT_MEASURE.format(why=measured["error"]))
-    if outcome.kind == "returned":
-        return Verdict(Status.FAILED, message=f"{request}: it returned")
-    return verdict_without_value(outcome)
-
-
-def refusal_verdict(outcome: Outcome, request: str, wanted: str) -> Verdict:
-    """The right exception: passed when it cost well under the work a refusal must come before
-    (the CPU time of the call, measured from outside against one forward's floor)."""
-    measured = outcome.probe or {}
-    seconds, floor, limit = (measured.get(k) for k in ("cpu_seconds", "floor", "limit"))
-    if not all(isinstance(x, float) for x in (seconds, floor, limit)):
-        why = measured.get("error") or "no CPU time was measured"
-        return Verdict(Status.FAILED, message=CANNOT_MEASURE.format(why=why))
-    if seconds > limit:
-        return Verdict(Status.FAILED, message=refused_too_late(request, outcome, measured, wanted))
-    return Verdict(
-        Status.PASSED,
-        message=f"raised {outcome.message} up front, as it should: {seconds:.2f} s of CPU, "
-        f"where one forward over the prompt needs {floor:.2f} s on this machine",
-    )
-
-
-def refused_too_late(request: str, outcome: Outcome | None, measured: dict, wanted: str) -> str:
-    """A refusal (or none) after the work had begun: what it cost against one forward."""
-    floor, limit = measured.get("floor", 0.0), measured.get("limit", 0.0)
-    said = (
-        f"it raised {outcome.message} only after {measured.get('cpu_seconds', 0.0):.2f} s of CPU"
-        if outcome is not None
-        else f"it had not refused after {limit:.2f} s of CPU (it was stopped there)"
-    )
-    return (
-        f"{request}: {said}, over {limit / max(floor, 1e-9):.0%} of the {floor:.2f} s one "
-        f"forward over the prompt needs on this machine: the work had begun. Check the request "
-        f"up front and raise {wanted} before any work: a guard met later refuses too late."
-    )
-
-
-def verdict_without_value(outcome: Outcome) -> Verdict:
-    """todo, timeout, or an error: the call gave nothing to compare."""
-    status = OUTCOME_STATUS.get(outcome.kind, Status.ERROR)
-    return Verdict(status, message=outcome.message)

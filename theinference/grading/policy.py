@@ -67,10 +67,12 @@ def is_long(case: Case) -> bool:
 
 def is_swap(case: Case) -> bool:
     """A cache-use proof drawn per run (every case of a decode stage swaps its cache too, but
-    those are its graded cases, left out of a quick run when long like any other)."""
+    those are its graded cases, left out of a quick run when long like any other; a floor's
+    cases swap too, but their floor is their fallback, left out as every long case)."""
     from theinference.curriculum.checks import CHECKS
 
-    known = case.check in CHECKS and CHECKS[case.check].swap is not None
+    check = CHECKS.get(case.check)
+    known = check is not None and check.swap is not None and check.flop is None
     return known and ("draw" in case.inputs or "drawn" in case.inputs)
 
 

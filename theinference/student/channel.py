@@ -31,11 +31,14 @@ def no_swap(word: dict) -> tuple[dict, list[bytes]]:
 class Probe:
     """What a call watches for: `hook`, a course function whose every return is told to the
     grader, which answers with `answer` (by default, carry on: no_swap); `watch` "returns":
-    any return after the prompt's prefill is told (worker/probes.py)."""
+    any return after the prompt's prefill is told (worker/probes.py); `swapped`: whether the
+    grader has sent the swap's writes (from then on the answer over the swap is the call's
+    evidence, and a CPU limit on it is lifted: judging.measured_call)."""
 
     hook: str | None = None
     watch: str | None = None
     answer: HookAnswer | None = None
+    swapped: Callable[[], bool] | None = None
 
 
 NO_PROBE = Probe()

@@ -102,10 +102,9 @@ class StudentProcess:
         """Ask the student's process for one adapter call and wait for its reply. Its CPU time
         is read by the grader (its cgroup's account, else /proc), never taken from the
         student's own process. Past `cpu_limit` CPU-seconds (the whole tree's, since the call
-        started) the process is killed and the outcome is `cpu_limit`. `probe`: what the call
-        watches for (channel.Probe: a hook, the returns after the prefill). The worker is asked
-        in the course's language (the adapter and hook as it spells them), and the exception it
-        reports is read back as the grader's (Language.grader_exception)."""
+        started) the process is killed and the outcome is `cpu_limit` (unless `probe.swapped()`).
+        `probe`: what the call watches for (channel.Probe). The worker is asked in the course's
+        language, and its exception read back as the grader's (Language.grader_exception)."""
         spell = self.language.spelled
         hook = spell(probe.hook) if probe.hook else probe.hook
         request = {"adapter": spell(adapter), "args": args, "hook": hook, "watch": probe.watch}
@@ -113,7 +112,7 @@ class StudentProcess:
         proc = self._proc
         watchdog = None
         if look is not None and proc is not None:
-            watchdog = self._watchdog(proc, look, cpu_limit)
+            watchdog = self._watchdog(proc, look, cpu_limit, probe.swapped)
         outcome = self._receive(started, timeout, watchdog, probe.answer)
         outcome.exception = self.language.grader_exception(outcome.exception)
         if look is not None and proc is not None and self._proc is proc:
@@ -127,7 +126,7 @@ class StudentProcess:
         return outcome
 
     def call_alone(self, adapter: str, args: list, timeout: float, cpu_limit: float,
-                   warm_up: list | None = None) -> Outcome:
+                   warm_up: list | None = None, probe=channel.NO_PROBE) -> Outcome:
         """The call alone in a fresh process whose every CPU-second is accounted (account.py):
         placed in its own cgroup, or forbidden to start a process; stopped after it, so nothing
         of it is at hand later. Stopped past `cpu_limit` CPU-seconds. Where no account can be
@@ -135,7 +134,7 @@ class StudentProcess:
         outcome is `unaccounted` and says why; a guarded worker that started a process,
         `started_process`. `warm_up`: arguments the adapter is called with first, in the same
         process and unmeasured (what the adapter loads on its first call is not the request's
-        work); an outcome that stops the process is the call's."""
+        work); an outcome that stops the process is the call's (`probe`: as `call` says)."""
         self.stop()
         if self.account.kind == "none":
             return Outcome("unaccounted", message=accounts.no_account(self.account))
@@ -149,10 +148,9 @@ class StudentProcess:
                 warmed = self.call(adapter, warm_up, timeout)
                 if warmed.kind in STOPPING:
                     return warmed
-                # a warm-up that left a process may have stopped it: a fresh one, checked
-                if self._proc is None and (refused := self._accounted_start()):
+                if self._proc is None and (refused := self._accounted_start()):  # restarted
                     return refused
-            return self.call(adapter, args, timeout, cpu_limit=cpu_limit)
+            return self.call(adapter, args, timeout, probe, cpu_limit=cpu_limit)
         finally:
             self.stop()
             self._alone = ""
@@ -164,9 +162,10 @@ class StudentProcess:
             return Outcome("unaccounted", message=self._proc.unaccounted)
         return None
 
-    def _watchdog(self, proc: Worker, look: Look, cpu_limit: float | None) -> Watchdog:
+    def _watchdog(self, proc: Worker, look: Look, cpu_limit, lifted=None) -> Watchdog:
         files = lambda: self._place.file_bytes(proc.worker)  # noqa: E731
-        return Watchdog(look, cpu_limit, self.limits.memory_bytes or None, files)
+        return Watchdog(look, cpu_limit, self.limits.memory_bytes or None, files,
+                        lifted=lifted or (lambda: False))
 
     def _send(self, request: dict) -> tuple[float, Look | None]:
         """When the request went, and the CPU meter started just before it did. The bytes are

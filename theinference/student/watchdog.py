@@ -38,6 +38,7 @@ class Watchdog:
     cpu_limit: float | None = None
     memory_limit: int | None = None
     files: Callable[[], int] = lambda: 0
+    lifted: Callable[[], bool] = lambda: False  # the CPU limit no longer applies (Probe.swapped)
     next_look: float = 0.0
     file_bytes: int = 0  # the last count of `files`, and when it is due again
     next_files: float = 0.0
@@ -52,7 +53,7 @@ class Watchdog:
             return None
         self.next_look = now + CHECK_EVERY
         used, pids = self.look()
-        if self.cpu_limit is not None and used > self.cpu_limit:
+        if self.cpu_limit is not None and used > self.cpu_limit and not self.lifted():
             return cpu_breach(self.cpu_limit, used)
         if self.memory_limit is not None:
             if now >= self.next_files:

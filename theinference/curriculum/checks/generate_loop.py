@@ -9,6 +9,15 @@ from theinference.curriculum.checks.floor import (
     forward_flop,
     with_cost,
 )
+from theinference.curriculum.checks.swap import (
+    APART,
+    ASK_AGAIN,
+    FOLLOWED,
+    REDRAWS,
+    Seen,
+    SwapPlan,
+    shuffled_cache,
+)
 from theinference.curriculum.checks.values import as_float_array
 from theinference.curriculum.stages import Case, token_ids
 from theinference.oracle import gpt2 as oracle
@@ -41,18 +50,15 @@ def greedy_tokens(value, args, ask, tol: Tolerance, config: ModelConfig) -> Verd
     except Rejected as exc:
         return Verdict(Status.FAILED, message=str(exc), hint=say("mismatch"))
     logits = ask([prompt, yours])  # [count, vocab], along your own path
-    expected, near_ties = [], []
-    for i, row in enumerate(logits):
-        best = int(row.argmax())
-        expected.append(best)
-        allowed = tol.atol + tol.rtol * abs(float(row[best]))
-        near_ties.append(yours[i] != best and float(row[best] - row[yours[i]]) <= allowed)
-    first = next((i for i in range(count) if yours[i] != expected[i] and not near_ties[i]), None)
+    expected = [int(row.argmax()) for row in logits]
+    near_ties = [i for i in range(count) if yours[i] != expected[i]
+                 and near_tie(logits[i], yours[i], tol.atol, tol.rtol)]
+    first = departure(logits, yours, tol.atol, tol.rtol)
     strip = {
         "yours": yours,
         "expected": expected,
         "first_divergence": first,
-        "near_ties": [i for i, tie in enumerate(near_ties) if tie],
+        "near_ties": near_ties,
     }
     if first is None:
         return Verdict(Status.PASSED, tokens=strip)
@@ -66,6 +72,18 @@ def greedy_tokens(value, args, ask, tol: Tolerance, config: ModelConfig) -> Verd
         message=f"token {first} (position {len(prompt) + first}) departs: yours {yours[first]}, "
         f"the recompute's argmax {expected[first]}, whose logit is higher by {gap:.3g}",
     )
+
+
+def near_tie(row: np.ndarray, token: int, atol: float, rtol: float) -> bool:
+    """Whether `token`'s logit lies within tolerance of the row's highest ([vocab])."""
+    best = float(row.max())
+    return best - float(row[token]) <= atol + rtol * abs(best)
+
+
+def departure(logits: np.ndarray, tokens: list[int], atol: float, rtol: float) -> int | None:
+    """The first step whose token is neither the argmax of its logits ([steps, vocab]) nor
+    within tolerance of it; None when every token is greedy's, near-ties allowed."""
+    return next((i for i, t in enumerate(tokens) if not near_tie(logits[i], t, atol, rtol)), None)
 
 
 def gap_map(logits: np.ndarray, yours: list[int], tol: Tolerance) -> dict | None:
@@ -91,6 +109,71 @@ def generate_cached_flop(args: list, config: ModelConfig) -> float:
     return forward_flop(config, len(prompt)) + count * DECODED_ROW * forward_flop(config, 1)
 
 
+def swap_after_prompt(recompute, args: list, seed: int, state) -> SwapPlan | None:
+    """The cache swapped right after the prompt's prefill (swap.shuffled_cache), for a
+    generation of two tokens or more (the first is the prefill's own logits', before any
+    swap); the answer: the greedy tokens over the swapped cache, along the student's own
+    (`along`). A draw is taken only if it moves greedy's path, so that the recompute's
+    tokens fail over it; None when no draw does (the floor is then the only evidence)."""
+    prompt, count = args
+    if count < 2:
+        return None
+    finds, first = prompt_kv_and_logits(recompute, prompt, state)
+    w, layers, n = recompute.w, recompute.config.n_layer, len(prompt)
+
+    def over(kv) -> "callable":
+        def along(tokens: list[int]) -> np.ndarray:  # [len(tokens), vocab]
+            decoded = oracle.extend(tokens[:-1], w, layers, kv, start=n)
+            rest = oracle.logits_at(decoded.hidden, w, list(range(len(tokens) - 1)))
+            return np.concatenate([first[None], rest])
+
+        return along
+
+    for attempt in range(REDRAWS):
+        writes = shuffled_cache(finds, seed + attempt)
+        if moves_greedy(recompute, first, finds, writes, count):
+            return SwapPlan("prefill", 1, finds, writes, None, lambda: None, along=over(writes),
+                            patience=PATIENCE)
+    return None
+
+
+def prompt_kv_and_logits(recompute, prompt: list[int], state) -> tuple[list, np.ndarray]:
+    """(the prompt's K/V per layer, [h, n, hd] each; its last position's logits, [vocab]),
+    through `state` (swap.prompt_state, or the K/V the grader keeps)."""
+    if len(prompt) == 1:
+        f = recompute.forward(prompt)
+        return f.kv, oracle.logits_at(f.hidden, recompute.w, [0])[0]
+    _, last = state(recompute, prompt[:-1], prompt[-1:])  # the last row decoded: its logits
+    finds, _ = state(recompute, prompt, [])  # the same forward (Recompute keeps it), or kept
+    return finds, last[0]
+
+
+MOVED_WITHIN = 8  # steps a draw is given to move greedy's path, before the next is drawn
+# searches in a row that find no more of the cache before the grader looks no more: a cache
+# being built shows more rows every layer (a few returns); a recompute's layers come and go
+# (its floor judges it), and so does code whose cache cannot be found
+PATIENCE = 32
+
+
+def moves_greedy(recompute, first: np.ndarray, finds: list, writes: list, count: int) -> bool:
+    """Whether greedy's tokens over the original cache (a recompute's) depart, within `count`
+    steps, from greedy's over the swapped one by more than a near-tie (swap.APART's, wider
+    than the stage's): step by step along the original's path, stopping at the first that
+    does, or MOVED_WITHIN steps (a swap that moves greedy at all moves it within a few: on
+    GPT-2's shapes, at the first to fifth step)."""
+    w, layers = recompute.w, recompute.config.n_layer
+    token, plain_kv, swapped_kv = int(first.argmax()), finds, writes
+    for _ in range(1, min(count, MOVED_WITHIN)):
+        plain = oracle.extend([token], w, layers, plain_kv)
+        swapped = oracle.extend([token], w, layers, swapped_kv)
+        plain_kv, swapped_kv = plain.kv, swapped.kv
+        token = int(oracle.logits_at(plain.hidden, w, [0])[0].argmax())
+        over_swap = oracle.logits_at(swapped.hidden, w, [0])[0]
+        if not near_tie(over_swap, token, APART["atol"], APART["rtol"]):
+            return True
+    return False
+
+
 @check(
     "generate",
     sized_by=("prompt", "max_new_tokens"),
@@ -100,6 +183,9 @@ def generate_cached_flop(args: list, config: ModelConfig) -> float:
     flop=generate_flop,
     cached_flop=generate_cached_flop,
     asks_own_arguments=False,  # it asks along the student's own tokens
+    hook="prefill",
+    watch="returns",
+    swap=swap_after_prompt,
 )
 def generate(value, args, ask, tol: Tolerance, config: ModelConfig) -> Verdict:
     """Your greedy tokens equal the recompute's argmax at every step, along your own path;
@@ -117,6 +203,9 @@ def generate(value, args, ask, tol: Tolerance, config: ModelConfig) -> Verdict:
     expect=expect_path,
     flop=generate_flop,
     asks_own_arguments=False,
+    hook="prefill",
+    watch="returns",
+    swap=swap_after_prompt,
 )
 def generate_cost(value, args, ask, tol, config) -> Verdict:
     """Generation reads its cache: generating after a long prompt costs a small part of the
@@ -125,14 +214,48 @@ def generate_cost(value, args, ask, tol, config) -> Verdict:
 
 
 def with_floor(value, args, ask, tol, config) -> Verdict:
-    """The tokens' verdict, and where the call was measured, its cost's first."""
-    tokens, measured = value
+    """The tokens' verdict over the swapped cache, where the grader swapped it; else, where
+    the call was measured, its cost's first, then the tokens'."""
+    tokens, measured, seen = value
+    cut_short = measured is not None and (measured.get("stopped") or measured.get("failure"))
+    if seen is not None and seen.applied and not cut_short:
+        verdict = over_swapped(tokens, seen, args, ask, tol, config)
+        if verdict.status == Status.PASSED and measured is not None:
+            verdict.message = f"{verdict.message} ({cost_beside_swap(measured)})"
+        return verdict
     if measured is None:
         return greedy_tokens(tokens, args, ask, tol, config)
     prompt, count = args
     figures = {"steps": count, "prompt": len(prompt)}
     verdict = floor_verdict(measured, say, figures)
     return with_cost(verdict, lambda: greedy_tokens(tokens, args, ask, tol, config))
+
+
+def cost_beside_swap(measured: dict) -> str:
+    """What the call cost, said beside a pass the swap proves (the cost decides nothing)."""
+    seconds, floor = measured.get("cpu_seconds"), measured.get("floor")
+    if not isinstance(seconds, float) or not isinstance(floor, float):
+        return "its CPU time was not measured; the swap is the evidence"
+    return (f"CPU time {seconds:.2f} s, where a recompute's arithmetic needs {floor:.2f} s on "
+            f"this machine: the swap, not the cost, is the evidence")
+
+
+def over_swapped(tokens, seen: Seen, args, ask, tol, config) -> Verdict:
+    """Passed when the tokens are greedy's over the swapped cache (near-ties allowed): only a
+    generation that reads its cache makes them, however long it takes. Greedy's over the
+    original cache instead: it recomputes. Neither: asked again, measured, where the floor
+    judges it (judging.grade_case)."""
+    along = seen.plan.along
+    verdict = greedy_tokens(tokens, args, lambda question: along(question[1]), tol, config)
+    if verdict.status == Status.PASSED:
+        verdict.message = FOLLOWED.format(hook=say("hook"))
+        return verdict
+    if verdict.tokens is None:  # not token ids at all: nothing a swap changes
+        return verdict
+    if greedy_tokens(tokens, args, ask, tol, config).status == Status.PASSED:
+        return Verdict(Status.FAILED, message=say("recomputes_swapped"), hint=say("reads_cache"),
+                       tokens=verdict.tokens, suspected_bug="decode-recomputes")
+    return Verdict(Status.FAILED, message=ASK_AGAIN, tokens=verdict.tokens)
 
 
 def as_token_ids(value, count: int, vocab: int) -> list[int]:

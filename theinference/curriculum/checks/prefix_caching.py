@@ -64,7 +64,7 @@ def prefix_caching(value, args, ask, tol: Tolerance, config: ModelConfig) -> Ver
     """Each prompt's logits equal the recompute's, and `reused` is the longest common prefix
     with any earlier prompt, at most len(prompt) - 1. Prompts whose recompute needs many
     times reuse's work must also cost a small part of it, measured in a fresh process."""
-    pairs, measured = value
+    pairs, measured, _ = value  # (no swap here: the floor is the evidence)
     if measured is None:
         return logits_and_reuse(pairs, args, ask, tol, config)
     prompts = args[0]

@@ -32,8 +32,16 @@ class SwapPlan:
     at_call: int
     finds: list[LayerKV]
     writes: list[LayerKV]
-    expected: np.ndarray
-    plain: Callable[[], np.ndarray]  # the answer had nothing been swapped (for the message)
+    expected: np.ndarray | None  # None where it depends on the answer (`along`)
+    plain: Callable[[], np.ndarray | None]  # the answer had nothing been swapped (the message)
+    # a generation's: the logits over the swapped cache along the student's own tokens
+    along: Callable[[list[int]], np.ndarray] | None = None
+    # where a floor is the fallback: searches in a row that find no more of the cache than
+    # before, after which the grader looks no more (a recompute's every return is a moment),
+    # and at most MOMENTS moments looked at
+    patience: int | None = None
+    most: int = 0  # the most rows one search has found
+    stale: int = 0  # searches since it last found more
     calls: int = 0  # the hook's returns in this call, as far as the grader has heard
     offered: bool = field(default=False)
     sent: bool = field(default=False)  # the writes went out: the grader's fact, not the student's
@@ -53,7 +61,8 @@ class SwapPlan:
         self.offered = True
         h, n, hd = self.finds[0].k.shape
         plan = dict(zip(SWAP_PLAN, (len(self.finds), h, hd, n), strict=True))
-        return {"swap": plan, "next": None}, []
+        moments = MOMENTS if self.patience is not None else None
+        return {"swap": plan | {"moments": moments}, "next": None}, []
 
     def answer_held(self, word: dict) -> tuple[dict, list[bytes]]:
         if self.sent or not self.offered:  # one swap a call, and only once it was offered
@@ -67,7 +76,20 @@ class SwapPlan:
             answer, blobs = {"write": None, "reason": f"the grader's search failed: {exc!r}"}, []
         self.sent = answer["write"] is not None
         self.searched = "" if self.sent else answer["reason"]
+        if not self.sent and self.gives_up(self.search.found):
+            answer["stop"] = True
         return answer, blobs
+
+    def gives_up(self, found: int) -> bool:
+        """Whether the search ends here: `patience` searches in a row found no more rows."""
+        self.stale = 0 if found > self.most else self.stale + 1
+        self.most = max(self.most, found)
+        return self.patience is not None and self.stale >= self.patience
+
+
+# the moments a watch looks at where a floor is the fallback: a prefill building its cache a
+# layer at a time, under another name, returns a few times a layer; a recompute, every call
+MOMENTS = 256
 
 
 def random_ids(count: int, seed: int, vocab: int) -> list[int]:

@@ -27,6 +27,7 @@ class Search:
         self.finds = np.stack([getattr(layer, kv) for layer in finds for kv in "kv"])
         self.writes = np.stack([getattr(layer, kv) for layer in writes for kv in "kv"])
         self._index = self._sorted = None  # [2L, h, n, hd] each, above
+        self.found = 0  # rows of the K/V the last answer found
 
     @property
     def index(self) -> RowIndex:
@@ -59,6 +60,7 @@ class Search:
                     places.append(place)
                     covered[place[3]] = True
         barren = sorted(set(range(len(held))) - {place[0] for place in places})
+        self.found = int(covered.sum())
         if not covered.all():
             rows = covered.reshape(2 * self.layers, -1)
             return {"write": None, "reason": missing_reason(rows, about, hd), "barren": barren}, []

@@ -45,6 +45,7 @@ def install_hook(name, course_dir: str, exchange, prepare, watch=None):
 
 
 DEPTH = 4  # course functions between the adapter and a return that is a moment, at most
+NO_MORE = "no cache was found in as many returns after the first as the grader looks at"
 
 
 class ReturnWatch:
@@ -73,6 +74,7 @@ class ReturnWatch:
             "moments": 0,
         }
         self.target = None  # the swap, decoded once the grader has sent it
+        self.last = None  # the last moment looked at, where the plan bounds them
         self.done = False
         self.adapter = None  # the adapter's frame, once it is called
         self.outer = sys._getframe(2)  # the worker frame that calls the adapter
@@ -144,12 +146,18 @@ class ReturnWatch:
                 self.state["swap"] = self.target
                 self.stop()
                 return None
+            moments = answer["swap"].get("moments")
+            self.last = self.state["moments"] + moments if isinstance(moments, int) else None
+        if self.last is not None and self.state["moments"] > self.last:
+            self.state["swap"] = {"applied": False, "stop": True, "reason": NO_MORE}
+            self.stop()
+            return None
         caller = frame.f_back
         roots = [arg, dict(frame.f_locals), dict(caller.f_locals) if caller else {}]
         kept, classes = self.course.state()
         self.state["swap"] = guarded(self.target.swap, roots + kept, None, classes)
-        if self.state["swap"].get("applied"):
-            self.stop()
+        if self.state["swap"].get("applied") or self.state["swap"].get("stop"):
+            self.stop()  # swapped, or the grader looks no more
         return None
 
     def stop(self) -> None:

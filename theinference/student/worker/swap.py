@@ -88,7 +88,8 @@ class Target:
         writes = answer.get("write")
         if not isinstance(writes, list):
             reason = str(answer.get("reason", "the grader found no cache"))
-            return {"applied": False, "reason": reason, "seen": walk.summary()}
+            return {"applied": False, "reason": reason, "seen": walk.summary(),
+                    "stop": answer.get("stop") is True}
         try:
             write_all(sent, writes, back, self.hd)
         except PermissionError as exc:

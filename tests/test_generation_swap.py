@@ -1,0 +1,211 @@
+"""generate-loop's cache swapped right after the prompt's prefill: tokens over K/V no token
+sequence has prove a generation reads its cache, however slow it is, where the CPU floor alone
+failed correct code at about 8x the reference's cost; a recompute still fails, by the swap where
+its cache is found and by the floor where none is."""
+
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from tests.helpers import make_course, reference_text
+from theinference.curriculum.checks import CHECKS
+from theinference.curriculum.checks import generate_loop as gl
+from theinference.curriculum.checks.swap import FOLLOWED, Seen, prompt_state, random_ids
+from theinference.curriculum.stages import load_stages
+from theinference.results import Status
+from theinference.results.compare import Tolerance
+from theinference.student.setup import Limits, ProcessSetup
+from theinference.student.watchdog import Watchdog
+
+TOL = Tolerance(atol=1e-3, rtol=1e-2)
+
+# correct, and slow on purpose: every decode step burns a second of CPU, as a cache cast to
+# float64 at every use, or one that copies the model's cache every step, spends its time
+SLOW_STEPS = '''
+
+_fast_decode_step = decode_step
+
+
+def decode_step(token_id, position, w, mc):
+    import time as _time
+
+    until = _time.process_time() + 1.0
+    while _time.process_time() < until:
+        pass
+    return _fast_decode_step(token_id, position, w, mc)
+'''
+
+# a cache filled by the prefill and never read: every token recomputed from the ids
+CACHE_UNREAD = '''
+
+def generate(prompt_ids, max_new_tokens, w):
+    if len(prompt_ids) + max_new_tokens > w["wpe.weight"].shape[0]:
+        raise ValueError("past the context")
+    kept = ModelCache(n_layer(w), n_head(w))
+    logits = prefill(prompt_ids, w, kept)
+    ids = list(prompt_ids)
+    for _ in range(max_new_tokens):
+        ids.append(int(np.argmax(logits)))
+        logits = recompute_logits(ids, w)[-1]
+    return ids[len(prompt_ids):]
+'''
+
+
+def cost_stage(new_tokens: int):
+    """generate-loop with one cost proof: a fixed 240-token prompt, `new_tokens` new ones."""
+    (stage,) = [s for s in load_stages() if s.slug == "generate-loop"]
+    (case,) = [c for c in stage.cases if c.check == "generate_cost"]
+    inputs = {"prompt": {"random": 240, "seed": 77}, "max_new_tokens": new_tokens}
+    return replace(stage, cases=(replace(case, inputs=inputs),), timeout=600)
+
+
+def graded(course: Path, weights, answers, stage):
+    from theinference.grading.grader import RunPlan, grade
+
+    setup = ProcessSetup(course, weights.path, Limits(timeout=600))
+    run = grade(setup, RunPlan([stage], weights, answers, seed=5))
+    (case,) = run.stages[0].cases
+    return case
+
+
+def test_a_slow_generation_that_reads_its_cache_passes_over_the_swap(tmp_path, weights, answers):
+    """Catches a floor that still decides where the swap has proven cache use: this correct
+    generation spends over its floor's budget (a second of CPU a step) and must pass, by its
+    tokens over the swapped cache, with what it cost said beside."""
+    course = make_course(tmp_path / "c", reference_text() + SLOW_STEPS)
+    case = graded(course, weights, answers, cost_stage(6))
+    assert case.status == Status.PASSED, case.message
+    assert case.message.startswith(FOLLOWED.split(":")[0]), case.message
+    seconds, floor = (float(x) for x in re.findall(r"([\d.]+) s", case.message)[:2])
+    stage = cost_stage(6)
+    share = float(stage.words["floor_fraction"])
+    assert seconds > share * floor, (seconds, floor, "the call was within the floor's budget")
+
+
+def test_a_generation_that_ignores_its_swapped_cache_fails_saying_it_recomputes(
+    tmp_path, weights, answers
+):
+    """Catches a swap whose tokens are not judged over it: a generation that fills a cache and
+    recomputes from the ids gives the original greedy tokens, and fails naming the recompute."""
+    course = make_course(tmp_path / "c", reference_text() + CACHE_UNREAD)
+    case = graded(course, weights, answers, cost_stage(4))
+    assert case.status == Status.FAILED, case
+    assert "recomputes the sequence" in case.message, case.message
+    assert case.suspected_bug == "decode-recomputes", case
+
+
+def test_the_swap_is_drawn_only_where_it_moves_greedys_path(weights, answers):
+    """Catches a swap a recompute passes: the plan's draw must make the original greedy tokens
+    (a recompute's) depart over the swapped cache; one new token has nothing to swap."""
+    from theinference.oracle.recompute import Recompute
+
+    recompute = Recompute(weights.tensors, weights.config)
+    assert gl.swap_after_prompt(recompute, [[464, 2068], 1], 3, prompt_state) is None
+    prompt = random_ids(40, 9, weights.config.vocab_size)
+    plan = gl.swap_after_prompt(recompute, [prompt, 12], 3, prompt_state)
+    assert plan is not None and plan.expected is None
+    plain = [int(x) for x in recompute_greedy(recompute, prompt, 12)]
+    over_swap = plan.along(plain)  # [12, vocab]
+    assert over_swap.shape == (12, weights.config.vocab_size)
+    assert np.array_equal(over_swap[0], recompute.last_logits(prompt).astype(over_swap.dtype))
+    assert gl.departure(over_swap, plain, TOL.atol, TOL.rtol) is not None
+    swapped = greedy_over(plan.along, 12)
+    assert gl.departure(plan.along(swapped), swapped, TOL.atol, TOL.rtol) is None
+
+
+def recompute_greedy(recompute, prompt: list[int], count: int) -> list[int]:
+    ids = list(prompt)
+    for _ in range(count):
+        ids.append(int(recompute.last_logits(ids).argmax()))
+    return ids[len(prompt):]
+
+
+def greedy_over(along, count: int) -> list[int]:
+    tokens: list[int] = []
+    while len(tokens) < count:
+        tokens.append(int(along(tokens + [0])[len(tokens)].argmax()))
+    return tokens
+
+
+def test_tokens_over_the_swap_are_judged_only_once_the_grader_sent_it(weights, answers):
+    """Catches a pass resting on the student's own word: a report that says the swap was
+    applied, with no writes sent by the grader, leaves the tokens to the floor."""
+    from theinference.oracle.recompute import Recompute
+
+    recompute = Recompute(weights.tensors, weights.config)
+    prompt = random_ids(40, 9, weights.config.vocab_size)
+    plan = gl.swap_after_prompt(recompute, [prompt, 6], 3, prompt_state)
+    swapped = greedy_over(plan.along, 6)
+    report = {"swap": {"applied": True}}
+    measured = {"cpu_seconds": 50.0, "floor": 10.0, "limit": 6.0, "stopped": False}
+    judge = CHECKS["generate_cost"].judge
+    ask = lambda q: gl.expect_path(recompute, q)  # noqa: E731
+    unsent = judge((np.array(swapped), measured, Seen(plan, report)), [prompt, 6], ask, TOL,
+                   weights.config)
+    assert unsent.status == Status.FAILED and "recompute" in unsent.message, unsent
+    plan.sent = True
+    sent = judge((np.array(swapped), measured, Seen(plan, report)), [prompt, 6], ask, TOL,
+                 weights.config)
+    assert sent.status == Status.PASSED, sent
+
+
+def test_a_cpu_limit_ends_once_the_swap_is_sent():
+    """Catches a measured call stopped at its floor's budget after the swap proved its cache
+    use (a slow correct generation would be failed), and a limit lifted before it."""
+    sent = [False]
+    dog = Watchdog(lambda: (9.0, set()), cpu_limit=1.0, lifted=lambda: sent[0])
+    dog.next_look = 0.0
+    breach = dog.poll()
+    assert breach is not None and breach.kind == "cpu_limit", breach
+    sent[0] = True
+    dog.next_look = 0.0
+    assert dog.poll() is None
+
+
+# every token a full forward, no cache kept: each of its model's returns is a moment
+NO_CACHE = '''
+
+def generate(prompt_ids, max_new_tokens, w):
+    ids = list(prompt_ids)
+    for _ in range(max_new_tokens):
+        ids.append(int(np.argmax(recompute_logits(ids, w)[-1])))
+    return ids[len(prompt_ids):]
+'''
+
+
+def test_a_generation_with_no_cache_is_looked_at_for_a_bounded_number_of_returns(
+    tmp_path, weights
+):
+    """Catches a watch that searches a recompute's memory at every return of its model (a
+    thousand searches for sixteen tokens, the call many times its own cost): where a floor is
+    the fallback, the watch stops after MOMENTS moments and says why."""
+    from theinference.curriculum.checks.swap import MOMENTS
+    from theinference.oracle.recompute import Recompute
+    from theinference.student.channel import Probe
+    from theinference.student.process import StudentProcess
+
+    course = make_course(tmp_path / "c", reference_text() + NO_CACHE)
+    recompute = Recompute(weights.tensors, weights.config)
+    prompt = [464, 2068, 7586]
+    plan = gl.swap_after_prompt(recompute, [prompt, 16], 3, prompt_state)
+    with StudentProcess(ProcessSetup(course, weights.path, Limits(timeout=300))) as worker:
+        outcome = worker.call("run_generate", [prompt, 16], 300,
+                              Probe("prefill", "returns", plan.answer))
+    assert outcome.kind == "returned", outcome.message
+    report = outcome.probe
+    assert report["swap"]["stop"] and not plan.sent, report
+    assert MOMENTS < report["moments"] <= MOMENTS + 2, report
+
+
+def test_the_grader_looks_no_more_once_searches_stop_finding_more_rows():
+    """Catches a search that never gives up on a cache it cannot find (or a recompute's layers
+    that come and go), and one that gives up on a cache still being built."""
+    from theinference.curriculum.checks.swap import SwapPlan
+
+    plan = SwapPlan("prefill", 1, [], [], None, lambda: None, patience=4)
+    building = [plan.gives_up(found) for found in (10, 20, 20, 20, 30, 30, 30, 30, 30)]
+    assert building == [False] * 8 + [True], building
+    never = SwapPlan("prefill", 1, [], [], None, lambda: None)
+    assert not any(never.gives_up(0) for _ in range(100))
