@@ -93,3 +93,18 @@ def with_cost(measured: Verdict | str, judged) -> Verdict:
     verdict = judged()
     verdict.message = f"{verdict.message} ({measured})" if verdict.message else measured
     return verdict
+
+
+def cost_beside(measured: dict) -> str:
+    """What the call cost, said beside a pass the swap proves (the cost decides nothing)."""
+    seconds, floor = measured.get("cpu_seconds"), measured.get("floor")
+    if not isinstance(seconds, float) or not isinstance(floor, float):
+        return "its CPU time was not measured; the swap is the evidence"
+    return (f"CPU time {seconds:.2f} s, where a recompute's arithmetic needs {floor:.2f} s on "
+            f"this machine: the swap, not the cost, is the evidence")
+
+
+def cut_short(measured: dict | None) -> bool:
+    """A measured call that gave no answer to judge over a swap: stopped at its limit, or
+    untrusted (it started a process, or could write the grader's install)."""
+    return measured is not None and bool(measured.get("stopped") or measured.get("failure"))

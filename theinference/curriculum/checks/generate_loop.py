@@ -5,6 +5,8 @@ import numpy as np
 from theinference.curriculum.checks.common import Rejected, Verdict, Words, check
 from theinference.curriculum.checks.floor import (
     DECODED_ROW,
+    cost_beside,
+    cut_short,
     floor_verdict,
     forward_flop,
     with_cost,
@@ -13,6 +15,7 @@ from theinference.curriculum.checks.swap import (
     APART,
     ASK_AGAIN,
     FOLLOWED,
+    PATIENCE,
     REDRAWS,
     Seen,
     SwapPlan,
@@ -149,10 +152,6 @@ def prompt_kv_and_logits(recompute, prompt: list[int], state) -> tuple[list, np.
 
 
 MOVED_WITHIN = 8  # steps a draw is given to move greedy's path, before the next is drawn
-# searches in a row that find no more of the cache before the grader looks no more: a cache
-# being built shows more rows every layer (a few returns); a recompute's layers come and go
-# (its floor judges it), and so does code whose cache cannot be found
-PATIENCE = 32
 
 
 def moves_greedy(recompute, first: np.ndarray, finds: list, writes: list, count: int) -> bool:
@@ -217,11 +216,10 @@ def with_floor(value, args, ask, tol, config) -> Verdict:
     """The tokens' verdict over the swapped cache, where the grader swapped it; else, where
     the call was measured, its cost's first, then the tokens'."""
     tokens, measured, seen = value
-    cut_short = measured is not None and (measured.get("stopped") or measured.get("failure"))
-    if seen is not None and seen.applied and not cut_short:
+    if seen is not None and seen.applied and not cut_short(measured):
         verdict = over_swapped(tokens, seen, args, ask, tol, config)
         if verdict.status == Status.PASSED and measured is not None:
-            verdict.message = f"{verdict.message} ({cost_beside_swap(measured)})"
+            verdict.message = f"{verdict.message} ({cost_beside(measured)})"
         return verdict
     if measured is None:
         return greedy_tokens(tokens, args, ask, tol, config)
@@ -229,15 +227,6 @@ def with_floor(value, args, ask, tol, config) -> Verdict:
     figures = {"steps": count, "prompt": len(prompt)}
     verdict = floor_verdict(measured, say, figures)
     return with_cost(verdict, lambda: greedy_tokens(tokens, args, ask, tol, config))
-
-
-def cost_beside_swap(measured: dict) -> str:
-    """What the call cost, said beside a pass the swap proves (the cost decides nothing)."""
-    seconds, floor = measured.get("cpu_seconds"), measured.get("floor")
-    if not isinstance(seconds, float) or not isinstance(floor, float):
-        return "its CPU time was not measured; the swap is the evidence"
-    return (f"CPU time {seconds:.2f} s, where a recompute's arithmetic needs {floor:.2f} s on "
-            f"this machine: the swap, not the cost, is the evidence")
 
 
 def over_swapped(tokens, seen: Seen, args, ask, tol, config) -> Verdict:

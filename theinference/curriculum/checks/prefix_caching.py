@@ -5,14 +5,26 @@ import numpy as np
 from theinference.curriculum.checks.common import Rejected, Verdict, Words, check
 from theinference.curriculum.checks.floor import (
     DECODED_ROW,
+    cost_beside,
+    cut_short,
     floor_verdict,
     forward_flop,
     with_cost,
+)
+from theinference.curriculum.checks.swap import (
+    APART,
+    ASK_AGAIN,
+    FOLLOWED,
+    PATIENCE,
+    REDRAWS,
+    SwapPlan,
+    shuffled_cache,
 )
 from theinference.curriculum.checks.values import checked_array, mismatch_message
 from theinference.curriculum.stages import Case, token_ids
 from theinference.oracle import gpt2 as oracle
 from theinference.oracle.config import ModelConfig
+from theinference.oracle.gpt2 import LayerKV
 from theinference.results import Status
 from theinference.results.compare import Comparison, Tolerance, compare
 from theinference.results.error_map import error_map, in_tolerances, numbered
@@ -64,7 +76,7 @@ def prefix_caching(value, args, ask, tol: Tolerance, config: ModelConfig) -> Ver
     """Each prompt's logits equal the recompute's, and `reused` is the longest common prefix
     with any earlier prompt, at most len(prompt) - 1. Prompts whose recompute needs many
     times reuse's work must also cost a small part of it, measured in a fresh process."""
-    pairs, measured, _ = value  # (no swap here: the floor is the evidence)
+    pairs, measured, _ = value  # (a swap, where made, is judged by prefix_caching_cost)
     if measured is None:
         return logits_and_reuse(pairs, args, ask, tol, config)
     prompts = args[0]
@@ -126,6 +138,37 @@ def expect_chain(recompute, args: list) -> np.ndarray:
     return oracle.logits_at(f.hidden, recompute.w, [len(p) - 1 for p in prompts])
 
 
+def swap_after_first(recompute, args: list, seed: int, state=None) -> SwapPlan | None:
+    """A chain's cache (each prompt the one before and more) swapped right after its first
+    prompt is processed, for that prompt's K/V with some layers shuffled (swap.shuffled_cache);
+    expected [count, vocab]: the first prompt's own logits (computed before the swap), every
+    later one's over the swapped rows and the rows computed on them since: one decode of the
+    longest prompt's rest over the swapped K/V. Only a chain: in other prompt sets a reuse may
+    read any of several earlier prompts' rows, which the swap would make differ. `state`
+    unused: a chain is drawn per run."""
+    prompts = args[0]
+    if len(prompts) < 2 or not is_chain(prompts):
+        return None
+    w, layers, n, longest = recompute.w, recompute.config.n_layer, len(prompts[0]), prompts[-1]
+    finds = [LayerKV(k=kv.k[:, :n], v=kv.v[:, :n]) for kv in recompute.forward(longest).kv]
+    plain = expect_chain(recompute, args)  # [count, vocab], from the same forward
+    rows = [len(p) - 1 - n for p in prompts[1:]]
+    for attempt in range(REDRAWS):
+        writes = shuffled_cache(finds, seed + attempt)
+        decoded = oracle.extend(longest[n:], w, layers, writes, start=n)
+        later = oracle.logits_at(decoded.hidden, w, rows)  # [count - 1, vocab]
+        if not np.allclose(later, plain[1:], **APART):
+            break
+    expected = np.concatenate([plain[:1], later])
+    return SwapPlan("prefill", 1, finds, writes, expected, lambda: plain, patience=PATIENCE)
+
+
+def is_chain(prompts: list[list[int]]) -> bool:
+    """Each prompt the one before and at least one token more."""
+    pairs = zip(prompts[:-1], prompts[1:], strict=True)
+    return all(len(b) > len(a) and b[: len(a)] == a for a, b in pairs)
+
+
 @check(
     "prefix_caching_cost",
     sized_by=("prompts", "prompt"),  # drawn as one prompt its growing prompts extend
@@ -133,12 +176,38 @@ def expect_chain(recompute, args: list) -> np.ndarray:
     arguments=prefix_arguments,
     expect=expect_chain,
     flop=prefix_flop,
+    hook="prefill",
+    watch="returns",
+    swap=swap_after_first,
 )
 def prefix_caching_cost(value, args, ask, tol, config) -> Verdict:
-    """Reuse is real: prompts that each extend the one before by a few tokens cost a small part
-    of the CPU time recomputing each of them needs on this machine (measured in a fresh
-    process)."""
+    """Reuse is real: right after the first of prompts that each extend the one before, the
+    grader swaps the K/V in the cache for K/V no token sequence has, and every later prompt's
+    logits must be the ones over that cache, however long they take. Where no swap could be
+    made, they must cost a small part of the CPU time recomputing each of them needs on this
+    machine (measured in a fresh process)."""
+    pairs, measured, seen = value
+    if seen is not None and seen.applied and not cut_short(measured):
+        return chain_over_swapped(pairs, seen, args, ask, tol, config, measured)
     return prefix_caching(value, args, ask, tol, config)
+
+
+def chain_over_swapped(pairs, seen, args, ask, tol, config, measured) -> Verdict:
+    """Passed when every prompt's logits and reuse are the ones over the swapped cache; the
+    original's logits instead: every prompt recomputed; neither: asked again, measured,
+    where the floor judges (judging.grade_case)."""
+    swapped = logits_and_reuse(pairs, args, lambda _: seen.plan.expected, tol, config)
+    if swapped.status == Status.PASSED:
+        followed = FOLLOWED.format(hook=say("hook"))
+        swapped.message = f"{followed} ({cost_beside(measured or {})})"
+        return swapped
+    plain = logits_and_reuse(pairs, args, ask, tol, config)
+    if plain.status == Status.PASSED:
+        return Verdict(Status.FAILED, message=say("recomputes_swapped"), hint=say("reads_cache"),
+                       comparisons=swapped.comparisons)
+    if plain.message == swapped.message:  # a reuse count or a value wrong either way
+        return plain
+    return Verdict(Status.FAILED, message=ASK_AGAIN, comparisons=swapped.comparisons)
 
 
 def expected_reuse(prompts: list[list[int]]) -> list[int]:

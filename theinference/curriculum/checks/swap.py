@@ -36,9 +36,7 @@ class SwapPlan:
     plain: Callable[[], np.ndarray | None]  # the answer had nothing been swapped (the message)
     # a generation's: the logits over the swapped cache along the student's own tokens
     along: Callable[[list[int]], np.ndarray] | None = None
-    # where a floor is the fallback: searches in a row that find no more of the cache than
-    # before, after which the grader looks no more (a recompute's every return is a moment),
-    # and at most MOMENTS moments looked at
+    # where a floor is the fallback: PATIENCE (searches, see there), and MOMENTS looked at
     patience: int | None = None
     most: int = 0  # the most rows one search has found
     stale: int = 0  # searches since it last found more
@@ -87,9 +85,11 @@ class SwapPlan:
         return self.patience is not None and self.stale >= self.patience
 
 
-# the moments a watch looks at where a floor is the fallback: a prefill building its cache a
-# layer at a time, under another name, returns a few times a layer; a recompute, every call
-MOMENTS = 256
+# where a floor is the fallback, the moments a watch looks at (a prefill building its cache a
+# layer at a time, under another name, returns a few times a layer; a recompute, every call),
+# and the searches in a row finding no more rows after which the grader looks no more (a cache
+# being built shows more every layer; a recompute's layers come and go)
+MOMENTS, PATIENCE = 256, 32
 
 
 def random_ids(count: int, seed: int, vocab: int) -> list[int]:

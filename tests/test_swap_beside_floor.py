@@ -1,7 +1,8 @@
-"""generate-loop's cache swapped right after the prompt's prefill: tokens over K/V no token
-sequence has prove a generation reads its cache, however slow it is, where the CPU floor alone
-failed correct code at about 8x the reference's cost; a recompute still fails, by the swap where
-its cache is found and by the floor where none is."""
+"""The swap in the stages a floor judged alone: generate-loop's cache swapped right after the
+prompt's prefill, prefix-caching's right after its first prompt. Answers over K/V no token
+sequence has prove the cache is read, however slow the code, where the CPU floor alone failed
+correct code at about 8x (generate-loop) and 4x (prefix-caching) the reference's cost; a
+recompute still fails, by the swap where its cache is found and by the floor where none is."""
 
 import re
 from dataclasses import replace
@@ -12,6 +13,7 @@ import numpy as np
 from tests.helpers import make_course, reference_text
 from theinference.curriculum.checks import CHECKS
 from theinference.curriculum.checks import generate_loop as gl
+from theinference.curriculum.checks import prefix_caching as pc
 from theinference.curriculum.checks.swap import FOLLOWED, Seen, prompt_state, random_ids
 from theinference.curriculum.stages import load_stages
 from theinference.results import Status
@@ -209,3 +211,60 @@ def test_the_grader_looks_no_more_once_searches_stop_finding_more_rows():
     assert building == [False] * 8 + [True], building
     never = SwapPlan("prefill", 1, [], [], None, lambda: None)
     assert not any(never.gives_up(0) for _ in range(100))
+
+
+# correct, and slow on purpose: every prompt after the first burns a second of CPU
+SLOW_PREFIX = '''
+
+_FastPrefixCache = PrefixCache
+
+
+class PrefixCache(_FastPrefixCache):
+    def process(self, prompt_ids):
+        import time as _time
+
+        if getattr(self, "_burn", False):
+            until = _time.process_time() + 1.0
+            while _time.process_time() < until:
+                pass
+        self._burn = True
+        return super().process(prompt_ids)
+'''
+
+
+def chain_stage(count: int):
+    """prefix-caching with one cost proof: a chain of `count` prompts from 240 tokens."""
+    (stage,) = [s for s in load_stages() if s.slug == "prefix-caching"]
+    (case,) = [c for c in stage.cases if c.check == "prefix_caching_cost"]
+    inputs = {"prompt": {"random": 240 + count, "seed": 78}, "start": 240, "step": 1,
+              "count": count}
+    return replace(stage, cases=(replace(case, inputs=inputs),), timeout=600)
+
+
+def test_slow_reuse_that_reads_its_cache_passes_over_the_swap(tmp_path, weights, answers):
+    """Catches a floor that still decides prefix-caching where the swap has proven reuse: this
+    correct cache spends over its floor's budget and must pass, by its logits over the cache
+    swapped after the first prompt."""
+    course = make_course(tmp_path / "c", reference_text() + SLOW_PREFIX)
+    stage = chain_stage(6)
+    case = graded(course, weights, answers, stage)
+    assert case.status == Status.PASSED, case.message
+    assert case.message.startswith(FOLLOWED.split(":")[0]), case.message
+    seconds, floor = (float(x) for x in re.findall(r"([\d.]+) s", case.message)[:2])
+    assert seconds > float(stage.words["floor_fraction"]) * floor, (seconds, floor)
+
+
+def test_only_a_chain_is_swapped_and_its_later_prompts_move(weights):
+    """Catches a prefix swap whose answer a recompute gives (the later prompts' logits must
+    depart from the original's) or one drawn where a reuse may read any of several earlier
+    prompts (not a chain)."""
+    from theinference.oracle.recompute import Recompute
+
+    recompute = Recompute(weights.tensors, weights.config)
+    ids = random_ids(40, 9, weights.config.vocab_size)
+    assert pc.swap_after_first(recompute, [[ids[:20], ids[:10]]], 3) is None
+    assert pc.swap_after_first(recompute, [[ids[:20], ids[:20]]], 3) is None
+    plan = pc.swap_after_first(recompute, [[ids[:30], ids[:33], ids[:40]]], 3)
+    plain = plan.plain()
+    assert np.array_equal(plan.expected[0], plain[0])
+    assert not np.allclose(plan.expected[1:], plain[1:], atol=1e-2, rtol=5e-2)
