@@ -23,6 +23,7 @@ import threading
 import time
 
 from theinference.curriculum.checks import CHECKS
+from theinference.curriculum.checks.swap_search import Search
 from theinference.curriculum.stages import Stage, with_run_draws
 from theinference.grading.answers import Answers
 from theinference.grading.judging import is_measured, kept_prompts, swaps
@@ -140,7 +141,12 @@ def settled(answers: Answers) -> None:
 
 
 def timed_plan(check, answers: Answers, args: list, seed: int) -> tuple:
-    """(the case's swap plan, the oracle's seconds making it: the case's oracle time)."""
+    """(the case's swap plan, the oracle's seconds making it: the case's oracle time). Its
+    search's index of the prompt's K/V is built here too, beside the student's earlier calls,
+    not at the moment the student's process waits on the search (a second for 1000 tokens)."""
     started = time.monotonic()
     plan = check.swap(answers.recompute, args, seed, answers.prompt_state)
+    if plan is not None:
+        plan.search = Search(plan.finds, plan.writes)
+        plan.search.index  # noqa: B018 (built now, for the moment it is needed)
     return plan, time.monotonic() - started

@@ -186,16 +186,17 @@ def prefix_caching_cost(value, args, ask, tol, config) -> Verdict:
     logits must be the ones over that cache, however long they take. Where no swap could be
     made, they must cost a small part of the CPU time recomputing each of them needs on this
     machine (measured in a fresh process)."""
-    pairs, measured, seen = value
+    _, measured, seen = value
     if seen is not None and seen.applied and not cut_short(measured):
-        return chain_over_swapped(pairs, seen, args, ask, tol, config, measured)
+        return chain_over_swapped(value, args, ask, tol, config)
     return prefix_caching(value, args, ask, tol, config)
 
 
-def chain_over_swapped(pairs, seen, args, ask, tol, config, measured) -> Verdict:
+def chain_over_swapped(value, args, ask, tol, config) -> Verdict:
     """Passed when every prompt's logits and reuse are the ones over the swapped cache; the
     original's logits instead: every prompt recomputed; neither: asked again, measured,
     where the floor judges (judging.grade_case)."""
+    pairs, measured, seen = value
     swapped = logits_and_reuse(pairs, args, lambda _: seen.plan.expected, tol, config)
     if swapped.status == Status.PASSED:
         followed = FOLLOWED.format(hook=say("hook"))

@@ -59,8 +59,9 @@ class SwapPlan:
         self.offered = True
         h, n, hd = self.finds[0].k.shape
         plan = dict(zip(SWAP_PLAN, (len(self.finds), h, hd, n), strict=True))
-        moments = MOMENTS if self.patience is not None else None
-        return {"swap": plan | {"moments": moments}, "next": None}, []
+        if self.patience is not None:  # a floor's fallback: the moments looked at are few
+            plan["moments"] = MOMENTS
+        return {"swap": plan, "next": None}, []
 
     def answer_held(self, word: dict) -> tuple[dict, list[bytes]]:
         if self.sent or not self.offered:  # one swap a call, and only once it was offered
