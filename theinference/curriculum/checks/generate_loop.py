@@ -1,5 +1,7 @@
 """generate-loop: the greedy tokens equal the recompute's, and come from the cache."""
 
+from collections.abc import Callable
+
 import numpy as np
 
 from theinference.curriculum.checks.common import Rejected, Verdict, Words, check
@@ -124,7 +126,7 @@ def swap_after_prompt(recompute, args: list, seed: int, state) -> SwapPlan | Non
     finds, first = prompt_kv_and_logits(recompute, prompt, state)
     w, layers, n = recompute.w, recompute.config.n_layer, len(prompt)
 
-    def over(kv) -> "callable":
+    def over(kv: list) -> Callable[[list[int]], np.ndarray]:
         def along(tokens: list[int]) -> np.ndarray:  # [len(tokens), vocab]
             decoded = oracle.extend(tokens[:-1], w, layers, kv, start=n)
             rest = oracle.logits_at(decoded.hidden, w, list(range(len(tokens) - 1)))

@@ -59,8 +59,8 @@ class SwapPlan:
         self.offered = True
         h, n, hd = self.finds[0].k.shape
         plan = dict(zip(SWAP_PLAN, (len(self.finds), h, hd, n), strict=True))
-        if self.patience is not None:  # a floor's fallback: the moments looked at are few
-            plan["moments"] = MOMENTS
+        if self.patience is not None:  # a floor's fallback: the moments looked at, bounded
+            plan["moments"] = MOMENTS[0] + MOMENTS[1] * n
         return {"swap": plan, "next": None}, []
 
     def answer_held(self, word: dict) -> tuple[dict, list[bytes]]:
@@ -86,11 +86,11 @@ class SwapPlan:
         return self.patience is not None and self.stale >= self.patience
 
 
-# where a floor is the fallback, the moments a watch looks at (a prefill building its cache a
-# layer at a time, under another name, returns a few times a layer; a recompute, every call),
-# and the searches in a row finding no more rows after which the grader looks no more (a cache
-# being built shows more every layer; a recompute's layers come and go)
-MOMENTS, PATIENCE = 256, 32
+# where a floor is the fallback, the moments a watch looks at, as (1024 + 4 a prompt row: a
+# prefill under another name returns once a row embedding it, a few times a layer), and the
+# searches in a row finding no more rows after which the grader looks no more (a cache being
+# built shows more every layer; a recompute's layers come and go)
+MOMENTS, PATIENCE = (1024, 4), 32
 
 
 def random_ids(count: int, seed: int, vocab: int) -> list[int]:

@@ -45,6 +45,7 @@ def install_hook(name, course_dir: str, exchange, prepare, watch=None):
 
 
 DEPTH = 4  # course functions between the adapter and a return that is a moment, at most
+WRAPPERS = 3  # library frames passed over between two of them (a decorator's)
 NO_MORE = "no cache was found in as many returns after the first as the grader looks at"
 
 
@@ -120,8 +121,18 @@ class ReturnWatch:
                 return False
             if caller.f_code.co_name == self.name or not self.in_course(caller.f_code):
                 return False
-            caller = caller.f_back
+            caller = self.above(caller)
         return caller is self.adapter
+
+    def above(self, frame):
+        """The frame's caller, past up to WRAPPERS library frames: a decorator's (such as
+        torch.no_grad) between the adapter and a course function, or between two."""
+        caller = frame.f_back
+        for _ in range(WRAPPERS):
+            if caller is None or caller is self.adapter or self.in_course(caller.f_code):
+                return caller
+            caller = caller.f_back
+        return caller
 
     def on_named_return(self, frame, event, arg):
         if event != "return":
