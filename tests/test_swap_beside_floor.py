@@ -329,3 +329,21 @@ def test_a_prefill_below_a_decorated_course_function_is_swapped_after_it_returns
     case = graded(course, weights, answers, cost_stage(16))
     assert case.status == Status.PASSED, case.message
     assert case.message.startswith(FOLLOWED.split(":")[0]), case.message
+
+
+def test_a_models_parameters_of_a_weights_shape_are_never_searched(weights, monkeypatch):
+    """Catches a walk that sends a freshly built model's randomly initialised parameters (not
+    yet the file's values, so not known as weights) to be searched: half a gigabyte, 20 s of
+    the grader's search at the first moment of every measured call. A plain tensor of the
+    same shape is still searched: a cache may be one."""
+    import torch
+
+    from theinference.student.worker.cache_walk import Walk, WeightSkip
+
+    monkeypatch.setenv("THEINFERENCE_WEIGHTS", str(weights.path))
+    parameter = torch.nn.Parameter(torch.randn(768, 2304))
+    plain = torch.randn(768, 2304)
+    walk = Walk(skip=WeightSkip(None))
+    walk.visit({"model": [parameter], "cache": [plain]})
+    held = [source.array for source in walk.sources]
+    assert len(held) == 1 and np.shares_memory(held[0], plain.numpy()), walk.describe()

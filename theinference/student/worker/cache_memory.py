@@ -10,10 +10,12 @@ as a copy, put back once written).
 class Source:
     """One float array reachable from the cache, read and written in its own dtype: a NumPy
     array, or a PyTorch bfloat16 tensor's bits (`bf16`); where it is a copy (of a list of
-    Python floats), `commit()` puts what was written back where the values live."""
+    Python floats), `commit()` puts what was written back where the values live. `parameter`:
+    a PyTorch module's parameter (a weight, initialised or loaded, where its shape is one)."""
 
-    def __init__(self, array, bf16: bool = False, commit=None):
+    def __init__(self, array, bf16: bool = False, commit=None, parameter: bool = False):
         self.array, self.bf16, self.commit = array, bf16, commit
+        self.parameter = parameter
 
     def decode(self, rows):
         import numpy as np
@@ -88,13 +90,14 @@ def raw_memory(obj):
 
 
 def torch_source(tensor) -> "Source | None":
+    parameter = type(tensor).__name__ == "Parameter"
     try:
         t = tensor.detach()
         if str(t.dtype) == "torch.bfloat16":
             import torch
 
-            return Source(t.view(torch.int16).numpy(), bf16=True)
-        return Source(t.numpy())
+            return Source(t.view(torch.int16).numpy(), bf16=True, parameter=parameter)
+        return Source(t.numpy(), parameter=parameter)
     except Exception:  # noqa: BLE001 (on another device, sparse, ...: not readable here)
         return None
 

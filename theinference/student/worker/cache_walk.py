@@ -72,7 +72,9 @@ class Walk:
         if key in self.places:
             return
         self.places.add(key)
-        if self.skip(a):
+        # a model's parameter of a weight's shape is a weight, even before it is loaded
+        weight_shaped = source.parameter and tuple(a.shape) in getattr(self.skip, "starts", {})
+        if weight_shaped or self.skip(a):
             self.skipped += 1
             return
         self.sources.append(source)
