@@ -67,9 +67,11 @@ def goes_beside(case: Case, config) -> bool:
 def grade_beside(cases: list[Case], processes: list[StudentProcess],
                  grade_one: Callable[[Case, StudentProcess], object], cancel) -> list:
     """grade_one(case, process) for every case, each process taking the next case as it comes
-    free; the outputs in the cases' order (None for a case a cancel left unrun)."""
+    free, the largest first (smallest first, the longest would start last and end alone:
+    573, 785 and 1024 tokens on two processes took 573 + 1024, not 1024); the outputs in the
+    cases' order (None for a case a cancel left unrun)."""
     outputs: list = [None] * len(cases)
-    pending = iter(range(len(cases)))
+    pending = iter(sorted(range(len(cases)), key=lambda i: -case_size(cases[i])))
     lock = threading.Lock()
     failed: list[BaseException] = []  # a grader fault in a thread is raised here, not lost
 
