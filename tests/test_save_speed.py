@@ -222,16 +222,15 @@ def test_the_processes_beside_the_first_are_started_by_a_thread_that_outlives_ea
         def close(self):
             pass
 
-    monkeypatch.setattr(beside, "StudentProcess", Starting)
-    monkeypatch.setattr(beside, "BesideProcess", Starting)
+    monkeypatch.setattr(beside, "AheadProcess", Starting)
     with Workers(None, jobs=2) as workers:
+        workers.start_first(Limits())
         workers.start_ahead(3, Limits())
         workers.started()
-        (second,) = workers.processes[1:]
+        first, second = workers.processes
         assert second.started_by and second.started_by[0] is not threading.current_thread()
         assert workers.at_most(2, Limits())[1] is second
-        assert all(thread.is_alive() for thread in second.started_by)
-        assert not workers.first.started_by  # the first is started by its first call
+        assert all(thread.is_alive() for thread in first.started_by + second.started_by)
 
 
 def test_a_stage_whose_first_case_is_todo_starts_no_process_beside(template_course, weights):

@@ -19,9 +19,8 @@ from theinference.student.process import StudentProcess
 from theinference.student.setup import Limits, ProcessSetup
 
 
-class BesideProcess(StudentProcess):
-    """A process beside the first, which Workers' starter thread starts ahead of its first
-    case (the first is started by its first call, in the run's own thread)."""
+class AheadProcess(StudentProcess):
+    """A student process that Workers' starter thread starts ahead of its call."""
 
     def start(self) -> None:
         if self._proc is None or self._proc.popen.poll() is not None:  # as a call would
@@ -32,13 +31,15 @@ class Workers:
     """The run's student processes: the first serves every case in turn; the others, started
     when a stage has long cases for them, take those beside it. Use as a context.
 
-    The others are started by one thread that lives as long as the run: a process dies with
-    the thread that started it (bubblewrap's --die-with-parent, the worker's own parent-death
-    signal), so started by a thread that ends, it would be gone by its first case."""
+    Each is started ahead of its call (the first while the oracle makes the stage's first
+    plan, the others while the first takes the small cases) by one thread that lives as long
+    as the run: a process dies with the thread that started it (bubblewrap's --die-with-parent,
+    the worker's own parent-death signal), so started by a thread that ends, it would be gone
+    by its first case."""
 
     def __init__(self, setup: ProcessSetup, jobs: int):
         self.setup, self.jobs = setup, max(jobs, 1)
-        self.processes = [StudentProcess(setup)]
+        self.processes: list[StudentProcess] = [AheadProcess(setup)]
         self.starter = ThreadPoolExecutor(1, thread_name_prefix="theinference-starter")
         self.starting: list[Future] = []  # starts asked of the starter, not yet waited for
 
@@ -48,18 +49,25 @@ class Workers:
 
     def at_most(self, count: int, limits: Limits) -> list[StudentProcess]:
         """`count` processes (no more than --jobs), the first among them; the others with
-        `limits`, started."""
+        `limits`, started (the first is started by its call where it is not running)."""
         self.start_ahead(count, limits)
         self.started()
         return self.processes[: min(count, self.jobs)]
 
+    def start_first(self, limits: Limits) -> None:
+        """Have the first process started with `limits`, without waiting (`started` waits)."""
+        self._have_started(self.processes[:1], limits)
+
     def start_ahead(self, count: int, limits: Limits) -> None:
         """Have the processes beside the first that `count` long cases will take started with
-        `limits`, without waiting (at_most and `started` wait): a stage's start-ups then pass
-        while the first takes its small cases, not after them."""
+        `limits`, without waiting (at_most and `started` wait)."""
         while len(self.processes) < min(count, self.jobs):
-            self.processes.append(BesideProcess(self.setup))
-        for process in self.processes[1 : min(count, self.jobs)]:
+            self.processes.append(AheadProcess(self.setup))
+        self._have_started(self.processes[1 : min(count, self.jobs)], limits)
+
+    def _have_started(self, processes: list, limits: Limits) -> None:
+        self.started()  # a process is never given limits while it starts
+        for process in processes:
             process.use_limits(limits)
             self.starting.append(self.starter.submit(process.start))
 

@@ -178,6 +178,7 @@ class StageRun:
     def grade(self, limits: Limits) -> StageResult:
         started = time.monotonic()
         self.limits = limits
+        self.workers.started()  # a process is never given limits while it starts
         self.process.use_limits(limits)
         cases = plan_cases(self.stage, self.policy)
         if not cases.cases:  # a run of nothing must never pass
@@ -186,6 +187,8 @@ class StageRun:
         self.planner = Planner(cases.cases, self.answers, threading.Event())
         self.answers.bases = kept_prompts(self.stage, self.answers.recompute.config)
         self.listener(StageStarted(self.stage.slug, self.stage.title, len(cases.cases)))
+        if not runs_alone(cases.cases[0], self.answers.recompute.config):  # else its own
+            self.workers.start_first(limits)  # while the planner makes the first case's plan
         self.planner.start()
         try:
             results, failures = self.run_cases(cases.cases)
