@@ -48,6 +48,32 @@ def test_cases_run_smallest_first_and_long_ones_last():
     assert gen["64 tokens after a 16-token prompt"] == 16 + 64
 
 
+def test_long_cases_beside_each_other_are_taken_largest_first_and_reported_in_order():
+    """Would catch the long cases beside each other dealt smallest first (on two processes the
+    longest then starts last and ends alone: the stage waits for 573 + 1024 tokens, not
+    1024), and their results handed back in the order they were taken rather than the cases'."""
+    import threading
+
+    from theinference.curriculum.stages import Case
+    from theinference.grading.beside import grade_beside
+
+    sizes = (400, 700, 1024)
+    cases = [Case(f"{n} tokens", "step_attention", {"seq": list(range(n))}) for n in sizes]
+    taken: list[tuple[str, str]] = []
+    first_taken = threading.Barrier(2)  # each process takes one case before either goes on
+
+    def grade_one(case, process):
+        taken.append((process, case.name))
+        if len(taken) <= 2:
+            first_taken.wait(timeout=10)
+        return case.name
+
+    outputs = grade_beside(cases, ["first", "second"], grade_one, threading.Event())
+    assert outputs == [c.name for c in cases]
+    assert {name for _, name in taken[:2]} == {"1024 tokens", "700 tokens"}
+    assert taken[2][1] == "400 tokens"
+
+
 def test_quick_leaves_out_the_long_cases_only():
     """Would catch: --quick dropping small cases, keeping the whole-context ones, or dropping a
     cheap must-raise case."""

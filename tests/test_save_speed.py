@@ -166,11 +166,11 @@ class Slow:
     def __init__(self, log: list):
         self.log = log
 
-    def serve(self, case: str) -> str:
+    def serve(self, case) -> str:
         started = time.monotonic()
         time.sleep(0.3)
-        self.log.append((case, id(self), started, time.monotonic()))
-        return case.upper()
+        self.log.append((case.name, id(self), started, time.monotonic()))
+        return case.name.upper()
 
 
 def test_long_cases_run_beside_each_other_and_report_in_order():
@@ -179,11 +179,12 @@ def test_long_cases_run_beside_each_other_and_report_in_order():
     rather than raised."""
     import threading
 
+    from theinference.curriculum.stages import Case
     from theinference.grading.beside import grade_beside
 
     log: list = []
     workers = [Slow(log), Slow(log)]
-    cases = ["a", "b", "c", "d"]
+    cases = [Case(name, "step_attention", {"seq": list(range(400))}) for name in "abcd"]
     out = grade_beside(cases, workers, lambda case, w: w.serve(case), threading.Event())
     assert out == ["A", "B", "C", "D"]
     assert {served for _, served, _, _ in log} == {id(w) for w in workers}
@@ -195,6 +196,50 @@ def test_long_cases_run_beside_each_other_and_report_in_order():
 
     with pytest.raises(RuntimeError, match="a grader fault"):
         grade_beside(cases, workers, broken, threading.Event())
+
+
+def test_the_processes_beside_the_first_are_started_by_a_thread_that_outlives_each_stage(
+        monkeypatch):
+    """Catches a process beside the first started by a thread that ends with a stage's long
+    cases: it dies with that thread (bubblewrap's --die-with-parent, the worker's parent-death
+    signal), and every later stage paid its start-up again (a whole course: 11 starts, not 7);
+    and one started after the stage's small cases rather than while they run."""
+    import threading
+
+    from theinference.grading import beside
+    from theinference.grading.beside import Workers
+
+    class Starting:
+        def __init__(self, setup):
+            self.started_by: list = []
+
+        def start(self):
+            self.started_by.append(threading.current_thread())
+
+        def use_limits(self, limits):
+            pass
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(beside, "AheadProcess", Starting)
+    with Workers(None, jobs=2) as workers:
+        workers.start_first(Limits())
+        workers.start_ahead(3, Limits())
+        workers.started()
+        first, second = workers.processes
+        assert second.started_by and second.started_by[0] is not threading.current_thread()
+        assert workers.at_most(2, Limits())[1] is second
+        assert all(thread.is_alive() for thread in first.started_by + second.started_by)
+
+
+def test_a_stage_whose_first_case_is_todo_starts_no_process_beside(template_course, weights):
+    """Catches a course of stubs paying a second process's start-up at every stage: the
+    processes beside the first are started once a stage has begun (its first case not todo)."""
+    (stage,) = select(load_stages(), ["single-step-attention"])
+    setup = ProcessSetup(template_course, weights.path)
+    run = grade(setup, RunPlan([stage], weights, jobs=2))
+    assert run.stages[0].status == Status.TODO and run.worker_startups == 1
 
 
 def test_only_long_unmeasured_cases_go_beside(weights):

@@ -150,3 +150,46 @@ def test_a_tensor_read_alone_is_checked_against_its_own_digest(tmp_path):
     private_copy._LAST_READ.clear()
     with pytest.raises(WeightsError, match="changed since the run began"):
         lazy.tensors["h.0.mlp.c_fc.bias"]
+
+
+def test_embedding_rows_read_alone_are_the_tensors_rows_each_checked_against_its_digest(tmp_path):
+    """Would catch the token embedding read whole (154 MB read and hashed) for a swap's few
+    hundred random rows, rows gathered in the wrong order or shape (repeated, negative, none),
+    and a row read alone on the memo's word without its bytes hashed."""
+    from theinference.oracle import gpt2
+
+    path, memo = small_file(tmp_path), SignedDigests(tmp_path / "cache")
+    whole = fresh_load(path, memo)
+    fresh_load(path, memo).tensors["wpe.weight"]  # a known file read whole: rows learned too
+    lazy = fresh_load(path, memo)
+    wte = np.asarray(whole.tensors["wte.weight"])
+    for ids in ([5, 3, 5, 299, 0], [], [-1, 2], [[1, 2], [3, 4]], 7):
+        assert np.array_equal(lazy.tensors.rows("wte.weight", ids), wte[ids]), ids
+    given = np.array([-1, 2])
+    lazy.tensors.rows("wte.weight", given)
+    assert given.tolist() == [-1, 2], "the caller's token ids were changed"
+    assert np.array_equal(gpt2.embed([9, 4, 9], lazy.tensors), gpt2.embed([9, 4, 9], whole.tensors))
+    assert "wte.weight" not in lazy.tensors._tensors  # its rows alone were read
+    from theinference.oracle.safetensors_io import read_header
+
+    header, start = read_header(path)
+    row_bytes = 4 * SMALL.n_embd
+    tamper(path, start + header["wte.weight"]["data_offsets"][0] + 42 * row_bytes, b"\x04" * 8)
+    private_copy._LAST_READ.clear()
+    assert np.array_equal(lazy.tensors.rows("wte.weight", [41, 43]), wte[[41, 43]])
+    with pytest.raises(WeightsError, match="changed since the run began"):
+        lazy.tensors.rows("wte.weight", [41, 42])
+
+
+def test_a_memo_learned_before_row_digests_reads_the_file_whole_once_more(tmp_path):
+    """Would catch a memo kept from before the rows' digests were learned leaving every later
+    run to read the whole embedding for good (its rows never learned)."""
+    path, memo = small_file(tmp_path), SignedDigests(tmp_path / "cache")
+    fresh_load(path, memo)
+    fresh_load(path, memo).tensors["wpe.weight"]
+    key = private_copy.stat_key(path)
+    memo.learn(key, {**memo.known(key), "rows": {}})  # as an earlier release kept it
+    again = fresh_load(path, memo)
+    again.tensors["wpe.weight"]
+    assert again.tensors.read and len(again.tensors._tensors) > 1  # read whole
+    assert "wte.weight" in memo.known(key)["rows"]

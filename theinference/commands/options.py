@@ -54,6 +54,8 @@ def handled(command):
             return command(*args, **kwargs)
         except KeyboardInterrupt:
             raise typer.Exit(exits.INTERRUPTED) from None
+        except typer.Exit:  # every command's way out: no user error to look for
+            raise
         except Exception as exc:
             found = user_error(exc)
             if found is None:

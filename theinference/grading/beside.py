@@ -8,6 +8,7 @@ of its own, one after another, so that its rate and its CPU are its own.
 
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from theinference.curriculum.checks import CHECKS
 from theinference.curriculum.stages import Case
@@ -15,33 +16,80 @@ from theinference.grading.ahead import blas_is_one_thread
 from theinference.grading.judging import is_measured
 from theinference.grading.policy import LONG_CASE_TOKENS, case_size
 from theinference.student.process import StudentProcess
-from theinference.student.setup import ProcessSetup
+from theinference.student.setup import Limits, ProcessSetup
+
+
+class AheadProcess(StudentProcess):
+    """A student process that Workers' starter thread starts ahead of its call."""
+
+    def start(self) -> None:
+        if self._proc is None or self._proc.popen.poll() is not None:  # as a call would
+            self._start()
 
 
 class Workers:
     """The run's student processes: the first serves every case in turn; the others, started
-    when a stage first has long cases for them, take those beside it. Use as a context."""
+    when a stage has long cases for them, take those beside it. Use as a context.
+
+    Each is started ahead of its call (the first while the oracle makes the stage's first
+    plan, the others while the first takes the small cases) by one thread that lives as long
+    as the run: a process dies with the thread that started it (bubblewrap's --die-with-parent,
+    the worker's own parent-death signal), so started by a thread that ends, it would be gone
+    by its first case."""
 
     def __init__(self, setup: ProcessSetup, jobs: int):
         self.setup, self.jobs = setup, max(jobs, 1)
-        self.processes = [StudentProcess(setup)]
+        self.processes: list[StudentProcess] = [AheadProcess(setup)]
+        self.starter = ThreadPoolExecutor(1, thread_name_prefix="theinference-starter")
+        self.starting: list[Future] = []  # starts asked of the starter, not yet waited for
 
     @property
     def first(self) -> StudentProcess:
         return self.processes[0]
 
-    def at_most(self, count: int) -> list[StudentProcess]:
-        """`count` processes (no more than --jobs), the first among them."""
-        while len(self.processes) < min(count, self.jobs):
-            self.processes.append(StudentProcess(self.setup))
+    def at_most(self, count: int, limits: Limits) -> list[StudentProcess]:
+        """`count` processes (no more than --jobs), the first among them; the others with
+        `limits`, started (the first is started by its call where it is not running)."""
+        self.start_ahead(count, limits)
+        self.started()
         return self.processes[: min(count, self.jobs)]
+
+    def start_first(self, limits: Limits) -> None:
+        """Have the first process started with `limits`, without waiting (`started` waits)."""
+        self._have_started(self.processes[:1], limits)
+
+    def start_ahead(self, count: int, limits: Limits) -> None:
+        """Have the processes beside the first that `count` long cases will take started with
+        `limits`, without waiting (at_most and `started` wait)."""
+        while len(self.processes) < min(count, self.jobs):
+            self.processes.append(AheadProcess(self.setup))
+        self._have_started(self.processes[1 : min(count, self.jobs)], limits)
+
+    def _have_started(self, processes: list, limits: Limits) -> None:
+        self.started()  # a process is never given limits while it starts
+        for process in processes:
+            process.use_limits(limits)
+            self.starting.append(self.starter.submit(process.start))
+
+    def started(self) -> None:
+        """Wait until no process is starting (before a call whose CPU is measured)."""
+        while True:
+            try:
+                starting = self.starting.pop()  # one at a time, whichever thread asks
+            except IndexError:
+                return
+            starting.result()  # a fault of the grader's own is raised here
 
     def __enter__(self) -> "Workers":
         return self
 
     def __exit__(self, *exc) -> None:
-        for process in self.processes:
-            process.close()
+        try:
+            self.started()
+        finally:
+            for process in self.processes:
+                process.close()
+            self.starter.shutdown()
 
 
 def long_run(cases: list[Case], start: int, config) -> int:
@@ -67,9 +115,11 @@ def goes_beside(case: Case, config) -> bool:
 def grade_beside(cases: list[Case], processes: list[StudentProcess],
                  grade_one: Callable[[Case, StudentProcess], object], cancel) -> list:
     """grade_one(case, process) for every case, each process taking the next case as it comes
-    free; the outputs in the cases' order (None for a case a cancel left unrun)."""
+    free, the largest first (smallest first, the longest would start last and end alone:
+    573, 785 and 1024 tokens on two processes took 573 + 1024, not 1024); the outputs in the
+    cases' order (None for a case a cancel left unrun)."""
     outputs: list = [None] * len(cases)
-    pending = iter(range(len(cases)))
+    pending = iter(sorted(range(len(cases)), key=lambda i: -case_size(cases[i])))
     lock = threading.Lock()
     failed: list[BaseException] = []  # a grader fault in a thread is raised here, not lost
 

@@ -5,8 +5,9 @@ A digest is trusted exactly where the answers are: a run whose student process c
 secret (it runs as the grader's own user) is given no memo (session.py), and a memo written by
 anything without the secret is a miss. An entry is a file's StatKey (its inode, size, mtime and
 ctime: a write moves ctime, which os.utime cannot put back), the sha256 of the bytes read and
-that of each tensor's: a tensor is still read and hashed before the oracle computes on it
-(oracle/private_copy.py), alone where the run needs only a few.
+that of each tensor's (and of each row of the token embedding): a tensor, or a row, is still
+read and hashed before the oracle computes on it (oracle/private_copy.py), alone where the run
+needs only a few.
 """
 
 import hashlib
@@ -71,4 +72,6 @@ class SignedDigests:
 
 def well_formed(digests: object) -> bool:
     return (isinstance(digests, dict) and isinstance(digests.get("sha256"), str)
-            and isinstance(digests.get("parts", {}), dict))
+            and isinstance(digests.get("parts", {}), dict)
+            and isinstance(digests.get("rows", {}), dict)
+            and all(isinstance(v, str) for v in digests.get("rows", {}).values()))

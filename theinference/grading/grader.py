@@ -17,7 +17,7 @@ from theinference.diagnosis.fingerprints import MAX_CASES, MIN_CASES
 from theinference.diagnosis.stage import Failure, catalogue_match, diagnose_stage, named_alone
 from theinference.grading.ahead import Planner, drawn_stages, runs_alone
 from theinference.grading.answers import Answers
-from theinference.grading.beside import Workers, grade_beside, long_run
+from theinference.grading.beside import Workers, goes_beside, grade_beside, long_run
 from theinference.grading.environment import describe
 from theinference.grading.judging import grade_case, kept_prompts
 from theinference.grading.policy import (
@@ -181,6 +181,7 @@ class StageRun:
     def grade(self, limits: Limits) -> StageResult:
         started = time.monotonic()
         self.limits = limits
+        self.workers.started()  # a process is never given limits while it starts
         self.process.use_limits(limits)
         cases = plan_cases(self.stage, self.policy)
         if not cases.cases:  # a run of nothing must never pass
@@ -189,6 +190,8 @@ class StageRun:
         self.planner = Planner(cases.cases, self.answers, threading.Event())
         self.answers.bases = kept_prompts(self.stage, self.answers.recompute.config)
         self.listener(StageStarted(self.stage.slug, self.stage.title, len(cases.cases)))
+        if not runs_alone(cases.cases[0], self.answers.recompute.config):  # else its own
+            self.workers.start_first(limits)  # while the planner makes the first case's plan
         self.planner.start()
         try:
             results, failures = self.run_cases(cases.cases)
@@ -223,9 +226,7 @@ class StageRun:
         while index < len(cases) and not self.cancel.is_set():
             count = long_run(list(cases), index, config) if self.workers.jobs > 1 else 0
             batch = list(cases[index : index + max(count, 1)])
-            processes = self.workers.at_most(len(batch))
-            for process in processes[1:]:
-                process.use_limits(self.limits)
+            processes = self.workers.at_most(len(batch), self.limits)
             done = grade_beside(batch, processes,
                                 lambda case, p: self.one_case(case, cases, p, failures),
                                 self.cancel)
@@ -234,7 +235,18 @@ class StageRun:
             following = cases[index] if index < len(cases) else None
             if self.stops_after(results, len(failures), following):
                 break
+            if len(results) == 1:  # the stage has begun (its first case is not todo)
+                self.start_beside(cases[index:])
         return results, failures
+
+    def start_beside(self, cases) -> None:
+        """The processes that will take the stage's long cases beside the first, started now,
+        while the first takes the small cases (each start-up cost the stage a tenth of a
+        second or more when paid as its long cases began)."""
+        config = self.answers.recompute.config
+        count = sum(goes_beside(case, config) for case in cases)
+        if self.workers.jobs > 1 and count > 1:
+            self.workers.start_ahead(count, self.limits)
 
     def one_case(self, case, cases, process, failures: list[Failure]) -> CaseResult:
         self.listener(CaseStarted(self.stage.slug, case.name, cases.index(case), len(cases)))
@@ -242,8 +254,10 @@ class StageRun:
             ask_again = wanted_again(case, len(failures), lambda: self.settled(failures))
         if runs_alone(case, self.answers.recompute.config) or case_size(case) > LONG_CASE_TOKENS:
             # its CPU is measured, or it is long (its wall time nears the timeout on a busy
-            # machine): the oracle's plans are made by then, nothing shares the cores with it
+            # machine): the oracle's plans are made and the processes started ahead have
+            # started by then, nothing shares the cores with it
             self.planner.done()
+            self.workers.started()
         result, args, verdict = grade_case(self.stage, case, process, self.answers, ask_again,
                                            lift_limit=not self.recomputes)
         with self.lock:

@@ -5,10 +5,14 @@ A run whose answers all come from the answer cache never computes, so it never n
 tensors; a swap drawn per run on layer 0 needs a few. Where a memo (grading/digests.py) holds
 the digest of each tensor's bytes, hashed when the whole file was last read and found to be the
 file the run is keyed by, each tensor is read on first use and checked against its own digest
-(`PrivateTensors`). A file changed in between is an error, never an answer over other weights.
+(`PrivateTensors`); the token embedding, of which a swap drawn per run embeds a few hundred
+random rows, is read a row at a time, each checked against its row's digest (`rows`). A file
+changed in between is an error, never an answer over other weights.
 """
 
+import base64
 import hashlib
+import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -18,10 +22,20 @@ from typing import Protocol
 import numpy as np
 
 from theinference.oracle.checkpoint import WeightsError
-from theinference.oracle.safetensors_io import SafetensorsError, decode, read_header, tensors_in
+from theinference.oracle.safetensors_io import (
+    SafetensorsError,
+    decode,
+    header_in,
+    read_header,
+    tensors_in,
+)
 
 StatKey = tuple  # (resolved path, device, inode, size, mtime_ns, ctime_ns)
-Digests = dict  # {"sha256": the file's, "parts": {tensor name: its bytes' sha256}}
+# {"sha256": the file's, "parts": {tensor name: its bytes' sha256}, "rows": {tensor name:
+# base64 of ROW_DIGEST bytes of each row's sha256, row after row}}
+Digests = dict
+ROWS_ALONE = ("wte.weight",)  # tensors whose rows are read alone where their digests are known
+ROW_DIGEST = 16  # bytes of a row's sha256 kept: 128 bits, still past any second preimage
 
 
 class DigestMemo(Protocol):
@@ -80,10 +94,38 @@ def read_range(path: Path, begin: int, length: int) -> np.ndarray:
     return buffer
 
 
+def read_rows(path: Path, offsets: list[int], size: int) -> np.ndarray:
+    """[len(offsets), size] uint8: `size` bytes of the file from each offset, read-only."""
+    rows = np.empty((len(offsets), size), dtype=np.uint8)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for row, offset in zip(rows, offsets, strict=True):
+            if os.preadv(fd, [row], offset) != size:
+                raise OSError(f"{path} shrank while it was read")
+    finally:
+        os.close(fd)
+    rows.flags.writeable = False
+    return rows
+
+
 def part_digests(tensors: dict[str, np.ndarray]) -> dict[str, str]:
     """Each tensor's bytes' sha256, as stored (tensors viewing a whole file's read)."""
     return {name: hashlib.sha256(t.view(np.uint8).reshape(-1)).hexdigest()
             for name, t in tensors.items() if t.flags.c_contiguous}
+
+
+def row_digests(buffer: np.ndarray, path: Path) -> dict[str, str]:
+    """The digests of each row of the ROWS_ALONE tensors, from the whole file's bytes read
+    (`buffer`: the bytes as stored, whatever their dtype)."""
+    header, start = header_in(buffer, path)
+    found = {}
+    for name in ROWS_ALONE:
+        if name in header and header[name]["shape"]:
+            begin, end = header[name]["data_offsets"]
+            rows = buffer[start + begin : start + end].reshape(header[name]["shape"][0], -1)
+            found[name] = base64.b64encode(b"".join(
+                hashlib.sha256(row).digest()[:ROW_DIGEST] for row in rows)).decode()
+    return found
 
 
 class PrivateTensors(Mapping):
@@ -93,8 +135,10 @@ class PrivateTensors(Mapping):
 
     def __init__(self, path: Path, sha256: str, tensors: dict[str, np.ndarray] | None = None,
                  parts: dict[str, str] | None = None,
-                 read_whole: Callable[[PrivateRead, dict], None] | None = None):
+                 read_whole: Callable[[PrivateRead, dict], None] | None = None,
+                 rows: dict[str, str] | None = None):
         self._path, self.sha256, self._parts = path, sha256, parts or {}
+        self._rows: dict = dict(rows or {})  # tensor name -> its rows' digests (row_digests)
         self._read_whole = read_whole  # told of a whole read and its tensors, once checked
         self._tensors: dict[str, np.ndarray] = dict(tensors or {})
         self._names = list(tensors) if tensors is not None else None
@@ -114,6 +158,51 @@ class PrivateTensors(Mapping):
                     self._tensors.update(self._read_checked(name))
                 held = self._tensors[name]
         return held
+
+    def rows(self, name: str, ids) -> np.ndarray:
+        """self[name][ids]: where the tensor is not held and its rows' digests are known, the
+        rows `ids` alone, each read and checked against its own digest."""
+        digests = self._row_digests(name)
+        if name in self._tensors or digests is None:
+            return self[name][ids]
+        count = len(digests) // ROW_DIGEST
+        wanted = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if wanted.size and (wanted.min() < -count or wanted.max() >= count):
+            raise IndexError(f"a row out of range for {name}, of {count} rows")
+        wanted = wanted % count  # a negative row counts from the end, as NumPy's (a copy)
+        # sorted and each once (not np.unique: it loads numpy.ma, 10 ms)
+        unique = np.array(sorted(set(wanted.tolist())), dtype=np.int64)
+        held = self._read_rows(name, unique, digests)
+        return held[np.searchsorted(unique, wanted)].reshape(*np.shape(ids), held.shape[1])
+
+    def _row_digests(self, name: str) -> bytes | None:
+        """The digests of the tensor's rows, ROW_DIGEST bytes each, where the memo gave one
+        for every row of a 2-D tensor the file holds; else None."""
+        if name not in self._rows or name not in self._layout()[0]:
+            return None
+        shape = self._layout()[0][name]["shape"]
+        digests = self._rows[name]
+        if isinstance(digests, str):  # as the memo keeps them: decoded once, when first used
+            digests = self._rows[name] = base64.b64decode(digests)
+        whole = len(shape) == 2 and shape[0] > 0 and len(digests) == shape[0] * ROW_DIGEST
+        return digests if whole else None
+
+    def _read_rows(self, name: str, unique: np.ndarray, digests: bytes) -> np.ndarray:
+        """The rows `unique` (sorted) of the tensor, read and each checked, decoded."""
+        header, start = self._layout()
+        entry = header[name]
+        begin, end = entry["data_offsets"]
+        size = (end - begin) // entry["shape"][0]
+        try:
+            raw = read_rows(self._path, [start + begin + int(i) * size for i in unique], size)
+        except OSError as exc:
+            raise WeightsError(f"cannot read the weights {self._path}: {exc}") from None
+        for i, row in zip(unique, raw, strict=True):
+            found = hashlib.sha256(row).digest()
+            kept = digests[int(i) * ROW_DIGEST : (int(i) + 1) * ROW_DIGEST]
+            if found[:ROW_DIGEST] != kept:
+                raise changed(self._path, f"{name} row {i}: {found.hex()}", kept.hex())
+        return decode(raw.reshape(-1), entry["dtype"]).reshape(len(unique), entry["shape"][1])
 
     def _layout(self) -> tuple[dict, int]:
         """The file's header (name -> dtype, shape, offsets) and where its data begins."""

@@ -77,15 +77,19 @@ def map_tensors(path: Path) -> dict[str, np.ndarray]:
     return tensors
 
 
-def tensors_in(buffer: np.ndarray, path: Path) -> dict[str, np.ndarray]:
-    """Every tensor of a whole safetensors file held in `buffer` ([size] uint8), as views."""
+def header_in(buffer: np.ndarray, path: Path) -> tuple[dict, int]:
+    """(tensor entries, offset of the data section) of a whole file held in `buffer`."""
     if buffer.size < 8:
         raise SafetensorsError(f"{path} is {buffer.size} bytes: too short to be a safetensors file")
     (header_len,) = struct.unpack("<Q", buffer[:8].tobytes())
     if header_len > min(MAX_HEADER_BYTES, buffer.size - 8):
         raise SafetensorsError(f"{path} is not a safetensors file (bad header length)")
-    raw = buffer[8 : 8 + header_len].tobytes()
-    header, data_start = parse_header(path, raw, buffer.size)
+    return parse_header(path, buffer[8 : 8 + header_len].tobytes(), buffer.size)
+
+
+def tensors_in(buffer: np.ndarray, path: Path) -> dict[str, np.ndarray]:
+    """Every tensor of a whole safetensors file held in `buffer` ([size] uint8), as views."""
+    header, data_start = header_in(buffer, path)
     tensors = {}
     for name, entry in header.items():
         begin, end = entry["data_offsets"]

@@ -38,12 +38,14 @@ from theinference.oracle.checkpoint import (
 from theinference.oracle.config import ModelConfig
 from theinference.oracle.hub import HubUnavailable, hub_file
 from theinference.oracle.private_copy import (
+    ROWS_ALONE,
     DigestMemo,
     Digests,
     PrivateRead,
     PrivateTensors,
     part_digests,
     read_private,
+    row_digests,
     stat_key,
 )
 from theinference.oracle.safetensors_io import SafetensorsError, map_tensors, tensors_in, write_file
@@ -239,9 +241,11 @@ def _open(name: str, path: Path, read: PrivateRead | None, known: Digests | None
         _learn(memo, read)
         private = PrivateTensors(path, read.sha256, tensors)
     else:
-        parts = known.get("parts") or {}
+        parts, rows = known.get("parts") or {}, known.get("rows") or {}
+        if not all(name in rows for name in ROWS_ALONE if name in tensors):
+            parts = {}  # learned before rows were: read whole once more, both learned then
         whole = None if parts else functools.partial(_learn, memo)  # the parts learned then
-        private = PrivateTensors(path, known["sha256"], parts=parts, read_whole=whole)
+        private = PrivateTensors(path, known["sha256"], parts=parts, read_whole=whole, rows=rows)
     return Weights(name, path.resolve(), private.sha256, config, private, tuple(notes))
 
 
@@ -252,7 +256,8 @@ def _learn(memo: DigestMemo | None, read: PrivateRead,
     whole, so a run in a fresh cache, which reads it once, does not)."""
     if memo is not None and read.key is not None:
         parts = part_digests(tensors) if tensors is not None else {}
-        memo.learn(read.key, {"sha256": read.sha256, "parts": parts})
+        rows = row_digests(read.buffer, Path(read.key[0])) if tensors is not None else {}
+        memo.learn(read.key, {"sha256": read.sha256, "parts": parts, "rows": rows})
 
 
 def _sha256_of(path: Path) -> str:

@@ -131,7 +131,8 @@ class LogReport:
 
     def early(self, slug: str, case) -> None:
         """A stage's first failing case, on screen as soon as it is judged: its smallest, as
-        cases run smallest first; the stage's block follows when its other cases are done."""
+        cases run smallest first (the long ones beside each other: the first judged, as they
+        are taken largest first); the stage's block follows when its other cases are done."""
         from theinference.output.report import early_failure
 
         line = early_failure(slug, case, self.failed_stages)
