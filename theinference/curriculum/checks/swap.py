@@ -86,11 +86,11 @@ class SwapPlan:
         return self.patience is not None and self.stale >= self.patience
 
 
-# where a floor is the fallback, the moments a watch looks at, as (1024 + 4 a prompt row: a
+# where a floor is the fallback, the moments a watch looks at, as (512 + 4 a prompt row: a
 # prefill under another name returns once a row embedding it, a few times a layer), and the
 # searches in a row finding no more rows after which the grader looks no more (a cache being
 # built shows more every layer; a recompute's layers come and go)
-MOMENTS, PATIENCE = (1024, 4), 32
+MOMENTS, PATIENCE = (512, 4), 32
 
 
 def random_ids(count: int, seed: int, vocab: int) -> list[int]:
