@@ -51,7 +51,7 @@ def plan_ahead(stages: list[Stage], answers: Answers, policy: RunPolicy, seed: i
         answers.bases = kept_prompts(stage, config)
         for case in plan_cases(stage, policy).cases:
             check = CHECKS[case.check]
-            if not swaps(check, case):
+            if not swaps(check, case, runs_measured(case, config)):
                 continue
             if stop.is_set():
                 return made
@@ -60,6 +60,11 @@ def plan_ahead(stages: list[Stage], answers: Answers, policy: RunPolicy, seed: i
             answers.keep_plan(case.check, args, swap_seed, made_now)
             made += 1
     return made
+
+
+def runs_measured(case, config) -> bool:
+    check = CHECKS[case.check]
+    return is_measured(check, case, check.arguments(case, config), config)
 
 
 def runs_alone(case, config) -> bool:
@@ -79,7 +84,7 @@ class Planner:
         self.answers, self.stop = answers, stop
         config = answers.recompute.config
         self.todo = [(case, CHECKS[case.check]) for case in cases
-                     if swaps(CHECKS[case.check], case)]
+                     if swaps(CHECKS[case.check], case, runs_measured(case, config))]
         self.todo = [(case, check, check.arguments(case, config), int(case.inputs.get("swap", 0)))
                      for case, check in self.todo]
         self.todo = [(case, check, args, seed) for case, check, args, seed in self.todo

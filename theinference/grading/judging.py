@@ -41,7 +41,7 @@ def grade_case(
     args = check.arguments(case, answers.recompute.config)
     clock = OracleClock()
     measured = is_measured(check, case, args, answers.recompute.config)
-    fixed = fix_answer(check, case, args, answers, clock)
+    fixed = fix_answer(check, case, args, answers, clock, measured)
     if measured:
         outcome = measured_call(stage, check, args, process, answers,
                                 measured_probe(check, fixed, lift_limit))
@@ -87,10 +87,14 @@ def kept_prompts(stage: Stage, config) -> list[list[int]]:
     return sorted(prompts, key=len, reverse=True)
 
 
-def swaps(check: Check, case: Case) -> bool:
+def swaps(check: Check, case: Case, measured: bool) -> bool:
     """Whether the case's call has its cache swapped: a check's that swaps, but a request that
-    must be refused (it never reaches a cache)."""
-    return check.swap is not None and not case.inputs.get("must_raise")
+    must be refused (it never reaches a cache); where the check has a floor, its measured cases
+    alone (the floor's evidence, where the swap cannot be made: a small case is no evidence,
+    and its swap would cost a recompute's every return a search)."""
+    if check.swap is None or case.inputs.get("must_raise"):
+        return False
+    return check.flop is None or measured
 
 
 def is_measured(check: Check, case: Case, args: list, config) -> bool:
@@ -119,11 +123,12 @@ def asked_unswapped(asked: "Question", process, plan: SwapPlan):
     return outcome, verdict
 
 
-def fix_answer(check: Check, case: Case, args: list, answers: Answers, clock: "OracleClock"):
+def fix_answer(check: Check, case: Case, args: list, answers: Answers, clock: "OracleClock",
+               measured: bool):
     """The answer the call will be judged against, before the call: a swap's plan, the
     expected value of the call's own arguments, or None where it depends on the answer (or no
     swap could be drawn: its plan is None)."""
-    if swaps(check, case):
+    if swaps(check, case, measured):
         seed = int(case.inputs.get("swap", 0))
         made = answers.planned(case.check, args, seed)  # ahead.py: beside, or between runs
         if made is not None:
