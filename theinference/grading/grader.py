@@ -177,6 +177,7 @@ class StageRun:
         # a case of the stage has shown a decode that ignores its swapped cache: a later
         # measured call keeps its CPU limit after its swap (it would recompute to the end)
         self.recomputes = False
+        self.failed = 0  # the stage's failed cases so far, numbers or not (generate's tokens)
 
     def grade(self, limits: Limits) -> StageResult:
         started = time.monotonic()
@@ -251,7 +252,8 @@ class StageRun:
     def one_case(self, case, cases, process, failures: list[Failure]) -> CaseResult:
         self.listener(CaseStarted(self.stage.slug, case.name, cases.index(case), len(cases)))
         with self.lock:
-            ask_again = wanted_again(case, len(failures), lambda: self.settled(failures))
+            failing = max(len(failures), self.failed)
+            ask_again = wanted_again(case, failing, lambda: self.settled(failures))
         if runs_alone(case, self.answers.recompute.config) or case_size(case) > LONG_CASE_TOKENS:
             # its CPU is measured, or it is long (its wall time nears the timeout on a busy
             # machine): the oracle's plans are made and the processes started ahead have
@@ -264,6 +266,7 @@ class StageRun:
             if verdict.actual is not None:
                 failures.append(Failure(case.check, args, verdict.actual))
             self.recomputes |= verdict.suspected_bug == "decode-recomputes"
+            self.failed += verdict.status == Status.FAILED
         self.listener(CaseFinished(self.stage.slug, result))
         return result
 
