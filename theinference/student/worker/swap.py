@@ -63,10 +63,11 @@ class Target:
         for root in roots:
             walk.visit(root)
         # what was sent before and held no row, unchanged since, holds none now: not counted,
-        # not sent again (a moment costs its walk, not a copy of all it can reach)
-        fresh = []
-        if sum(s.array.size for s in walk.sources) >= self.needed:  # else not yet there: cheap
-            marks = [(s, mark(s.array)) for s in walk.sources]
+        # not sent again (a moment costs its walk, not a copy of all it can reach); nor is an
+        # array no axis of which is a multiple of head_dim (the grader reads it as no rows)
+        fresh, readable = [], [s for s in walk.sources if holds_rows(s.array, self.hd)]
+        if sum(s.array.size for s in readable) >= self.needed:  # else not yet there: cheap
+            marks = [(s, mark(s.array)) for s in readable]
             fresh = [(s, m) for s, m in marks if self.barren.get(m[0]) != m[1]]
         held = sum(s.array.size for s, _ in fresh)
         if held < self.needed:  # a cache half built, or none
@@ -107,6 +108,11 @@ class Target:
             self.unnamed_weights = WeightSkip(None)
         return self.unnamed_weights
 
+
+
+def holds_rows(a, hd: int) -> bool:
+    """Whether cache_rows.row_views reads any row of head_dim values in the array."""
+    return a.size >= hd and any(n % hd == 0 for n in a.shape)
 
 
 def mark(a) -> tuple[tuple, int]:
