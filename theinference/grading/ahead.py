@@ -63,6 +63,7 @@ def plan_ahead(stages: list[Stage], answers: Answers, policy: RunPolicy, seed: i
 
 
 def runs_measured(case, config) -> bool:
+    """Whether the case's call runs against a floor (judging.is_measured)."""
     check = CHECKS[case.check]
     return is_measured(check, case, check.arguments(case, config), config)
 
@@ -70,9 +71,7 @@ def runs_measured(case, config) -> bool:
 def runs_alone(case, config) -> bool:
     """Whether the case's call has its CPU measured (a floor's proof, or a refusal bounded by
     one): nothing of the grader's may share the machine with it."""
-    check = CHECKS[case.check]
-    refusal = bool(case.inputs.get("must_raise"))
-    return refusal or is_measured(check, case, check.arguments(case, config), config)
+    return bool(case.inputs.get("must_raise")) or runs_measured(case, config)
 
 
 class Planner:
