@@ -7,12 +7,13 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from theinference import exits
 from theinference.curriculum.stages import load_stages
-from theinference.grading import watching
+from theinference.grading import ahead, watching
 from theinference.results import RunResult, StageResult, Status
 
 STAGES = load_stages()
@@ -210,7 +211,8 @@ def test_the_next_run_grades_with_the_seed_its_plans_were_made_for_once(tmp_path
                          "synthetic", "0" * 64)
 
     monkeypatch.setattr(watching, "run", stand_in)
-    session = StandInSession(Course(tmp_path), STAGES[:1], STAGES, answers=object())
+    session = StandInSession(Course(tmp_path), STAGES[:1], STAGES,
+                              answers=SimpleNamespace(last_planner=None))
     view, typed = RecordingView(), Typed()
     watch = watching.WatchLoop(session, view, typed, poll=True)
     thread = threading.Thread(target=watch.run, daemon=True)
@@ -225,3 +227,45 @@ def test_the_next_run_grades_with_the_seed_its_plans_were_made_for_once(tmp_path
     thread.join(WAIT)
     assert seeds[0] is None, "the first run has no plans made ahead: it draws its own seed"
     assert seeds[1:] == planned_for[:2] and planned_for[0] != planned_for[1]
+
+
+def test_a_save_while_the_next_runs_plans_are_made_starts_its_run_at_once(tmp_path, monkeypatch):
+    """Catches the loop waiting, on a save, for the plan being made between runs (seconds of
+    oracle work on a long prompt) before it starts the run: the first verdict waited for it.
+    The run's planner waits for it instead (ahead.Between), before any measured call."""
+    planning, release = threading.Event(), threading.Event()
+
+    def slow_plans(stages, answers, policy, seed, stop):
+        planning.set()
+        release.wait(WAIT)  # one plan, longer than the save's wait
+
+    graded_with, waited = queue.Queue(), []
+
+    def stand_in(session, stages, cancel, trigger, listener):
+        graded_with.put(session.seed)
+        if session.answers.last_planner is not None:  # as the run's Planner sees it
+            waited.append(session.answers.last_planner)
+        return RunResult([StageResult(s.slug, s.title, Status.PASSED) for s in stages],
+                         "synthetic", "0" * 64)
+
+    monkeypatch.setattr(watching, "plan_ahead", slow_plans)
+    monkeypatch.setattr(watching, "run", stand_in)
+    answers = SimpleNamespace(last_planner=None)
+    session = StandInSession(Course(tmp_path), STAGES[:1], STAGES, answers=answers)
+    view, typed = RecordingView(), Typed()
+    watch = watching.WatchLoop(session, view, typed, poll=True)
+    thread = threading.Thread(target=watch.run, daemon=True)
+    thread.start()
+    graded_with.get(timeout=WAIT)
+    assert planning.wait(WAIT)
+    typed.command(watching.RERUN)
+    try:
+        graded_with.get(timeout=WAIT / 2)  # raises Empty if the rerun waits for the plan
+        between = waited[-1]
+        assert isinstance(between, ahead.Between) and between.thread.is_alive()
+    finally:
+        release.set()
+    between.done()  # what the run's Planner does before a measured call: the plan is over
+    assert not between.thread.is_alive()
+    typed.command(watching.QUIT)
+    thread.join(WAIT)

@@ -7,8 +7,10 @@ prompt's kept K/V per swapped case. In watch mode the grader is idle between a r
 the next save, so it draws the next run's seed then and makes that run's plans; the run, on
 the save, finds them made. The seed stays the grader's alone, fresh for every run, and the
 plans are the same as the run would make (the same function, arguments and seed): nothing
-about the proofs changes, only when the oracle works. It works while no run is going (the
-loop stops it before a run starts), so it never runs beside the student's code.
+about the proofs changes, only when the oracle works. A save stops it between plans; the plan
+it is making then is finished beside the new run's first cases (a first verdict never waits
+for it) and handed to the run, which waits for it, as for its own Planner, before any call
+whose CPU is measured.
 
 Within a run, a stage's plans are made in a thread (`Planner`) from the stage's start, in the
 cases' order: the first case's at once, the others while the student's process starts and
@@ -44,10 +46,10 @@ def plan_ahead(stages: list[Stage], answers: Answers, policy: RunPolicy, seed: i
     (the smallest case first: the first verdict needs it first), into `answers` (for
     Answers.planned), until `stop` is set. Plans made for an earlier seed are dropped first.
     Returns how many were made."""
-    settled(answers)
     answers.ahead.clear()
     config, made = answers.recompute.config, 0
     for stage in drawn_stages(stages, policy, seed):
+        # (a run started meanwhile sets its own; a prompt's K/V are right from either)
         answers.bases = kept_prompts(stage, config)
         for case in plan_cases(stage, policy).cases:
             check = CHECKS[case.check]
@@ -56,10 +58,29 @@ def plan_ahead(stages: list[Stage], answers: Answers, policy: RunPolicy, seed: i
             if stop.is_set():
                 return made
             args, swap_seed = check.arguments(case, config), int(case.inputs.get("swap", 0))
-            made_now = timed_plan(check, answers, args, swap_seed)
-            answers.keep_plan(case.check, args, swap_seed, made_now)
+            key = answers.expect_plan(case.check, args, swap_seed)  # a run may wait for it
+            if key is None:  # made, or a run started meanwhile makes it
+                continue
+            try:
+                answers.keep_plan(case.check, args, swap_seed,
+                                  timed_plan(check, answers, args, swap_seed))
+            finally:
+                answers.expect_none([key])
             made += 1
     return made
+
+
+class Between:
+    """The plans being made between runs (plan_ahead, in the watch loop's thread), as a run's
+    Planner sees them: the run does not wait for the plan being made when it starts, only
+    where a Planner waits (before a measured call, before its own plans)."""
+
+    def __init__(self, thread: threading.Thread):
+        self.thread = thread
+
+    def done(self) -> None:
+        if self.thread is not threading.current_thread():
+            self.thread.join()
 
 
 def runs_measured(case, config) -> bool:
@@ -79,38 +100,49 @@ class Planner:
     own (Answers.planned waits for one being made). `close` stops it between plans and waits."""
 
     def __init__(self, cases, answers: Answers, stop: threading.Event):
-        settled(answers)
+        # the last stage's planner, or the plans made between runs, maybe still making one:
+        # not waited for here (a first case with no plan need not), but before any plan of
+        # this one's and in `done`
+        self.before, answers.last_planner = answers.last_planner, None
         self.answers, self.stop = answers, stop
         config = answers.recompute.config
         self.todo = [(case, CHECKS[case.check]) for case in cases
                      if swaps(CHECKS[case.check], case, runs_measured(case, config))]
-        self.todo = [(case, check, check.arguments(case, config), int(case.inputs.get("swap", 0)))
+        self.todo = [(check, check.arguments(case, config), int(case.inputs.get("swap", 0)))
                      for case, check in self.todo]
-        self.todo = [(case, check, args, seed) for case, check, args, seed in self.todo
-                     if answers.expect_plan(case.check, args, seed)]  # not made in watch's wait
+        self.todo = [(check, args, seed, key) for check, args, seed in self.todo
+                     if (key := answers.expect_plan(check.name, args, seed))]  # not made yet
         self.thread = threading.Thread(target=self._make, daemon=True)
 
     def start(self) -> "Planner":
         if self.todo and blas_is_one_thread():
             self.thread.start()
         else:  # each case makes its own plan: nothing is waited for
-            self.answers.expect_none()
+            self.answers.expect_none([key for *_, key in self.todo])
         return self
 
     def _make(self) -> None:
         try:
-            for case, check, args, seed in self.todo:
+            self._wait_before()
+            for check, args, seed, _ in self.todo:
                 if self.stop.is_set():
                     break
-                self.answers.keep_plan(case.check, args, seed,
+                self.answers.keep_plan(check.name, args, seed,
                                        timed_plan(check, self.answers, args, seed))
         except WeightsError:
             pass  # weights changed under the run: its case meets the error in the run's thread
         finally:  # whatever is not made, its case makes itself: no one waits for it
-            self.answers.expect_none()
+            self.answers.expect_none([key for *_, key in self.todo])
+
+    def _wait_before(self) -> None:
+        before = self.before
+        if before is not None:
+            before.done()
+            self.before = None  # (no chain of every run's planners in a long watch)
 
     def done(self) -> None:
         """Wait until no plan is being made (before a call whose CPU is measured)."""
+        self._wait_before()
         if self.thread.is_alive():
             self.thread.join()
 
@@ -136,12 +168,6 @@ def blas_is_one_thread() -> bool:
     return False
 
 
-def settled(answers: Answers) -> None:
-    """Wait until the last stage's planner has stopped (a plan it was making is finished):
-    the next plans, made for another stage's kept prompts, never overlap it."""
-    last, answers.last_planner = answers.last_planner, None
-    if last is not None:
-        last.done()
 
 
 def timed_plan(check, answers: Answers, args: list, seed: int) -> tuple:

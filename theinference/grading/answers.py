@@ -85,19 +85,22 @@ class Answers:
         self.ahead[key] = made
         self.making.pop(key, threading.Event()).set()
 
-    def expect_plan(self, check_name: str, args: list, seed: int) -> bool:
-        """A plan to be made ahead, unless it is made already: `planned` waits for it rather
-        than make it twice. Whether it is to be made."""
+    def expect_plan(self, check_name: str, args: list, seed: int) -> tuple | None:
+        """A plan to be made ahead by the caller, unless it is made or being made already:
+        `planned` waits for it rather than make it twice. Its key, if the caller is to make
+        it (for `expect_none`), else None."""
         key = (check_name, seed, repr(args))
-        if key in self.ahead:
-            return False
-        self.making.setdefault(key, threading.Event())
-        return True
+        if key in self.ahead or key in self.making:
+            return None
+        self.making[key] = threading.Event()
+        return key
 
-    def expect_none(self) -> None:
-        """No more plans are being made: nothing is waited for."""
-        while self.making:
-            self.making.popitem()[1].set()
+    def expect_none(self, keys: list[tuple]) -> None:
+        """These plans are not being made (any more): no one waits for them."""
+        for key in keys:
+            made = self.making.pop(key, None)
+            if made is not None:
+                made.set()
 
     def planned(self, check_name: str, args: list, seed: int):
         """(the swap plan made ahead for this case, as fresh as one just made: no hook heard

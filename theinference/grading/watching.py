@@ -21,7 +21,7 @@ from typing import Protocol
 from theinference import exits
 from theinference.course import languages
 from theinference.curriculum.stages import Stage
-from theinference.grading.ahead import plan_ahead
+from theinference.grading.ahead import Between, plan_ahead
 from theinference.grading.session import Session, exit_code, run
 from theinference.results import RunResult, StageResult, Status
 from theinference.results.events import Listener
@@ -114,7 +114,7 @@ class WatchLoop:
         self.last_result: RunResult | None = None
         self.events: queue.Queue = queue.Queue()
         self.stop = threading.Event()
-        self.current: tuple[threading.Thread, threading.Event] | None = None
+        self.current: tuple[threading.Thread, threading.Event, threading.Event] | None = None
         self.last_code = exits.NOT_PASSED
         self.watching = threading.Event()  # set once file events are being observed
         self.next_seed: int | None = None  # the seed whose swap plans are made ahead
@@ -202,14 +202,14 @@ class WatchLoop:
     def _start(self, stages: list[Stage], trigger: str) -> None:
         self._stop_current(trigger)  # and the plans made ahead, which it waits for
         seed, self.next_seed = self.next_seed, None  # each seed grades one run at most
-        cancel = threading.Event()
-        thread = threading.Thread(target=self._grade, args=(stages, cancel, trigger, seed),
+        cancel, ran = threading.Event(), threading.Event()
+        thread = threading.Thread(target=self._grade, args=(stages, cancel, ran, trigger, seed),
                                   daemon=True)
-        self.current = (thread, cancel)
+        self.current = (thread, cancel, ran)
         thread.start()
 
-    def _grade(self, stages: list[Stage], cancel: threading.Event, trigger: str,
-               seed: int | None) -> None:
+    def _grade(self, stages: list[Stage], cancel: threading.Event, ran: threading.Event,
+               trigger: str, seed: int | None) -> None:
         result = None
         session = self.quiet if seed is None else replace(self.quiet, seed=seed)
         try:
@@ -227,19 +227,25 @@ class WatchLoop:
             self.view.ended(result)
         except Exception as exc:
             self.view.failed(f"drawing the run failed inside the grader: {failure(exc)}")
-        if result is not None and not result.cancelled:
-            self._plan_next(cancel)
-
-    def _plan_next(self, stop: threading.Event) -> None:
-        """While the student edits: the next run's seed (--seed's, else a fresh one) and its
-        swap plans (ahead.py), until the next run starts (it sets `stop` and waits for this
-        thread, so the oracle never works beside the student's code)."""
         answers = self.session.answers
-        if answers is None:  # nothing kept across runs: nothing to make ahead
+        if result is None or result.cancelled or answers is None:
+            ran.set()
             return
+        # the next run's seed, and the note that its plans are being made, before the next
+        # run can start (`ran`): its Planner waits for them where it waits for any planner
         seed = self.session.seed if self.session.seed is not None else secrets.randbits(63)
-        self.next_seed = seed  # read once this thread is over: the plans made so far count
+        self.next_seed = seed
+        previous, answers.last_planner = answers.last_planner, Between(threading.current_thread())
+        ran.set()
+        self._plan_next(answers, previous, seed, cancel)
+
+    def _plan_next(self, answers, previous, seed: int, stop: threading.Event) -> None:
+        """While the student edits: the next run's swap plans (ahead.py) with its seed (--seed's,
+        else a fresh one), until the next run starts (it sets `stop`, and waits for the plan
+        being made only where a measured call must run alone)."""
         try:
+            if previous is not None:  # the last stage's planner, maybe finishing a plan
+                previous.done()
             plan_ahead(self.focus, answers, self.session.policy, seed, stop)
         except Exception:  # the run makes what is missing itself, and says what fails
             answers.ahead.clear()
@@ -267,10 +273,10 @@ class WatchLoop:
     def _stop_current(self, reason: str, wait: float | None = None) -> None:
         if self.current is None:
             return
-        thread, cancel = self.current
+        _, cancel, ran = self.current
         self.current = None
-        if thread.is_alive():
-            cancel.set()
-            thread.join(wait)
+        cancel.set()
+        if not ran.is_set():  # the run is going (else it plans the next: not waited for)
+            ran.wait(wait)
             if reason:
                 self.view.stopped(reason)

@@ -17,11 +17,12 @@ class Recompute:
 
     def forward(self, ids: list[int]) -> oracle.Forward:
         key = tuple(ids)
-        if key not in self._forwards:
-            if len(self._forwards) >= 4:
-                self._forwards.pop(next(iter(self._forwards)))
-            self._forwards[key] = oracle.forward(ids, self.w, self.config.n_layer)
-        return self._forwards[key]
+        found = self._forwards.get(key)  # (read once: a planner thread may evict beside)
+        if found is None:
+            for oldest in list(self._forwards)[:-3]:  # the last three stay
+                self._forwards.pop(oldest, None)
+            found = self._forwards[key] = oracle.forward(ids, self.w, self.config.n_layer)
+        return found
 
     def last_logits(self, ids: list[int]) -> np.ndarray:
         # [vocab]: from a full forward if one is at hand, else from a last-row-only one
