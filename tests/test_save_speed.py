@@ -360,3 +360,24 @@ def test_no_plan_is_made_beside_a_run_whose_blas_has_threads(weights, answers, m
     assert not any(goes_beside(case, weights.config) for case in cases)
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
     assert blas_is_one_thread() and any(goes_beside(case, weights.config) for case in cases)
+
+
+def test_blas_loaded_with_threads_before_the_variable_was_set_is_seen():
+    """Catches the planner's thread started where NumPy loaded its OpenBLAS with threads before
+    OPENBLAS_NUM_THREADS=1 was set (a script or notebook importing the grader after NumPy):
+    the variable then says one thread, the library runs two, and a student process started
+    while the planner was inside OpenBLAS hung the grader (seen with a wrapper script)."""
+    import subprocess
+    import sys
+
+    probe = ("import os, numpy; os.environ['OPENBLAS_NUM_THREADS'] = '1'; "
+             "from theinference.grading.ahead import blas_is_one_thread, openblas_threads; "
+             "print(openblas_threads(), blas_is_one_thread())")
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "2"}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["2", "False"], out
+    env["OPENBLAS_NUM_THREADS"] = "1"
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["1", "True"], out

@@ -273,6 +273,18 @@ def test_only_a_chain_is_swapped_and_its_later_prompts_move(weights):
     assert not np.allclose(plan.expected[1:], plain[1:], atol=1e-2, rtol=5e-2)
 
 
+def test_a_chain_no_draw_of_which_moves_its_answers_is_not_swapped(weights, monkeypatch):
+    """Catches a prefix swap kept when none of its draws moved the later prompts' logits: its
+    expected answer is then the original's, and a decode that recomputes every prompt passed
+    it as "the answer followed the cache". The floor judges such a case instead."""
+    from theinference.oracle.recompute import Recompute
+
+    monkeypatch.setattr(pc, "shuffled_cache", lambda kv, seed: list(kv))  # moves nothing
+    recompute = Recompute(weights.tensors, weights.config)
+    ids = random_ids(40, 9, weights.config.vocab_size)
+    assert pc.swap_after_first(recompute, [[ids[:30], ids[:33], ids[:40]]], 3) is None
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SLOW_CACHES))
 def test_the_slow_caches_pass_the_proofs_of_the_stages_a_floor_judged(
