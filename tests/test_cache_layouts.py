@@ -38,10 +38,11 @@ LAYOUTS = [
     "torch_module_kvcache.py",
     "held_everywhere_kvcache.py",  # each layer in memory of another kind, or where few look
     "transformers_kvcache.py",  # transformers' GPT-2 and DynamicCache: no function named prefill
+    "jax_kvcache.py",  # JAX arrays, immutable, a new one each step, in buffers of JAX's own
 ]
 OWN_ADAPTERS = {"transformers_kvcache.py": "transformers_adapters.py"}  # its tests/adapters.py
 NEEDS = {"torch_kvcache.py": ["torch"], "torch_module_kvcache.py": ["torch"],
-         "transformers_kvcache.py": ["torch", "transformers"]}
+         "transformers_kvcache.py": ["torch", "transformers"], "jax_kvcache.py": ["jax"]}
 # every stage (not only its swaps), the full-size proofs and every sandbox mode: the layouts
 # furthest from the reference. The reference's every stage and full-size proof:
 # tests/test_grading.py; the independent solution's: tests/test_class_grade_slow.py's class
@@ -85,7 +86,7 @@ def test_a_correct_cache_in_any_layout_passes_the_swaps(
     read-only arrays, linked nodes, pre-scaled keys, an arena, per-token rows, interleaved
     heads, a module's buffers, K/V held by a module-level pool, a class attribute, a generator,
     complex, integer, raw-byte, ctypes, list, structured, object and head-minor memory,
-    transformers' DynamicCache with no function named prefill."""
+    transformers' DynamicCache with no function named prefill, JAX arrays."""
     course = layout_course(tmp_path / "c", layout)
     cases = grade_proofs(course, weights, SWAPPED, True, answers=answers, seed=run_seed)
     assert len(cases) == len(SWAPPED)

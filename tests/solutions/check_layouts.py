@@ -38,6 +38,7 @@ LAYOUTS = {  # name -> (kvcache file, adapters file or None for the template's)
     "per_token_kvcache": ("per_token_kvcache.py", None),
     "interleaved_kvcache": ("interleaved_kvcache.py", None),
     "torch_module_kvcache": ("torch_module_kvcache.py", None),
+    "jax_kvcache": ("jax_kvcache.py", None),
     "held_everywhere_kvcache": ("held_everywhere_kvcache.py", None),
     "transformers_kvcache": ("transformers_kvcache.py", "transformers_adapters.py"),
 }

@@ -1,9 +1,9 @@
 """The memory a cache's floats may live in, inside the student's process (part of the worker:
 imports nothing of the grader): NumPy arrays (a complex one's real and imaginary parts, a
 structured one's float fields, 4-byte integers by their bits), PyTorch tensors (bfloat16 by its
-bits), `array.array`, ctypes float arrays, raw bytes read as float32 (bytearray, memoryview,
-BytesIO, shared memory's buffer) and lists of Python floats, each as arrays sharing it (a list's
-as a copy, put back once written).
+bits), JAX arrays (their CPU buffers), `array.array`, ctypes float arrays, raw bytes read as
+float32 (bytearray, memoryview, BytesIO, shared memory's buffer) and lists of Python floats, each
+as arrays sharing it (a list's as a copy, put back once written).
 """
 
 
@@ -29,7 +29,8 @@ def as_sources(obj) -> "list[Source] | None":
     """obj's float memory, as arrays sharing it (a copy only of a list of Python floats), or
     None when obj is no memory of numbers (its children are walked instead): NumPy arrays
     (a complex one's real and imaginary parts, a structured one's float fields, 4-byte
-    integers by their bits as float32), PyTorch tensors (a bfloat16 one by its bits),
+    integers by their bits as float32), PyTorch tensors (a bfloat16 one by its bits), JAX
+    arrays,
     `array.array`, ctypes float arrays, and raw bytes (bytearray, memoryview, BytesIO: shared
     memory's buffer included) read as float32."""
     import numpy as np
@@ -38,6 +39,9 @@ def as_sources(obj) -> "list[Source] | None":
         return None if obj.dtype.kind == "O" else array_sources(obj)
     if type(obj).__module__.split(".")[0] == "torch" and hasattr(obj, "detach"):
         source = torch_source(obj)
+        return [source] if source is not None else []
+    if type(obj).__module__.split(".")[0] in ("jax", "jaxlib") and hasattr(obj, "ndim"):
+        source = jax_source(obj)
         return [source] if source is not None else []
     if type(obj) is list and float_list(obj):
         copy = np.array(obj, dtype=np.float64)
@@ -99,6 +103,30 @@ def torch_source(tensor) -> "Source | None":
             return Source(t.view(torch.int16).numpy(), bf16=True, parameter=parameter)
         return Source(t.numpy(), parameter=parameter)
     except Exception:  # noqa: BLE001 (on another device, sparse, ...: not readable here)
+        return None
+
+
+def jax_source(array) -> "Source | None":
+    """A JAX array's buffer on its CPU device, as a NumPy array sharing it (a bfloat16 one by
+    its bits): JAX's arrays are immutable to the program, not the memory under them, which
+    every later operation on the array reads. None where it has no one buffer here (another
+    device, sharded, deleted by a donation)."""
+    import ctypes
+
+    import numpy as np
+
+    try:
+        bf16 = str(array.dtype) == "bfloat16"
+        dtype = np.dtype(np.int16) if bf16 else np.dtype(str(array.dtype))
+        if dtype.kind != "f" and not bf16:
+            return None
+        memory = (ctypes.c_char * (array.size * dtype.itemsize)).from_address(
+            array.unsafe_buffer_pointer()
+        )
+        memory.owner = array  # the buffer lives as long as the view of it
+        # (no NumPy base under it: the buffer is read once, in the array's own shape)
+        return Source(np.ndarray(array.shape, dtype, buffer=memory), bf16=bf16)
+    except Exception:  # noqa: BLE001 (not a single buffer on this host)
         return None
 
 

@@ -1,8 +1,10 @@
 // The cache-use swap inside the Node worker (the Python worker's swap.py, by the same rule):
-// every Float32Array/Float64Array reachable from the cache is sent to the grader, which finds
-// the prompt's K/V in them by content (they never come here) and answers with the rows to
-// overwrite, in place, and their new values; or with why it found no cache. Whether the swap
-// happened is the grader's to judge, by the answer alone.
+// all float memory reachable from the cache is sent to the grader, which finds the prompt's K/V
+// in it by content (they never come here) and answers with the rows to overwrite, in place,
+// and their new values; or with why it found no cache. Whether the swap happened is the
+// grader's to judge, by the answer alone. Float memory: Float32Array and Float64Array, Int32Array
+// and Uint32Array by their bits, ArrayBuffer and SharedArrayBuffer read as float32, and plain
+// arrays of numbers (a Float64Array copy, put back into the array once written).
 //
 // The grader reads each array as rows of head_dim consecutive values (one row of one head, one
 // position's heads, one head's rows, a whole layer as [heads, N, headDim] or [N, heads *
@@ -17,7 +19,7 @@ const DTYPES = PROTOCOL.values.typed_arrays;
 export function swapCache(roots, plan, exchange) {
   const [layers, h, hd, n] = SWAP.plan.map((key) => Number(plan[key]));
   const needed = 2 * layers * h * n * hd; // every layer's K and V: the least held
-  const arrays = floatArrays(roots);
+  const memories = floatMemories(roots, hd), arrays = memories.map((m) => m.array);
   const held = arrays.reduce((sum, a) => sum + a.length, 0);
   if (held < needed) {
     return { applied: false, reason: `${held} values found, fewer than the ${needed} of every layer's K and V, among ${arrays.length} arrays reachable from the cache` };
@@ -36,26 +38,46 @@ export function swapCache(roots, plan, exchange) {
       for (let j = 0; j < hd; j++) a[at + j] = values[r * hd + j];
     }
   }
+  for (const m of memories) if (m.list) m.array.forEach((x, i) => { m.list[i] = x; });
   return { applied: true, reason: "", places: answer.write.length };
 }
 
-// Every float array reachable from the roots: through arrays, Maps, Sets and objects, at any
+// All float memory reachable from the roots ({array} sharing it, or {array, list}: a copy of
+// a plain array of numbers): through arrays, Maps (keys and values), Sets and objects, at any
 // depth (a linked list of nodes included), each once
-function floatArrays(roots) {
+function floatMemories(roots, hd) {
   const seen = new Set(), found = [], stack = [...roots];
   while (stack.length) {
     const obj = stack.pop();
     if (obj === null || typeof obj !== "object" || seen.has(obj)) continue;
     seen.add(obj);
     try { // an object that throws when read (a getter, a proxy) is passed over, not the search
-      if (obj instanceof Float32Array || obj instanceof Float64Array) found.push(obj);
-      else if (obj instanceof Map || obj instanceof Set) pushObjects(stack, obj.values());
-      else if (!ArrayBuffer.isView(obj)) pushObjects(stack, Object.values(obj));
+      const memory = floatMemory(obj, hd);
+      if (memory) found.push(memory);
+      else if (obj instanceof Map) pushObjects(stack, [...obj.keys(), ...obj.values()]);
+      else if (obj instanceof Set) pushObjects(stack, obj.values());
+      else if (!ArrayBuffer.isView(obj) && !isBuffer(obj)) pushObjects(stack, Object.values(obj));
     } catch {
       continue;
     }
   }
   return found.reverse();
+}
+
+function floatMemory(obj, hd) {
+  if (obj instanceof Float32Array || obj instanceof Float64Array) return { array: obj };
+  if (obj instanceof Int32Array || obj instanceof Uint32Array) { // float32 bits kept as integers
+    return { array: new Float32Array(obj.buffer, obj.byteOffset, obj.length) };
+  }
+  if (isBuffer(obj)) return obj.byteLength % 4 === 0 ? { array: new Float32Array(obj) } : null;
+  if (Array.isArray(obj) && obj.length >= hd && obj.length % hd === 0 && obj.every((x) => typeof x === "number")) {
+    return { array: Float64Array.from(obj), list: obj };
+  }
+  return null;
+}
+
+function isBuffer(obj) {
+  return obj instanceof ArrayBuffer || (typeof SharedArrayBuffer !== "undefined" && obj instanceof SharedArrayBuffer);
 }
 
 function pushObjects(stack, values) {
