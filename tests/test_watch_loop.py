@@ -269,3 +269,41 @@ def test_a_save_while_the_next_runs_plans_are_made_starts_its_run_at_once(tmp_pa
     assert not between.thread.is_alive()
     typed.command(watching.QUIT)
     thread.join(WAIT)
+
+
+def test_where_blas_has_threads_a_save_waits_for_the_plan_being_made(tmp_path, monkeypatch):
+    """Catches a run started beside the plan being made where the grader's OpenBLAS has
+    threads of its own: a student process forked while that plan is inside OpenBLAS hangs the
+    grader for good (ahead.blas_is_one_thread), so there the save waits for the plan."""
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
+    planning, release, order = threading.Event(), threading.Event(), []
+
+    def slow_plans(stages, answers, policy, seed, stop):
+        planning.set()
+        release.wait(WAIT)
+        order.append("plan over")
+
+    def stand_in(session, stages, cancel, trigger, listener):
+        order.append("run")
+        return RunResult([StageResult(s.slug, s.title, Status.PASSED) for s in stages],
+                         "synthetic", "0" * 64)
+
+    monkeypatch.setattr(watching, "plan_ahead", slow_plans)
+    monkeypatch.setattr(watching, "run", stand_in)
+    session = StandInSession(Course(tmp_path), STAGES[:1], STAGES,
+                             answers=SimpleNamespace(last_planner=None))
+    view, typed = RecordingView(), Typed()
+    watch = watching.WatchLoop(session, view, typed, poll=True)
+    thread = threading.Thread(target=watch.run, daemon=True)
+    thread.start()
+    assert planning.wait(WAIT)
+    typed.command(watching.RERUN)
+    time.sleep(0.5)  # a rerun started beside the plan would have run by now
+    assert order == ["run"], order
+    release.set()
+    deadline = time.monotonic() + WAIT
+    while len(order) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert order[:3] == ["run", "plan over", "run"], order
+    typed.command(watching.QUIT)
+    thread.join(WAIT)

@@ -21,7 +21,7 @@ from typing import Protocol
 from theinference import exits
 from theinference.course import languages
 from theinference.curriculum.stages import Stage
-from theinference.grading.ahead import Between, plan_ahead
+from theinference.grading.ahead import Between, blas_is_one_thread, plan_ahead
 from theinference.grading.session import Session, exit_code, run
 from theinference.results import RunResult, StageResult, Status
 from theinference.results.events import Listener
@@ -273,10 +273,12 @@ class WatchLoop:
     def _stop_current(self, reason: str, wait: float | None = None) -> None:
         if self.current is None:
             return
-        _, cancel, ran = self.current
+        thread, cancel, ran = self.current
         self.current = None
         cancel.set()
         if not ran.is_set():  # the run is going (else it plans the next: not waited for)
             ran.wait(wait)
             if reason:
                 self.view.stopped(reason)
+        elif not blas_is_one_thread():  # a student process forked beside OpenBLAS's threads
+            thread.join(wait)  # would hang (ahead.blas_is_one_thread): the plan ends first
