@@ -198,25 +198,37 @@ def test_hint_in_a_focus_of_several_stages_is_the_first_not_passed(loop):
     assert view.next("hint") == (STAGES[1].slug, Status.FAILED)
 
 
-def test_the_next_run_grades_with_the_seed_its_plans_were_made_for_once(tmp_path, monkeypatch):
-    """Catches swap plans made ahead (between runs) for a seed the next run does not draw, so
-    made for nothing, and a seed graded by two runs (each run's swaps must be its own)."""
-    planned_for, graded_with = [], queue.Queue()
-    monkeypatch.setattr(watching, "plan_ahead",
-                        lambda stages, answers, policy, seed, stop: planned_for.append(seed))
+def all_passed(stages) -> RunResult:
+    return RunResult([StageResult(s.slug, s.title, Status.PASSED) for s in stages],
+                     "synthetic", "0" * 64)
 
-    def stand_in(session, stages, cancel, trigger, listener):
-        graded_with.put(session.seed)
-        return RunResult([StageResult(s.slug, s.title, Status.PASSED) for s in stages],
-                         "synthetic", "0" * 64)
 
+def loop_with_plans(tmp_path, monkeypatch, plans, stand_in) -> tuple:
+    """A watch loop on the first stage whose runs are `stand_in` and whose plans made between
+    runs are `plans` (answers kept across runs), running in a thread: (view, commands, thread)."""
+    monkeypatch.setattr(watching, "plan_ahead", plans)
     monkeypatch.setattr(watching, "run", stand_in)
     session = StandInSession(Course(tmp_path), STAGES[:1], STAGES,
-                              answers=SimpleNamespace(last_planner=None))
+                             answers=SimpleNamespace(last_planner=None))
     view, typed = RecordingView(), Typed()
     watch = watching.WatchLoop(session, view, typed, poll=True)
     thread = threading.Thread(target=watch.run, daemon=True)
     thread.start()
+    return view, typed, thread
+
+
+def test_the_next_run_grades_with_the_seed_its_plans_were_made_for_once(tmp_path, monkeypatch):
+    """Catches swap plans made ahead (between runs) for a seed the next run does not draw, so
+    made for nothing, and a seed graded by two runs (each run's swaps must be its own)."""
+    planned_for, graded_with = [], queue.Queue()
+
+    def stand_in(session, stages, cancel, trigger, listener):
+        graded_with.put(session.seed)
+        return all_passed(stages)
+
+    view, typed, thread = loop_with_plans(
+        tmp_path, monkeypatch,
+        lambda stages, answers, policy, seed, stop: planned_for.append(seed), stand_in)
     seeds = [graded_with.get(timeout=WAIT)]
     for _ in range(2):
         view.next("ended")
@@ -245,17 +257,9 @@ def test_a_save_while_the_next_runs_plans_are_made_starts_its_run_at_once(tmp_pa
         graded_with.put(session.seed)
         if session.answers.last_planner is not None:  # as the run's Planner sees it
             waited.append(session.answers.last_planner)
-        return RunResult([StageResult(s.slug, s.title, Status.PASSED) for s in stages],
-                         "synthetic", "0" * 64)
+        return all_passed(stages)
 
-    monkeypatch.setattr(watching, "plan_ahead", slow_plans)
-    monkeypatch.setattr(watching, "run", stand_in)
-    answers = SimpleNamespace(last_planner=None)
-    session = StandInSession(Course(tmp_path), STAGES[:1], STAGES, answers=answers)
-    view, typed = RecordingView(), Typed()
-    watch = watching.WatchLoop(session, view, typed, poll=True)
-    thread = threading.Thread(target=watch.run, daemon=True)
-    thread.start()
+    view, typed, thread = loop_with_plans(tmp_path, monkeypatch, slow_plans, stand_in)
     graded_with.get(timeout=WAIT)
     assert planning.wait(WAIT)
     typed.command(watching.RERUN)
@@ -285,17 +289,9 @@ def test_where_blas_has_threads_a_save_waits_for_the_plan_being_made(tmp_path, m
 
     def stand_in(session, stages, cancel, trigger, listener):
         order.append("run")
-        return RunResult([StageResult(s.slug, s.title, Status.PASSED) for s in stages],
-                         "synthetic", "0" * 64)
+        return all_passed(stages)
 
-    monkeypatch.setattr(watching, "plan_ahead", slow_plans)
-    monkeypatch.setattr(watching, "run", stand_in)
-    session = StandInSession(Course(tmp_path), STAGES[:1], STAGES,
-                             answers=SimpleNamespace(last_planner=None))
-    view, typed = RecordingView(), Typed()
-    watch = watching.WatchLoop(session, view, typed, poll=True)
-    thread = threading.Thread(target=watch.run, daemon=True)
-    thread.start()
+    view, typed, thread = loop_with_plans(tmp_path, monkeypatch, slow_plans, stand_in)
     assert planning.wait(WAIT)
     typed.command(watching.RERUN)
     time.sleep(0.5)  # a rerun started beside the plan would have run by now

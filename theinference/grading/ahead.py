@@ -54,23 +54,27 @@ def plan_ahead(stages: list[Stage], answers: Answers, policy: RunPolicy, seed: i
     for stage in drawn_stages(stages, policy, seed):
         # (a run started meanwhile sets its own; a prompt's K/V are right from either)
         answers.bases = kept_prompts(stage, config)
-        for case in plan_cases(stage, policy).cases:
-            check = CHECKS[case.check]
-            if not swaps(check, case, runs_measured(case, config)):
-                continue
+        for check, args, swap_seed in swap_plans(plan_cases(stage, policy).cases, config):
             if stop.is_set():
                 return made
-            args, swap_seed = check.arguments(case, config), int(case.inputs.get("swap", 0))
-            key = answers.expect_plan(case.check, args, swap_seed)  # a run may wait for it
+            key = answers.expect_plan(check.name, args, swap_seed)  # a run may wait for it
             if key is None:  # made, or a run started meanwhile makes it
                 continue
             try:
-                answers.keep_plan(case.check, args, swap_seed,
+                answers.keep_plan(check.name, args, swap_seed,
                                   timed_plan(check, answers, args, swap_seed))
             finally:
                 answers.expect_none([key])
             made += 1
     return made
+
+
+def swap_plans(cases, config) -> list[tuple]:
+    """(check, arguments, swap seed) of each case whose call has its cache swapped, in order."""
+    swapped = [(CHECKS[c.check], c) for c in cases
+               if swaps(CHECKS[c.check], c, runs_measured(c, config))]
+    return [(check, check.arguments(c, config), int(c.inputs.get("swap", 0)))
+            for check, c in swapped]
 
 
 class Between:
@@ -109,11 +113,7 @@ class Planner:
         self.before, answers.last_planner = answers.last_planner, None
         self.answers, self.stop = answers, stop
         config = answers.recompute.config
-        self.todo = [(case, CHECKS[case.check]) for case in cases
-                     if swaps(CHECKS[case.check], case, runs_measured(case, config))]
-        self.todo = [(check, check.arguments(case, config), int(case.inputs.get("swap", 0)))
-                     for case, check in self.todo]
-        self.todo = [(check, args, seed, key) for check, args, seed in self.todo
+        self.todo = [(check, args, seed, key) for check, args, seed in swap_plans(cases, config)
                      if (key := answers.expect_plan(check.name, args, seed))]  # not made yet
         self.thread = threading.Thread(target=self._make, daemon=True)
 
