@@ -56,6 +56,24 @@ def test_a_large_array_with_no_kv_is_sent_again_only_when_its_bytes_change():
     np.testing.assert_array_equal(cache["k"], rows(2))
     assert sent[2:] == [k.size, v.size], "the unchanged loader was sent beside the cache"
 
+def test_a_cache_preallocated_with_zeros_is_sent_only_once_written():
+    """Catches zeros sent to be searched (a cache preallocated whole before its prefill cost
+    the grader a search at every return, and one more of every array in shuffled orders: 63
+    searches of 10 M rows on a float64 solution's decode stage, 11 once zeros were not sent),
+    and zeros kept as seen after the prefill writes the K/V into them."""
+    k, v = rows(0), rows(1)
+    finds, writes = [LayerKV(k, v)], [LayerKV(rows(2), rows(3))]
+    sent: list[int] = []
+    target = worker_swap.Target(sizes(finds), grader_exchange(finds, writes, sent))
+    pool = np.zeros((2, H, 16, HD))  # float64, room for 16 positions
+    assert not target.swap([pool], None)["applied"]
+    assert sent == [], "an array of zeros was sent"
+    pool[0, :, :N], pool[1, :, :N] = k, v  # the prefill writes the prompt's K/V
+    assert target.swap([pool], None)["applied"]
+    assert sent == [pool.size], "the written pool was not sent"
+    np.testing.assert_allclose(pool[0, :, :N], rows(2), rtol=1e-6)
+
+
 
 def drawn_and_longest(slug: str, config) -> tuple[list[int], list[int]]:
     (stage,) = select(load_stages(), [slug])

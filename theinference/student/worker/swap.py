@@ -67,8 +67,7 @@ class Target:
         # array no axis of which is a multiple of head_dim (the grader reads it as no rows)
         fresh, readable = [], [s for s in walk.sources if holds_rows(s.array, self.hd)]
         if sum(s.array.size for s in readable) >= self.needed:  # else not yet there: cheap
-            marks = [(s, mark(s.array)) for s in readable]
-            fresh = [(s, m) for s, m in marks if self.barren.get(m[0]) != m[1]]
+            fresh = self.unseen([(s, mark(s.array)) for s in readable])
         held = sum(s.array.size for s, _ in fresh)
         if held < self.needed:  # a cache half built, or none
             return {
@@ -97,6 +96,20 @@ class Target:
             return {"applied": False, "reason": str(exc), "seen": walk.summary()}
         return {"applied": True, "reason": "", "places": len(writes), "seen": walk.summary()}
 
+    def unseen(self, marks: list) -> list:
+        """The marked arrays that may hold a row the grader has not looked at: not found
+        barren before and unchanged since, and not all zeros (no K/V row is: a cache
+        preallocated before its prefill, kept as barren unsent until written)."""
+        fresh = []
+        for source, (place, digest) in marks:
+            if self.barren.get(place) == digest:
+                continue
+            if all_zero(source.array):
+                self.barren[place] = digest
+                continue
+            fresh.append((source, (place, digest)))
+        return fresh
+
     def weight_skip(self, weights) -> "WeightSkip":
         """The weights' skip; with none named (the moments after the prefill), the one made at
         the first moment, whose reading of this process's mappings (/proc/self/maps, some ms)
@@ -113,6 +126,15 @@ class Target:
 def holds_rows(a, hd: int) -> bool:
     """Whether cache_rows.row_views reads any row of head_dim values in the array."""
     return a.size >= hd and any(n % hd == 0 for n in a.shape)
+
+
+def all_zero(a) -> bool:
+    """Whether every value of the array is zero: a row of zeros has no direction, and the
+    grader matches none (cache_rows.RowIndex), so no K/V row is there."""
+    try:
+        return not a.any()
+    except TypeError:  # a dtype with no truth: sent, the grader reads it
+        return False
 
 
 def mark(a) -> tuple[tuple, int]:
