@@ -129,8 +129,8 @@ def holds_rows(a, hd: int) -> bool:
 
 
 def all_zero(a) -> bool:
-    """Whether every value of the array is zero: a row of zeros has no direction, and the
-    grader matches none (cache_rows.RowIndex), so no K/V row is there."""
+    """Whether every value of the array is zero: a row of zeros has no direction, which is
+    what the grader's search matches rows by, so no K/V row is there."""
     try:
         return not a.any()
     except TypeError:  # a dtype with no truth: sent, the grader reads it
