@@ -424,15 +424,15 @@ def test_results_are_localized_for_typescript_only():
 def test_the_node_swap_finds_every_layout_and_writes_all_or_nothing():
     """Catches the Node swap missing a cache layout (rows in order, rows out of order, one
     growing array per head, one array per layer) or a holder of floats (plain arrays of
-    numbers, float32 bits in an Int32Array, a raw ArrayBuffer), writing a cell into the wrong
-    place (a guess of the next row taken without checking it), or writing anything when one
-    row is missing."""
+    numbers, float32 bits in an Int32Array, a raw ArrayBuffer, a DataView in either byte
+    order), writing a cell into the wrong place (a guess of the next row taken without checking
+    it), or writing anything when one row is missing."""
     script = Path(__file__).parent / "fixtures" / "swap_layouts.mjs"
     done = subprocess.run(["node", str(script)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
     for layout in ("rows", "shuffledRows", "headBuffers", "positionsMajor", "numberRows",
-                   "int32Bits", "rawBuffers"):
+                   "int32Bits", "rawBuffers", "dataViewBig", "dataViewLittle"):
         assert found[layout] == [True, 0], (layout, found[layout])
     assert found["partial"] == [False, 0], found["partial"]
 

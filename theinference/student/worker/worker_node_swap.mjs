@@ -3,8 +3,9 @@
 // in it by content (they never come here) and answers with the rows to overwrite, in place,
 // and their new values; or with why it found no cache. Whether the swap happened is the
 // grader's to judge, by the answer alone. Float memory: Float32Array and Float64Array, Int32Array
-// and Uint32Array by their bits, ArrayBuffer and SharedArrayBuffer read as float32, and plain
-// arrays of numbers (a Float64Array copy, put back into the array once written).
+// and Uint32Array by their bits, ArrayBuffer and SharedArrayBuffer read as float32, DataView
+// read as float32 in either byte order (its methods' default is big-endian), and plain arrays of
+// numbers (a copy, as for a DataView: put back once written, and only then).
 //
 // The grader reads each array as rows of head_dim consecutive values (one row of one head, one
 // position's heads, one head's rows, a whole layer as [heads, N, headDim] or [N, heads *
@@ -38,7 +39,10 @@ export function swapCache(roots, plan, exchange) {
       for (let j = 0; j < hd; j++) a[at + j] = values[r * hd + j];
     }
   }
-  for (const m of memories) if (m.list) m.array.forEach((x, i) => { m.list[i] = x; });
+  // a copy written is put back where its values live; one not written is left alone (its
+  // other reading of the same bytes, a NaN among them, must not rewrite them)
+  const written = new Set(answer.write.map((w) => w.held));
+  memories.forEach((m, held) => { if (m.commit && written.has(held)) m.commit(); });
   return { applied: true, reason: "", places: answer.write.length };
 }
 
@@ -52,8 +56,8 @@ function floatMemories(roots, hd) {
     if (obj === null || typeof obj !== "object" || seen.has(obj)) continue;
     seen.add(obj);
     try { // an object that throws when read (a getter, a proxy) is passed over, not the search
-      const memory = floatMemory(obj, hd);
-      if (memory) found.push(memory);
+      const memory = obj instanceof DataView ? dataViewMemories(obj) : floatMemory(obj, hd);
+      if (memory) found.push(...[memory].flat());
       else if (obj instanceof Map) pushObjects(stack, [...obj.keys(), ...obj.values()]);
       else if (obj instanceof Set) pushObjects(stack, obj.values());
       else if (!ArrayBuffer.isView(obj) && !isBuffer(obj)) pushObjects(stack, Object.values(obj));
@@ -71,9 +75,20 @@ function floatMemory(obj, hd) {
   }
   if (isBuffer(obj)) return obj.byteLength % 4 === 0 ? { array: new Float32Array(obj) } : null;
   if (Array.isArray(obj) && obj.length >= hd && obj.length % hd === 0 && obj.every((x) => typeof x === "number")) {
-    return { array: Float64Array.from(obj), list: obj };
+    const array = Float64Array.from(obj);
+    return { array, commit: () => array.forEach((x, i) => { obj[i] = x; }) };
   }
   return null;
+}
+
+// A DataView's float32 values read both ways, little- and big-endian (getFloat32's default),
+// each a copy put back in its own byte order: the grader finds the rows in the one that holds them
+function dataViewMemories(view) {
+  const count = Math.floor(view.byteLength / 4);
+  return [true, false].map((little) => {
+    const array = Float32Array.from({ length: count }, (_, i) => view.getFloat32(4 * i, little));
+    return { array, commit: () => array.forEach((x, i) => view.setFloat32(4 * i, x, little)) };
+  });
 }
 
 function isBuffer(obj) {
