@@ -30,9 +30,8 @@ def as_sources(obj) -> "list[Source] | None":
     None when obj is no memory of numbers (its children are walked instead): NumPy arrays
     (a complex one's real and imaginary parts, a structured one's float fields, 4-byte
     integers by their bits as float32), PyTorch tensors (a bfloat16 one by its bits), JAX
-    arrays,
-    `array.array`, ctypes float arrays, and raw bytes (bytearray, memoryview, BytesIO: shared
-    memory's buffer included) read as float32."""
+    arrays, `array.array`, ctypes float arrays, and raw bytes (bytearray, memoryview, BytesIO:
+    shared memory's buffer included) read as float32."""
     import numpy as np
 
     if isinstance(obj, np.ndarray):
