@@ -1,4 +1,4 @@
-"""The whole class (slow): generated submissions (the independent solution, and the first two
+"""The whole class (slow): generated submissions (the paged solution, and the first two
 planted bugs of each of the first two stages (tests/solutions/bugs.toml), as folders, archives
 and loose files) graded on every stage, every case, at --jobs 2: every row right, the gradebook
 and class report agreeing with the JSON, a rerun grading nothing. (Every planted bug is graded
@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from tests import classroom_helpers as ch
 from tests.bugs import BUGS, planted
-from tests.helpers import STAGES
+from tests.helpers import SOLUTIONS, STAGES
 from theinference.cli import app
 
 runner = CliRunner()
@@ -35,10 +35,12 @@ def test_a_class_grades_right(tmp_path, weights):
     gradebook, report or resume disagreeing with the per-submission JSON."""
     subs = tmp_path / "submissions"
     subs.mkdir()
-    # a correct row: the independent solution (the reference's every stage and case:
-    # tests/test_grading.py)
-    ch.add(subs, "independent", ch.independent(), "loose")
-    expected = {"independent": {}}
+    # a correct row: the paged solution, K/V in blocks through a table (the reference's every
+    # stage and case: tests/test_grading.py; the independent solution's float64 on every
+    # stage: test_class_grade.py's small class, and slow float64 caches at the floors' stages:
+    # tests/test_swap_beside_floor.py)
+    ch.add(subs, "paged", (SOLUTIONS / "paged_kvcache.py").read_text(), "loose")
+    expected = {"paged": {}}
     for i, bug in enumerate(BUG_A_STAGE):
         ch.add(subs, f"bug-{bug.id}", planted(bug.id), LAYOUTS[i % 4])
         expected[f"bug-{bug.id}"] = {bug.stage: bug.fingerprint}
@@ -51,7 +53,7 @@ def test_a_class_grades_right(tmp_path, weights):
     for sid, want in expected.items():
         stages = {s["slug"]: s for s in got[sid]["stages"]}
         assert list(stages) == STAGES and got[sid]["status"] == "graded", sid
-        if sid == "independent":
+        if sid == "paged":
             assert all(s["status"] == "passed" for s in stages.values()), (sid, stages)
         else:
             ((slug, fingerprint),) = want.items()

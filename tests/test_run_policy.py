@@ -48,10 +48,11 @@ def test_cases_run_smallest_first_and_long_ones_last():
     assert gen["64 tokens after a 16-token prompt"] == 16 + 64
 
 
-def test_long_cases_beside_each_other_are_taken_largest_first_and_reported_in_order():
-    """Would catch the long cases beside each other dealt smallest first (on two processes the
-    longest then starts last and ends alone: the stage waits for 573 + 1024 tokens, not
-    1024), and their results handed back in the order they were taken rather than the cases'."""
+def test_cases_beside_each_other_are_taken_from_both_ends_and_reported_in_order():
+    """Would catch the cases beside each other dealt smallest first on every process (on two
+    the longest then starts last and ends alone: the stage waits for 573 + 1024 tokens, not
+    1024), the first process not taking the smallest (its verdict would come last), and the
+    results handed back in the order they were taken rather than the cases'."""
     import threading
 
     from theinference.curriculum.stages import Case
@@ -70,8 +71,37 @@ def test_long_cases_beside_each_other_are_taken_largest_first_and_reported_in_or
 
     outputs = grade_beside(cases, ["first", "second"], grade_one, threading.Event())
     assert outputs == [c.name for c in cases]
-    assert {name for _, name in taken[:2]} == {"1024 tokens", "700 tokens"}
-    assert taken[2][1] == "400 tokens"
+    assert set(taken[:2]) == {("first", "400 tokens"), ("second", "1024 tokens")}
+    assert taken[2][1] == "700 tokens"
+
+
+def test_a_process_beside_the_first_takes_a_case_only_once_the_plans_are_made():
+    """Would catch a process beside the first starting a case while the stage's swap plans are
+    being made (`settle`: Planner.done): on two cores a third thing slows the plans that the
+    long and measured cases wait for, and the stage with them; and cases left untaken."""
+    import threading
+
+    from theinference.curriculum.stages import Case
+    from theinference.grading.beside import grade_beside
+
+    sizes = (10, 50, 80, 400)
+    cases = [Case(f"{n} tokens", "step_attention", {"seq": list(range(n))}) for n in sizes]
+    taken: list[tuple[str, str]] = []
+    planned, second_took = threading.Event(), threading.Event()
+
+    def grade_one(case, process):
+        taken.append((process, case.name))
+        if process == "second":
+            second_took.set()
+        elif len(taken) == 2:
+            planned.set()
+            second_took.wait(timeout=10)  # the first goes on only once the second has taken
+        return case.name
+
+    outputs = grade_beside(cases, ["first", "second"], grade_one, threading.Event(),
+                           lambda: planned.wait(timeout=10))
+    assert outputs == [c.name for c in cases]
+    assert taken[:3] == [("first", "10 tokens"), ("first", "50 tokens"), ("second", "400 tokens")]
 
 
 def test_quick_leaves_out_the_long_cases_only():

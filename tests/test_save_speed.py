@@ -56,6 +56,47 @@ def test_a_large_array_with_no_kv_is_sent_again_only_when_its_bytes_change():
     np.testing.assert_array_equal(cache["k"], rows(2))
     assert sent[2:] == [k.size, v.size], "the unchanged loader was sent beside the cache"
 
+def test_a_rows_own_cell_first_finds_what_the_eight_cells_around_it_find():
+    """Catches the search's shortcut (a row's own grid cell first, cache_rows.RowIndex.nearest)
+    answering otherwise than comparing every row with the 8 cells around it: a row whose best
+    target lies across its cell's face matched to a worse one inside, or a row with a second
+    target nearly as near across the face (ambiguous: never written) matched all the same."""
+    from theinference.student.worker import cache_rows
+
+    rng = np.random.default_rng(5)
+    tol = cache_rows.PASSES[0]
+    cell = 2 * tol
+
+    def unit(a):
+        return (a / np.linalg.norm(a, axis=-1, keepdims=True)).astype(np.float32)
+
+    def beside(q, first: float, spread: float):  # q moved: its first value by `first`
+        d = rng.uniform(-spread, spread, q.shape)
+        d[:, 0] = first
+        return unit(q + d)
+
+    q = unit(rng.standard_normal((400, HD)))  # [Q, hd]
+    q[:, 0] = (np.floor(q[:, 0] / cell) + 0.05) * cell  # just inside its cell's lower face
+    q = q.astype(np.float32)
+    best_across = beside(q[:200], -2e-5, 1e-6)  # the best target, across the face
+    worse_inside = beside(q[:200], 1e-5, 9.5e-5)  # within tolerance, in the row's own cell
+    near_inside = beside(q[200:], 5e-6, 1e-5)  # best in its own cell ...
+    near_across = beside(q[200:], -1.6e-5, 1e-5)  # ... and another as near, but for 1.6x
+    others = unit(rng.standard_normal((3000, HD)))
+    targets = np.concatenate([best_across, worse_inside, near_inside, near_across, others])
+    index = cache_rows.RowIndex(targets)
+    units = np.concatenate([q, others[:1000], unit(rng.standard_normal((1000, HD)))])
+    live = np.arange(len(units))
+    for tol in cache_rows.PASSES:
+        got = index.nearest(units, live, tol)
+        whole = index.clear(units, *index.grids[tol].pairs(units[:, :3], live), tol)[:2]
+        for mine, theirs in zip(got, whole, strict=True):
+            np.testing.assert_array_equal(mine, theirs)
+    rows, found = index.nearest(units, live, cache_rows.PASSES[0])
+    assert rows[:200].tolist() == found[:200].tolist() == list(range(200)), "best across"
+    assert not set(rows) & set(range(200, 400)), "an ambiguous row was matched"
+
+
 def test_a_cache_preallocated_with_zeros_is_sent_only_once_written():
     """Catches zeros sent to be searched (a cache preallocated whole before its prefill cost
     the grader a search at every return, and one more of every array in shuffled orders: 63
@@ -206,7 +247,7 @@ def test_long_cases_run_beside_each_other_and_report_in_order():
     out = grade_beside(cases, workers, lambda case, w: w.serve(case), threading.Event())
     assert out == ["A", "B", "C", "D"]
     assert {served for _, served, _, _ in log} == {id(w) for w in workers}
-    (_, _, start_a, end_a), (_, _, start_b, end_b) = sorted(log)[:2]
+    (_, _, start_a, end_a), (_, _, start_b, end_b) = sorted(log, key=lambda r: r[2])[:2]
     assert start_b < end_a and start_a < end_b, "the first two cases did not overlap"
 
     def broken(case, worker):
@@ -272,6 +313,28 @@ def test_only_long_unmeasured_cases_go_beside(weights):
     assert "to the last position the context allows (1023)" in beside["per-step-identity"]
     assert beside["generate-loop"] == [] and beside["prefix-caching"] == []
     assert not any("one-token" in name for names in beside.values() for name in names)
+
+
+def test_a_full_runs_unmeasured_cases_go_beside_each_other_and_a_watchs_long_ones_only(
+        weights):
+    """Catches a full run's small cases graded one after another on one process while the
+    second idles (generate-loop's cost the stage their sum), a measured call or a refusal
+    swept in among them (its CPU and rate would no longer be its own), the stage's first case
+    not alone (a stage of stubs is told todo by it), and a watch run's small cases (which stop
+    at its first failure) taken otherwise than one by one, smallest first."""
+    from theinference.grading.ahead import runs_alone
+    from theinference.grading.beside import beside_count
+
+    config = weights.config
+    (stage,) = select(load_stages(), ["generate-loop"])
+    cases = list(plan_cases(with_run_draws(stage, 1), RunPolicy()).cases)
+    alone = [runs_alone(case, config) for case in cases]
+    first_alone = alone.index(True)
+    assert beside_count(cases, 1, config, 2, stops_early=False) == first_alone - 1 >= 3
+    assert beside_count(cases, first_alone, config, 2, stops_early=False) == 0
+    assert beside_count(cases, 0, config, 2, stops_early=False) == 0
+    assert beside_count(cases, 1, config, 2, stops_early=True) == 0
+    assert beside_count(cases, 1, config, 1, stops_early=False) == 0
 
 
 def test_swap_plans_made_ahead_are_the_runs_own_and_handed_out_once(weights, answers):

@@ -1,5 +1,8 @@
-"""A stage's long cases beside each other (`--jobs`): the run's student processes each take the
-next long case as they come free, so a stage's wall time is its longest case's, not their sum.
+"""A stage's cases beside each other (`--jobs`): the run's student processes each take the next
+case as they come free, so a stage's wall time is its longest case's, not their sum. In a run
+that grades every case, every unmeasured case once the stage has begun (the first process
+taking the smallest, so that their verdicts come first); in watch mode, which stops at a
+failure, the long ones only, after the small ones one by one.
 
 Each case is still graded alone, in one process, its CPU read from outside as ever. Measured
 calls (a cost proof against the floor) never run beside another: each runs in a fresh process
@@ -7,12 +10,13 @@ of its own, one after another, so that its rate and its CPU are its own.
 """
 
 import threading
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from theinference.curriculum.checks import CHECKS
 from theinference.curriculum.stages import Case
-from theinference.grading.ahead import blas_is_one_thread
+from theinference.grading.ahead import blas_is_one_thread, runs_alone
 from theinference.grading.judging import is_measured
 from theinference.grading.policy import LONG_CASE_TOKENS, case_size
 from theinference.student.process import StudentProcess
@@ -101,6 +105,27 @@ def long_run(cases: list[Case], start: int, config) -> int:
     return end - start
 
 
+def beside_count(cases: list[Case], start: int, config, jobs: int, stops_early: bool) -> int:
+    """How many cases from `start` on are graded beside each other (grade_beside): the long
+    unmeasured ones in a row; in a run that grades every case (not `stops_early`), once the
+    stage has begun, every unmeasured one in a row, the first process taking them smallest
+    first (their verdicts come first) while the others take the largest."""
+    if jobs <= 1:
+        return 0
+    if start == 0 or stops_early:
+        return long_run(cases, start, config)
+    return unmeasured_run(cases, start, config)
+
+
+def unmeasured_run(cases: list[Case], start: int, config) -> int:
+    """How many cases from `start` on are unmeasured, in a row (none where the grader's BLAS
+    runs more than one thread: see goes_beside)."""
+    end = start
+    while end < len(cases) and blas_is_one_thread() and not runs_alone(cases[end], config):
+        end += 1
+    return end - start
+
+
 def goes_beside(case: Case, config) -> bool:
     """A long unmeasured case, where the grader's BLAS runs one thread (ahead.py: a process
     started from one thread while another is inside a multithreaded OpenBLAS hangs)."""
@@ -113,20 +138,26 @@ def goes_beside(case: Case, config) -> bool:
 
 
 def grade_beside(cases: list[Case], processes: list[StudentProcess],
-                 grade_one: Callable[[Case, StudentProcess], object], cancel) -> list:
+                 grade_one: Callable[[Case, StudentProcess], object], cancel,
+                 settle: Callable[[], None] = lambda: None) -> list:
     """grade_one(case, process) for every case, each process taking the next case as it comes
-    free, the largest first (smallest first, the longest would start last and end alone:
-    573, 785 and 1024 tokens on two processes took 573 + 1024, not 1024); the outputs in the
-    cases' order (None for a case a cancel left unrun)."""
+    free: the first process the smallest left (its verdict comes first), the others the
+    largest (all smallest first, the longest would start last and end alone: 573, 785 and
+    1024 tokens on two processes took 573 + 1024, not 1024), each once `settle` returns (the
+    stage's swap plans made: a third thing on two cores slows the plans the long cases wait
+    for); the outputs in the cases' order (None for a case a cancel left unrun)."""
     outputs: list = [None] * len(cases)
-    pending = iter(sorted(range(len(cases)), key=lambda i: -case_size(cases[i])))
+    pending = deque(sorted(range(len(cases)), key=lambda i: case_size(cases[i])))
     lock = threading.Lock()
     failed: list[BaseException] = []  # a grader fault in a thread is raised here, not lost
 
     def serve(process: StudentProcess) -> None:
+        first = process is processes[0]
         while not cancel.is_set() and not failed:
+            if not first:
+                settle()
             with lock:
-                index = next(pending, None)
+                index = (pending.popleft() if first else pending.pop()) if pending else None
             if index is None:
                 return
             try:

@@ -17,7 +17,12 @@ from theinference.diagnosis.fingerprints import MAX_CASES, MIN_CASES
 from theinference.diagnosis.stage import Failure, catalogue_match, diagnose_stage, named_alone
 from theinference.grading.ahead import Planner, drawn_stages, runs_alone
 from theinference.grading.answers import Answers
-from theinference.grading.beside import Workers, goes_beside, grade_beside, long_run
+from theinference.grading.beside import (
+    Workers,
+    beside_count,
+    goes_beside,
+    grade_beside,
+)
 from theinference.grading.environment import describe
 from theinference.grading.judging import grade_case, kept_prompts
 from theinference.grading.policy import (
@@ -39,6 +44,7 @@ from theinference.results.events import (
     StageFinished,
     StageStarted,
     ignore,
+    serialized,
 )
 from theinference.student.setup import Limits, ProcessSetup
 
@@ -114,17 +120,6 @@ def wanted_again(case, failing: int, settled: Callable[[], bool]) -> bool:
     if failing >= MAX_CASES or case_size(case) > LONG_CASE_TOKENS:
         return False
     return not settled()
-
-
-def serialized(listener: Listener) -> Listener:
-    """The listener told one event at a time, whichever thread tells it."""
-    lock = threading.Lock()
-
-    def told(event) -> None:
-        with lock:
-            listener(event)
-
-    return told
 
 
 def first_blocker(stage: Stage, results: dict[str, StageResult]) -> str:
@@ -223,29 +218,32 @@ class StageRun:
         results in the cases' order, with the failing answers the diagnosis reads."""
         results: list[CaseResult] = []
         failures: list[Failure] = []
-        config, index = self.answers.recompute.config, 0
+        index = 0
         while index < len(cases) and not self.cancel.is_set():
-            count = long_run(list(cases), index, config) if self.workers.jobs > 1 else 0
-            batch = list(cases[index : index + max(count, 1)])
+            batch = list(cases[index : index + max(self.beside_from(cases, index), 1)])
             processes = self.workers.at_most(len(batch), self.limits)
             done = grade_beside(batch, processes,
                                 lambda case, p: self.one_case(case, cases, p, failures),
-                                self.cancel)
+                                self.cancel, self.planner.done)
             results += [r for r in done if r is not None]
             index += len(batch)
             following = cases[index] if index < len(cases) else None
             if self.stops_after(results, len(failures), following):
                 break
             if len(results) == 1:  # the stage has begun (its first case is not todo)
-                self.start_beside(cases[index:])
+                self.start_beside(cases, index)
         return results, failures
 
-    def start_beside(self, cases) -> None:
-        """The processes that will take the stage's long cases beside the first, started now,
+    def beside_from(self, cases, index: int) -> int:
+        return beside_count(list(cases), index, self.answers.recompute.config,
+                            self.workers.jobs, self.policy.stop_at_first_failure)
+
+    def start_beside(self, cases, index: int) -> None:
+        """The processes that will take the stage's cases beside the first, started now,
         while the first takes the small cases (each start-up cost the stage a tenth of a
         second or more when paid as its long cases began)."""
-        config = self.answers.recompute.config
-        count = sum(goes_beside(case, config) for case in cases)
+        longs = sum(goes_beside(case, self.answers.recompute.config) for case in cases[index:])
+        count = max(longs, self.beside_from(cases, index))
         if self.workers.jobs > 1 and count > 1:
             self.workers.start_ahead(count, self.limits)
 

@@ -2,6 +2,7 @@
 finishing. The run itself never prints; the terminal report, watch mode, `verify` and `bench`
 listen and draw. Events carry results, never rendering."""
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -50,3 +51,14 @@ Listener = Callable[[Event], None]
 
 def ignore(_event: Event) -> None:
     """The listener of a run nobody watches."""
+
+
+def serialized(listener: Listener) -> Listener:
+    """The listener told one event at a time, whichever thread tells it."""
+    lock = threading.Lock()
+
+    def told(event) -> None:
+        with lock:
+            listener(event)
+
+    return told

@@ -97,22 +97,41 @@ class RowIndex:
         return rows_at + offset, targets, norms[rows_at] / self.norms[targets]
 
     def nearest(self, units, live, tol: float):
-        """(rows, targets): each of the rows `live` within `tol` of a target, with it."""
+        """(rows, targets): each of the rows `live` within `tol` of a target, with it. The
+        targets in a row's own cell first: a row whose best there, and any target as near as
+        AMBIGUOUS times it, lies nearer than the cell's faces has no other candidate that
+        could change its answer (every value of a row within e of the query is within e of
+        it); only the rest are compared with the 8 cells around them."""
         import numpy as np
 
-        rows, targets = self.grids[tol].pairs(units[live, :3], live)
+        grid = self.grids[tol]
+        rows, targets = grid.pairs(units[live, :3], live, own=True)
+        rows, targets, err = self.clear(units, rows, targets, tol)
+        sure = AMBIGUOUS * np.maximum(err, 1e-7) < grid.margin(units[rows, :3])
+        rest = np.setdiff1d(live, rows[sure], assume_unique=True)
+        more, more_targets, _ = self.clear(units, *grid.pairs(units[rest, :3], rest), tol)
+        rows, targets = np.concatenate([rows[sure], more]), np.concatenate([targets[sure],
+                                                                            more_targets])
+        order = np.argsort(rows, kind="stable")
+        return rows[order], targets[order]
+
+    def clear(self, units, rows, targets, tol: float):
+        """(rows, targets, errors) of the candidate pairs: each row's best target within
+        `tol`, where it is nearer by AMBIGUOUS than the row's runner-up among them."""
+        import numpy as np
+
         err = np.abs(units[rows] - self.units[targets]).max(axis=1) if rows.size else rows
         near = err <= tol
-        rows, targets, err = rows[near], targets[near], err[near]
+        rows, targets, err = rows[near], targets[near], err[near].astype(np.float32)
         if rows.size == 0:
-            return rows, targets
+            return rows, targets, err
         order = np.lexsort((err, rows))  # per row, best first
         rows, targets, err = rows[order], targets[order], err[order]
         first = np.r_[True, rows[1:] != rows[:-1]]
         runner_up = np.full(rows.size, np.inf)
         runner_up[:-1] = np.where(~first[1:], err[1:], np.inf)
         clear = first & (runner_up > AMBIGUOUS * np.maximum(err, 1e-7))
-        return rows[clear], targets[clear]
+        return rows[clear], targets[clear], err[clear]
 
 
 PASSES = (protocol.FIRST_PASS, TOL)  # the tight pass, then the loose one for the rows it left
@@ -130,15 +149,16 @@ class Grid:
         self.order = np.argsort(cells, kind="stable")
         self.cells = cells[self.order]
 
-    def pairs(self, queries, numbers):
-        """(query number, point index) for every point in the 8 cells near each query."""
+    def pairs(self, queries, numbers, own: bool = False):
+        """(query number, point index) for every point in the 8 cells near each query (in
+        its own cell alone, with `own`)."""
         import numpy as np
 
         scaled = queries / self.cell
         base = np.floor(scaled)
         toward = np.where(scaled - base < 0.5, -1.0, 1.0)  # the nearer neighbour, per value
         rows_out, points_out = [], []
-        for step in itertools.product((0.0, 1.0), repeat=3):
+        for step in [(0.0, 0.0, 0.0)] if own else itertools.product((0.0, 1.0), repeat=3):
             ids = cell_ids(base + toward * np.array(step, dtype=base.dtype))
             lo, hi = self.spans(ids)
             counts = hi - lo
@@ -152,6 +172,16 @@ class Grid:
         if not rows_out:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         return np.concatenate(rows_out), np.concatenate(points_out)
+
+    def margin(self, queries):
+        """How near each query ([Q, 3]) lies to a face of its own cell, in its values' units,
+        less what rounding the cells' float32 division may move a value by (16 of its ulps)."""
+        import numpy as np
+
+        scaled = queries / self.cell
+        inside = scaled - np.floor(scaled)
+        slack = np.abs(scaled).max(axis=1, initial=1.0) * 2.0**-20
+        return (np.minimum(inside, 1 - inside).min(axis=1, initial=1.0) - slack) * self.cell
 
     def spans(self, ids):
         """Where each id's points start and end in the sorted cells (needles sorted first:
