@@ -75,35 +75,6 @@ def test_cases_beside_each_other_are_taken_from_both_ends_and_reported_in_order(
     assert taken[2][1] == "700 tokens"
 
 
-def test_a_process_beside_the_first_takes_a_case_only_once_the_plans_are_made():
-    """Would catch a process beside the first starting a case while the stage's swap plans are
-    being made (`settle`: Planner.done): on two cores a third thing slows the plans that the
-    long and measured cases wait for, and the stage with them; and cases left untaken."""
-    import threading
-
-    from theinference.curriculum.stages import Case
-    from theinference.grading.beside import grade_beside
-
-    sizes = (10, 50, 80, 400)
-    cases = [Case(f"{n} tokens", "step_attention", {"seq": list(range(n))}) for n in sizes]
-    taken: list[tuple[str, str]] = []
-    planned, second_took = threading.Event(), threading.Event()
-
-    def grade_one(case, process):
-        taken.append((process, case.name))
-        if process == "second":
-            second_took.set()
-        elif len(taken) == 2:
-            planned.set()
-            second_took.wait(timeout=10)  # the first goes on only once the second has taken
-        return case.name
-
-    outputs = grade_beside(cases, ["first", "second"], grade_one, threading.Event(),
-                           lambda: planned.wait(timeout=10))
-    assert outputs == [c.name for c in cases]
-    assert taken[:3] == [("first", "10 tokens"), ("first", "50 tokens"), ("second", "400 tokens")]
-
-
 def test_quick_leaves_out_the_long_cases_only():
     """Would catch: --quick dropping small cases, keeping the whole-context ones, or dropping a
     cheap must-raise case."""

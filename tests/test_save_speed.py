@@ -15,13 +15,13 @@ import pytest
 from tests.bugs import planted
 from tests.helpers import grader_exchange, make_course, sizes
 from theinference.curriculum.checks import CHECKS
-from theinference.curriculum.checks.swap import UNASKED, after_prefill, prompt_state
+from theinference.curriculum.checks.swap import after_prefill, prompt_state
 from theinference.curriculum.stages import load_stages, select, with_run_draws
 from theinference.grading import answer_cache
 from theinference.grading.ahead import drawn_stages, plan_ahead
 from theinference.grading.answers import Answers
 from theinference.grading.grader import RunPlan, grade, wanted_again
-from theinference.grading.judging import kept_prompts
+from theinference.grading.judging import UNASKED, kept_prompts
 from theinference.grading.policy import RunPolicy
 from theinference.grading.policy import plan as plan_cases
 from theinference.oracle.gpt2 import LayerKV

@@ -359,3 +359,67 @@ def test_a_models_parameters_of_a_weights_shape_are_never_searched(weights, monk
     walk.visit({"model": [parameter], "cache": [plain]})
     held = [source.array for source in walk.sources]
     assert len(held) == 1 and np.shares_memory(held[0], plain.numpy()), walk.describe()
+
+
+def test_a_pending_plan_answers_the_first_moment_from_its_sizes_and_waits_for_the_rest():
+    """Catches a measured call held up at its first moment for a plan still being made (the
+    adapter's own helpers return first: the overlap of the student's prefill with the oracle's
+    forward is lost), sizes other than the plan's own, a word about what the process holds
+    answered without the plan, and the plan not told what the call was told (its message on
+    a swap never made would say no moment came)."""
+    from theinference.curriculum.checks.swap import SwapPlan
+    from theinference.grading.pending import NOT_DRAWN, PendingPlan
+    from theinference.oracle.config import GPT2_124M
+    from theinference.oracle.gpt2 import LayerKV
+
+    kv = [LayerKV(np.ones((12, 7, 64), np.float32), np.ones((12, 7, 64), np.float32))] * 12
+    plan = SwapPlan("prefill", 1, kv, kv, None, lambda: None, patience=4)
+    made: list = []
+    pending = PendingPlan(lambda: made[0], GPT2_124M, rows=7)
+    first, _ = pending.answer({"call": 1})  # made is empty: a wait would raise here
+    assert first == plan.answer({"call": 1})[0], "the sizes told are not the plan's"
+    assert pending.answer({"call": 2})[0] == {"swap": None, "next": None}
+    made.append((replace(plan, offered=False, calls=0), 1.5))
+    held, _ = pending.answer({"held": [], "about": "nothing"})
+    assert held["write"] is None and "rows" in held["reason"], held
+    resolved, seconds = pending.resolve()
+    assert seconds == 1.5 and resolved.offered and resolved.calls == 2
+    nothing = PendingPlan(lambda: None, GPT2_124M, rows=7)
+    nothing.answer({"call": 1})
+    answer, _ = nothing.answer({"held": [], "about": "x"})
+    assert answer == {"write": None, "reason": NOT_DRAWN, "stop": True}
+    assert not nothing.sent and nothing.resolve() == (None, 0.0)
+
+
+def test_a_measured_call_begins_before_its_plan_is_made_and_still_swaps(
+    tmp_path, weights, answers, monkeypatch
+):
+    """Catches a measured call that waits for its own swap plan to be made before it begins
+    (the oracle's forward over the prompt and the student's prefill of it one after the
+    other: prefix-caching's save cost both), and a swap lost when the plan comes only once the
+    call has begun."""
+    import time as clock
+
+    from theinference.grading import ahead
+    from theinference.student.process import StudentProcess
+
+    made_at, began_at = [], []
+    timed_plan, call_alone = ahead.timed_plan, StudentProcess.call_alone
+
+    def slow_plan(*args):
+        clock.sleep(1.5)  # an oracle slower than the student's prefill of 240 tokens
+        made = timed_plan(*args)
+        made_at.append(clock.monotonic())
+        return made
+
+    def timed_call(self, *args, **named):
+        began_at.append(clock.monotonic())
+        return call_alone(self, *args, **named)
+
+    monkeypatch.setattr(ahead, "timed_plan", slow_plan)
+    monkeypatch.setattr(StudentProcess, "call_alone", timed_call)
+    course = make_course(tmp_path / "c", reference_text())
+    case = graded(course, weights, answers, cost_stage(6))
+    assert case.status == Status.PASSED, case.message
+    assert case.message.startswith(FOLLOWED.split(":")[0]), case.message
+    assert began_at and made_at and began_at[0] < made_at[0], (began_at, made_at)

@@ -55,7 +55,7 @@ def test(
     jobs: Annotated[
         int | None,
         typer.Option(
-            help="Student processes taking a stage's long cases at once (default: as many as "
+            help="Student processes taking a stage's cases at once (default: as many as "
             "the allocation's CPUs and memory allow).",
             callback=limits.at_least_one,
         ),

@@ -9,15 +9,17 @@ the save, finds them made. The seed stays the grader's alone, fresh for every ru
 plans are the same as the run would make (the same function, arguments and seed): nothing
 about the proofs changes, only when the oracle works. A save stops it between plans; the plan
 it is making then is finished beside the new run's first cases (a first verdict never waits
-for it) and handed to the run, which waits for it, as for its own Planner, before any call
-whose CPU is measured.
+for it) and handed to the run, which waits for it, as for its own Planner, before a
+measured or long call.
 
 Within a run, a stage's plans are made in a thread (`Planner`) from the stage's start, in the
 cases' order: the first case's at once, the others while the student's process starts and
 answers the first ones. The grader's BLAS and the student's each take one thread (cli.py), so on
-two cores the two do not spin against each other; a measured call (a CPU-floor proof) and a
-long case's call wait until the planner is done, so that nothing of the grader's shares the
-machine with a call whose CPU is measured or whose wall time may near its timeout.
+two cores the two do not spin against each other. A measured call (a CPU-floor proof) and a
+long case's call wait until the earlier cases' plans are made (their calls' answers need
+them); a later case's plan is made beside it, and a measured call's own may still be in the
+making as it begins (pending.py: the oracle's forward beside the student's prefill of the
+same prompt).
 """
 
 import ctypes
@@ -54,7 +56,7 @@ def plan_ahead(stages: list[Stage], answers: Answers, policy: RunPolicy, seed: i
     for stage in drawn_stages(stages, policy, seed):
         # (a run started meanwhile sets its own; a prompt's K/V are right from either)
         answers.bases = kept_prompts(stage, config)
-        for check, args, swap_seed in swap_plans(plan_cases(stage, policy).cases, config):
+        for _, check, args, swap_seed in swap_plans(plan_cases(stage, policy).cases, config):
             if stop.is_set():
                 return made
             key = answers.expect_plan(check.name, args, swap_seed)  # a run may wait for it
@@ -70,10 +72,11 @@ def plan_ahead(stages: list[Stage], answers: Answers, policy: RunPolicy, seed: i
 
 
 def swap_plans(cases, config) -> list[tuple]:
-    """(check, arguments, swap seed) of each case whose call has its cache swapped, in order."""
+    """(case, check, arguments, swap seed) of each case whose call has its cache swapped, in
+    order."""
     swapped = [(CHECKS[c.check], c) for c in cases
                if swaps(CHECKS[c.check], c, runs_measured(c, config))]
-    return [(check, check.arguments(c, config), int(c.inputs.get("swap", 0)))
+    return [(c, check, check.arguments(c, config), int(c.inputs.get("swap", 0)))
             for check, c in swapped]
 
 
@@ -113,8 +116,12 @@ class Planner:
         self.before, answers.last_planner = answers.last_planner, None
         self.answers, self.stop = answers, stop
         config = answers.recompute.config
-        self.todo = [(check, args, seed, key) for check, args, seed in swap_plans(cases, config)
+        plans = swap_plans(cases, config)
+        self.todo = [(check, args, seed, key) for _, check, args, seed in plans
                      if (key := answers.expect_plan(check.name, args, seed))]  # not made yet
+        self.order = [id(case) for case in cases]
+        self.keys = [(self.order.index(id(case)), (check.name, seed, repr(args)))
+                     for case, check, args, seed in plans]  # (where in the run, its key)
         self.thread = threading.Thread(target=self._make, daemon=True)
 
     def start(self) -> "Planner":
@@ -143,8 +150,18 @@ class Planner:
             before.done()
             self.before = None  # (no chain of every run's planners in a long watch)
 
+    def ready_for(self, case) -> None:
+        """Wait until the plans of the cases before `case` are made: its own is waited for
+        where its call needs it (judging.fix_answer; a measured call's, pending.py), and the
+        later ones are made while it runs, the oracle on one core, the call on another."""
+        self._wait_before()
+        at = self.order.index(id(case)) if id(case) in self.order else len(self.order)
+        for where, key in self.keys:
+            if where < at and (making := self.answers.making.get(key)) is not None:
+                making.wait()
+
     def done(self) -> None:
-        """Wait until no plan is being made (before a call whose CPU is measured)."""
+        """Wait until no plan is being made."""
         self._wait_before()
         if self.thread.is_alive():
             self.thread.join()

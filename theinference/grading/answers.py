@@ -102,6 +102,10 @@ class Answers:
             if made is not None:
                 made.set()
 
+    def being_made(self, check_name: str, args: list, seed: int) -> bool:
+        """Whether this case's plan is being made ahead, or waits its turn to be."""
+        return (check_name, seed, repr(args)) in self.making
+
     def planned(self, check_name: str, args: list, seed: int):
         """(the swap plan made ahead for this case, as fresh as one just made: no hook heard
         yet; the oracle's seconds making it), once, waiting while it is being made; None when

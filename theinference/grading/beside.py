@@ -138,14 +138,12 @@ def goes_beside(case: Case, config) -> bool:
 
 
 def grade_beside(cases: list[Case], processes: list[StudentProcess],
-                 grade_one: Callable[[Case, StudentProcess], object], cancel,
-                 settle: Callable[[], None] = lambda: None) -> list:
+                 grade_one: Callable[[Case, StudentProcess], object], cancel) -> list:
     """grade_one(case, process) for every case, each process taking the next case as it comes
     free: the first process the smallest left (its verdict comes first), the others the
     largest (all smallest first, the longest would start last and end alone: 573, 785 and
-    1024 tokens on two processes took 573 + 1024, not 1024), each once `settle` returns (the
-    stage's swap plans made: a third thing on two cores slows the plans the long cases wait
-    for); the outputs in the cases' order (None for a case a cancel left unrun)."""
+    1024 tokens on two processes took 573 + 1024, not 1024); the outputs in the cases' order
+    (None for a case a cancel left unrun)."""
     outputs: list = [None] * len(cases)
     pending = deque(sorted(range(len(cases)), key=lambda i: case_size(cases[i])))
     lock = threading.Lock()
@@ -154,8 +152,6 @@ def grade_beside(cases: list[Case], processes: list[StudentProcess],
     def serve(process: StudentProcess) -> None:
         first = process is processes[0]
         while not cancel.is_set() and not failed:
-            if not first:
-                settle()
             with lock:
                 index = (pending.popleft() if first else pending.pop()) if pending else None
             if index is None:

@@ -224,7 +224,7 @@ class StageRun:
             processes = self.workers.at_most(len(batch), self.limits)
             done = grade_beside(batch, processes,
                                 lambda case, p: self.one_case(case, cases, p, failures),
-                                self.cancel, self.planner.done)
+                                self.cancel)
             results += [r for r in done if r is not None]
             index += len(batch)
             following = cases[index] if index < len(cases) else None
@@ -254,9 +254,9 @@ class StageRun:
             ask_again = wanted_again(case, failing, lambda: self.settled(failures))
         if runs_alone(case, self.answers.recompute.config) or case_size(case) > LONG_CASE_TOKENS:
             # its CPU is measured, or it is long (its wall time nears the timeout on a busy
-            # machine): the oracle's plans are made and the processes started ahead have
-            # started by then, nothing shares the cores with it
-            self.planner.done()
+            # machine): the earlier cases' plans are made and the processes started ahead
+            # have started by then (the oracle's later plans use the other core)
+            self.planner.ready_for(case)
             self.workers.started()
         result, args, verdict = grade_case(self.stage, case, process, self.answers, ask_again,
                                            lift_limit=not self.recomputes)

@@ -13,17 +13,34 @@ from dataclasses import dataclass, replace
 
 from theinference.curriculum.checks import CHECKS, Check, Verdict
 from theinference.curriculum.checks.floor import budget, forward_flop, worth_measuring
-from theinference.curriculum.checks.swap import DEPARTS, UNASKED, Seen, SwapPlan, departs
+from theinference.curriculum.checks.swap import Seen, SwapPlan, departs
 from theinference.curriculum.stages import Case, Stage
 from theinference.diagnosis.errors import lesson_for
 from theinference.grading.answers import Answers
 from theinference.grading.outcomes import verdict_for_must_raise, verdict_without_value
+from theinference.grading.pending import PendingPlan
 from theinference.results import CaseResult, Status, finding_of
 from theinference.student.calibration import rate_now
 from theinference.student.channel import NO_PROBE, Probe
 from theinference.student.process import StudentProcess
 from theinference.student.replies import Outcome
 
+# an answer that departs over the swapped cache and, asked again, is right over its own
+DEPARTS = (
+    "with the cache's K/V swapped right after {hook} returned, the answer is neither the one "
+    "over the swapped cache nor the one over the original, though over the original it is "
+    "right: part of the cache read and part recomputed, the K/V kept twice and only one copy "
+    "found, or a decode that began reading the cache before any function returned after the "
+    "prefill (the swap waits for such a return: keep the prefill a function of its own)?"
+)
+
+
+# a departing answer not asked again: the stage's smaller cases, asked again, show its bug
+UNASKED = (
+    "with the cache's K/V swapped right after {hook} returned, the answer is neither the one "
+    "over the swapped cache nor the one over the original (not asked again over your own "
+    "cache: the stage's smaller failing cases were, and its diagnosis reads them)"
+)
 UNACCOUNTED = ("unaccounted", "started_process")  # a measured call that cannot be trusted
 REFUSAL_FRACTION = 0.5  # of one forward's floor over the prompt, when the spec names none
 
@@ -45,6 +62,9 @@ def grade_case(
     if measured:
         outcome = measured_call(stage, check, args, process, answers,
                                 measured_probe(check, fixed, lift_limit))
+        if isinstance(fixed, PendingPlan):  # made while the call ran: the oracle's time too
+            fixed, seconds = fixed.resolve()
+            clock.seconds += seconds
     elif case.inputs.get("must_raise"):
         outcome = refusal_call(stage, case, args, process, answers)
     else:
@@ -130,6 +150,9 @@ def fix_answer(check: Check, case: Case, args: list, answers: Answers, clock: "O
     swap could be drawn: its plan is None)."""
     if swaps(check, case, measured):
         seed = int(case.inputs.get("swap", 0))
+        if measured and check.swap_rows and answers.being_made(case.check, args, seed):
+            wait = lambda: answers.planned(case.check, args, seed)  # noqa: E731
+            return PendingPlan(wait, answers.recompute.config, check.swap_rows(args))
         made = answers.planned(case.check, args, seed)  # ahead.py: beside, or between runs
         if made is not None:
             clock.seconds += made[1]
@@ -145,7 +168,7 @@ def measured_probe(check: Check, plan, lift_limit: bool) -> Probe:
     and once the grader has sent the swap the CPU limit is lifted: the answer over the swapped
     cache is then the evidence, whatever the cost (unless `lift_limit` is off: an earlier case
     showed a decode that ignores the swap, which would recompute here to the end)."""
-    if not isinstance(plan, SwapPlan):
+    if not isinstance(plan, SwapPlan | PendingPlan):
         return NO_PROBE
     swapped = (lambda: plan.sent) if lift_limit else None
     return Probe(check.hook, check.watch, plan.answer, swapped=swapped)

@@ -63,7 +63,7 @@ class RunRequest:
     sandbox: str = "auto"
     limits: LimitRequest = LimitRequest()
     speed: bool = False  # also time the cached generation against the oracle's (speed.py)
-    jobs: int | None = None  # student processes for a stage's long cases; None: what fits
+    jobs: int | None = None  # processes for a stage's cases beside each other; None: what fits
 
 
 @dataclass
@@ -80,7 +80,7 @@ class Session:
     seed: int | None = None  # --seed: hidden cases and the cache-use proofs' arguments
     provenance: dict = field(default_factory=dict)  # what produces the grade (provenance.py)
     speed: bool = False
-    jobs: int = 1  # student processes taking a stage's long cases beside each other
+    jobs: int = 1  # student processes taking a stage's cases beside each other (beside.py)
 
 
 @dataclass(frozen=True)

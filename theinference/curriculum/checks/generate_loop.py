@@ -187,6 +187,7 @@ def moves_greedy(recompute, first: np.ndarray, finds: list, writes: list, count:
     hook="prefill",
     watch="returns",
     swap=swap_after_prompt,
+    swap_rows=lambda args: len(args[0]),  # the prompt's
 )
 def generate(value, args, ask, tol: Tolerance, config: ModelConfig) -> Verdict:
     """Your greedy tokens equal the recompute's argmax at every step, along your own path;
@@ -207,6 +208,7 @@ def generate(value, args, ask, tol: Tolerance, config: ModelConfig) -> Verdict:
     hook="prefill",
     watch="returns",
     swap=swap_after_prompt,
+    swap_rows=lambda args: len(args[0]),  # the prompt's
 )
 def generate_cost(value, args, ask, tol, config) -> Verdict:
     """Generation reads its cache: generating after a long prompt costs a small part of the

@@ -180,6 +180,7 @@ def is_chain(prompts: list[list[int]]) -> bool:
     hook="prefill",
     watch="returns",
     swap=swap_after_first,
+    swap_rows=lambda args: len(args[0][0]),  # the first prompt's
 )
 def prefix_caching_cost(value, args, ask, tol, config) -> Verdict:
     """Reuse is real: right after the first of prompts that each extend the one before, the

@@ -58,10 +58,7 @@ class SwapPlan:
             return {"swap": None, "next": None if self.offered else self.at_call}, []
         self.offered = True
         h, n, hd = self.finds[0].k.shape
-        plan = dict(zip(SWAP_PLAN, (len(self.finds), h, hd, n), strict=True))
-        if self.patience is not None:  # a floor's fallback: the moments looked at, bounded
-            plan["moments"] = MOMENTS[0] + MOMENTS[1] * n
-        return {"swap": plan, "next": None}, []
+        return {"swap": offered(len(self.finds), h, hd, n, self.patience), "next": None}, []
 
     def answer_held(self, word: dict) -> tuple[dict, list[bytes]]:
         if self.sent or not self.offered:  # one swap a call, and only once it was offered
@@ -84,6 +81,13 @@ class SwapPlan:
         self.stale = 0 if found > self.most else self.stale + 1
         self.most = max(self.most, found)
         return self.patience is not None and self.stale >= self.patience
+
+
+def offered(layers: int, h: int, hd: int, n: int, patience: int | None) -> dict:
+    """The swap's sizes as the student's process is told them; where a floor is the fallback
+    (`patience`), with the moments its watch looks at, bounded."""
+    plan = dict(zip(SWAP_PLAN, (layers, h, hd, n), strict=True))
+    return plan | ({"moments": MOMENTS[0] + MOMENTS[1] * n} if patience is not None else {})
 
 
 # where a floor is the fallback, the moments a watch looks at, as (512 + 4 a prompt row: a
@@ -191,23 +195,6 @@ CANNOT_SWAP = (
 # an answer neither over the swapped cache nor the original's: the grader asks the case again
 # over the student's own cache (judging.asked_unswapped), whose verdict replaces this one
 ASK_AGAIN = "departs over the swapped cache: to be asked again over the student's own cache"
-DEPARTS = (
-    "with the cache's K/V swapped right after {hook} returned, the answer is neither the one "
-    "over the swapped cache nor the one over the original, though over the original it is "
-    "right: part of the cache read and part recomputed, the K/V kept twice and only one copy "
-    "found, or a decode that began reading the cache before any function returned after the "
-    "prefill (the swap waits for such a return: keep the prefill a function of its own)?"
-)
-
-
-# a departing answer not asked again: the stage's smaller cases, asked again, show its bug
-UNASKED = (
-    "with the cache's K/V swapped right after {hook} returned, the answer is neither the one "
-    "over the swapped cache nor the one over the original (not asked again over your own "
-    "cache: the stage's smaller failing cases were, and its diagnosis reads them)"
-)
-
-
 @dataclass(frozen=True)
 class Seen:
     """What a swap case's judge gets beside the value: the plan, the hook's own report (the
