@@ -254,8 +254,8 @@ class StageRun:
             ask_again = wanted_again(case, failing, lambda: self.settled(failures))
         if runs_alone(case, self.answers.recompute.config) or case_size(case) > LONG_CASE_TOKENS:
             # its CPU is measured, or it is long (its wall time nears the timeout on a busy
-            # machine): the earlier cases' plans are made and the processes started ahead
-            # have started by then (the oracle's later plans use the other core)
+            # machine): the processes started ahead have started and the earlier cases'
+            # plans are made by then (a later plan, or its own measured one, is made beside)
             self.planner.ready_for(case)
             self.workers.started()
         result, args, verdict = grade_case(self.stage, case, process, self.answers, ask_again,

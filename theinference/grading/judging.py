@@ -34,13 +34,13 @@ DEPARTS = (
     "prefill (the swap waits for such a return: keep the prefill a function of its own)?"
 )
 
-
 # a departing answer not asked again: the stage's smaller cases, asked again, show its bug
 UNASKED = (
     "with the cache's K/V swapped right after {hook} returned, the answer is neither the one "
     "over the swapped cache nor the one over the original (not asked again over your own "
     "cache: the stage's smaller failing cases were, and its diagnosis reads them)"
 )
+
 UNACCOUNTED = ("unaccounted", "started_process")  # a measured call that cannot be trusted
 REFUSAL_FRACTION = 0.5  # of one forward's floor over the prompt, when the spec names none
 
@@ -145,9 +145,10 @@ def asked_unswapped(asked: "Question", process, plan: SwapPlan):
 
 def fix_answer(check: Check, case: Case, args: list, answers: Answers, clock: "OracleClock",
                measured: bool):
-    """The answer the call will be judged against, before the call: a swap's plan, the
-    expected value of the call's own arguments, or None where it depends on the answer (or no
-    swap could be drawn: its plan is None)."""
+    """The answer the call will be judged against, before the call: a swap's plan (a measured
+    call's, still being made: a PendingPlan, which the call does not wait for), the expected
+    value of the call's own arguments, or None where it depends on the answer (or no swap
+    could be drawn: its plan is None)."""
     if swaps(check, case, measured):
         seed = int(case.inputs.get("swap", 0))
         if measured and check.swap_rows and answers.being_made(case.check, args, seed):

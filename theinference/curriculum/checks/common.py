@@ -69,7 +69,7 @@ class Check:
     # (Recompute, args, seed, state) -> SwapPlan; state: the prompt's K/V, kept (swap.py)
     swap: Callable[..., object] | None = None
     # args -> the prompt rows a watch of returns swaps: its first moment is answered from
-    # them while the plan is still being made (grading/ahead.py, PendingPlan)
+    # them while the plan is still being made (grading/pending.py)
     swap_rows: Callable[[list], int] | None = None
     flop: Callable[[list, ModelConfig], float] | None = None
     # the least work a cache needs for the case: a graded case is measured when a recompute
