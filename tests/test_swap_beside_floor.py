@@ -423,3 +423,38 @@ def test_a_measured_call_begins_before_its_plan_is_made_and_still_swaps(
     assert case.status == Status.PASSED, case.message
     assert case.message.startswith(FOLLOWED.split(":")[0]), case.message
     assert began_at and made_at and began_at[0] < made_at[0], (began_at, made_at)
+
+
+def test_a_call_whose_swap_was_not_sent_beside_its_plan_is_asked_again_alone(
+    tmp_path, weights, answers, monkeypatch
+):
+    """Catches a floor's verdict resting on a call that met its own plan being made on the
+    other core (a slow but correct cache near its limit was stopped there under load): a call
+    whose swap was not sent is asked again alone, its plan made, and a recompute still fails;
+    one whose swap was sent is not asked again."""
+    import time as clock
+
+    from theinference.grading import ahead, judging
+    from theinference.grading.pending import PendingPlan
+
+    timed_plan, measured_call = ahead.timed_plan, judging.measured_call
+    probes: list = []
+
+    def slow_plan(*args):
+        clock.sleep(1.5)
+        return timed_plan(*args)
+
+    def counted(stage, check, args, process, answers, probe):
+        probes.append(getattr(probe.answer, "__self__", None))
+        return measured_call(stage, check, args, process, answers, probe)
+
+    monkeypatch.setattr(ahead, "timed_plan", slow_plan)
+    monkeypatch.setattr(judging, "measured_call", counted)
+    recomputes = make_course(tmp_path / "r", reference_text() + NO_CACHE)
+    case = graded(recomputes, weights, answers, cost_stage(6))
+    assert case.status == Status.FAILED, case.message
+    assert [type(p).__name__ for p in probes] == ["PendingPlan", "SwapPlan"], probes
+    probes.clear()
+    reads = make_course(tmp_path / "c", reference_text())
+    assert graded(reads, weights, answers, cost_stage(6)).status == Status.PASSED
+    assert len(probes) == 1 and isinstance(probes[0], PendingPlan), probes

@@ -18,7 +18,7 @@ from theinference.curriculum.stages import Case, Stage
 from theinference.diagnosis.errors import lesson_for
 from theinference.grading.answers import Answers
 from theinference.grading.outcomes import verdict_for_must_raise, verdict_without_value
-from theinference.grading.pending import PendingPlan
+from theinference.grading.pending import PendingPlan, afresh
 from theinference.results import CaseResult, Status, finding_of
 from theinference.student.calibration import rate_now
 from theinference.student.channel import NO_PROBE, Probe
@@ -59,12 +59,12 @@ def grade_case(
     clock = OracleClock()
     measured = is_measured(check, case, args, answers.recompute.config)
     fixed = fix_answer(check, case, args, answers, clock, measured)
-    if measured:
+    if measured and isinstance(fixed, PendingPlan):
+        outcome, fixed = beside_its_plan(stage, check, args, process, answers, fixed,
+                                         clock, lift_limit)
+    elif measured:
         outcome = measured_call(stage, check, args, process, answers,
                                 measured_probe(check, fixed, lift_limit))
-        if isinstance(fixed, PendingPlan):  # made while the call ran: the oracle's time too
-            fixed, seconds = fixed.resolve()
-            clock.seconds += seconds
     elif case.inputs.get("must_raise"):
         outcome = refusal_call(stage, case, args, process, answers)
     else:
@@ -186,6 +186,22 @@ def measured_call(stage: Stage, check: Check, args: list, process, answers: Answ
     if outcome.kind == "cpu_limit":
         outcome.kind = "returned"  # judged: a call stopped at the limit recomputes
     return outcome
+
+
+def beside_its_plan(stage: Stage, check: Check, args: list, process, answers: Answers,
+                    pending: PendingPlan, clock: "OracleClock", lift_limit: bool) -> tuple:
+    """(the outcome, the plan) of a measured call begun while its plan was being made
+    (pending.py), the oracle's seconds added to `clock`. A call whose swap was not sent (the
+    floor judges it) met the oracle's forward on the other core: asked again alone."""
+    outcome = measured_call(stage, check, args, process, answers,
+                            measured_probe(check, pending, lift_limit))
+    plan, seconds = pending.resolve()
+    clock.seconds += seconds
+    if plan is None or not plan.sent:
+        plan = afresh(plan)
+        outcome = measured_call(stage, check, args, process, answers,
+                                measured_probe(check, plan, lift_limit))
+    return outcome, plan
 
 
 def refusal_call(stage: Stage, case: Case, args: list, process, answers: Answers) -> Outcome:

@@ -6,10 +6,12 @@ is not made yet does not wait for it. Its watch of returns asks at its first mom
 fix (Check.swap_rows); only a word about what the process holds, after the prompt's prefill,
 needs the plan itself, and waits for it there. The student's prefill of a long prompt takes
 about as long as the oracle's forward over it, so the two overlap rather than follow each
-other. Nothing about the proof changes: the plan is the one the call would have waited for.
+other. Nothing about the proof changes: the plan is the one the call would have waited for,
+and a call whose swap was not sent (where the floor judges it) is asked again alone.
 """
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from theinference.curriculum.checks.swap import PATIENCE, SwapPlan, offered
 from theinference.oracle.config import HEAD_DIM, ModelConfig
@@ -56,3 +58,11 @@ class PendingPlan:
         if plan is None:
             return {"write": None, "reason": NOT_DRAWN, "stop": True}, []
         return plan.answer(word)
+
+
+def afresh(plan: SwapPlan | None) -> SwapPlan | None:
+    """The plan as one just made (no hook heard, nothing searched or sent), for the call asked
+    again alone (judging.beside_its_plan); its rows' index is kept."""
+    if plan is None:
+        return None
+    return replace(plan, calls=0, offered=False, sent=False, searched="", most=0, stale=0)
