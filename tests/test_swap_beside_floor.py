@@ -391,13 +391,15 @@ def test_a_pending_plan_answers_the_first_moment_from_its_sizes_and_waits_for_th
     assert not nothing.sent and nothing.resolve() == (None, 0.0)
 
 
-def test_a_measured_call_begins_before_its_plan_is_made_and_still_swaps(
+def test_a_measured_call_begins_before_its_plan_is_made_where_its_floor_has_room(
     tmp_path, weights, answers, monkeypatch
 ):
     """Catches a measured call that waits for its own swap plan to be made before it begins
-    (the oracle's forward over the prompt and the student's prefill of it one after the
-    other: prefix-caching's save cost both), and a swap lost when the plan comes only once the
-    call has begun."""
+    where the floor leaves room (the oracle's forward over the prompt and the student's
+    prefill of it one after the other: prefix-caching's save cost both), a swap lost when the
+    plan comes only once the call has begun, and a call begun beside its plan where the floor
+    has little room (a slow but correct cache near its limit was stopped there under CI's
+    load: judging.room_beside)."""
     import time as clock
 
     from theinference.grading import ahead
@@ -419,42 +421,10 @@ def test_a_measured_call_begins_before_its_plan_is_made_and_still_swaps(
     monkeypatch.setattr(ahead, "timed_plan", slow_plan)
     monkeypatch.setattr(StudentProcess, "call_alone", timed_call)
     course = make_course(tmp_path / "c", reference_text())
-    case = graded(course, weights, answers, cost_stage(6))
-    assert case.status == Status.PASSED, case.message
-    assert case.message.startswith(FOLLOWED.split(":")[0]), case.message
-    assert began_at and made_at and began_at[0] < made_at[0], (began_at, made_at)
-
-
-def test_a_call_whose_swap_was_not_sent_beside_its_plan_is_asked_again_alone(
-    tmp_path, weights, answers, monkeypatch
-):
-    """Catches a floor's verdict resting on a call that met its own plan being made on the
-    other core (a slow but correct cache near its limit was stopped there under load): a call
-    whose swap was not sent is asked again alone, its plan made, and a recompute still fails;
-    one whose swap was sent is not asked again."""
-    import time as clock
-
-    from theinference.grading import ahead, judging
-    from theinference.grading.pending import PendingPlan
-
-    timed_plan, measured_call = ahead.timed_plan, judging.measured_call
-    probes: list = []
-
-    def slow_plan(*args):
-        clock.sleep(1.5)
-        return timed_plan(*args)
-
-    def counted(stage, check, args, process, answers, probe):
-        probes.append(getattr(probe.answer, "__self__", None))
-        return measured_call(stage, check, args, process, answers, probe)
-
-    monkeypatch.setattr(ahead, "timed_plan", slow_plan)
-    monkeypatch.setattr(judging, "measured_call", counted)
-    recomputes = make_course(tmp_path / "r", reference_text() + NO_CACHE)
-    case = graded(recomputes, weights, answers, cost_stage(6))
-    assert case.status == Status.FAILED, case.message
-    assert [type(p).__name__ for p in probes] == ["PendingPlan", "SwapPlan"], probes
-    probes.clear()
-    reads = make_course(tmp_path / "c", reference_text())
-    assert graded(reads, weights, answers, cost_stage(6)).status == Status.PASSED
-    assert len(probes) == 1 and isinstance(probes[0], PendingPlan), probes
+    for new_tokens, beside in ((20, True), (8, False)):  # a recompute: 20 or 8 prefills
+        made_at.clear()
+        began_at.clear()
+        case = graded(course, weights, answers, cost_stage(new_tokens))
+        assert case.status == Status.PASSED, case.message
+        assert case.message.startswith(FOLLOWED.split(":")[0]), case.message
+        assert began_at and made_at and (began_at[0] < made_at[0]) == beside, new_tokens

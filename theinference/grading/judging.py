@@ -18,7 +18,7 @@ from theinference.curriculum.stages import Case, Stage
 from theinference.diagnosis.errors import lesson_for
 from theinference.grading.answers import Answers
 from theinference.grading.outcomes import verdict_for_must_raise, verdict_without_value
-from theinference.grading.pending import PendingPlan, afresh
+from theinference.grading.pending import PendingPlan
 from theinference.results import CaseResult, Status, finding_of
 from theinference.student.calibration import rate_now
 from theinference.student.channel import NO_PROBE, Probe
@@ -59,12 +59,12 @@ def grade_case(
     clock = OracleClock()
     measured = is_measured(check, case, args, answers.recompute.config)
     fixed = fix_answer(check, case, args, answers, clock, measured)
-    if measured and isinstance(fixed, PendingPlan):
-        outcome, fixed = beside_its_plan(stage, check, args, process, answers, fixed,
-                                         clock, lift_limit)
-    elif measured:
+    if measured:
         outcome = measured_call(stage, check, args, process, answers,
                                 measured_probe(check, fixed, lift_limit))
+        if isinstance(fixed, PendingPlan):  # made while the call ran: the oracle's time too
+            fixed, seconds = fixed.resolve()
+            clock.seconds += seconds
     elif case.inputs.get("must_raise"):
         outcome = refusal_call(stage, case, args, process, answers)
     else:
@@ -151,7 +151,8 @@ def fix_answer(check: Check, case: Case, args: list, answers: Answers, clock: "O
     could be drawn: its plan is None)."""
     if swaps(check, case, measured):
         seed = int(case.inputs.get("swap", 0))
-        if measured and check.swap_rows and answers.being_made(case.check, args, seed):
+        if measured and room_beside(check, args, answers) and answers.being_made(
+                case.check, args, seed):
             wait = lambda: answers.planned(case.check, args, seed)  # noqa: E731
             return PendingPlan(wait, answers.recompute.config, check.swap_rows(args))
         made = answers.planned(case.check, args, seed)  # ahead.py: beside, or between runs
@@ -162,6 +163,20 @@ def fix_answer(check: Check, case: Case, args: list, answers: Answers, clock: "O
     if check.asks_own_arguments and not case.inputs.get("must_raise"):
         return clock.timed(answers.expected, case.check, args)
     return None
+
+
+ROOM = 16  # prefills of the prompt a recompute's arithmetic holds, at least, to meet a plan
+
+
+def room_beside(check: Check, args: list, answers: Answers) -> bool:
+    """Whether a measured call may begin while its plan is made (pending.py): the oracle's
+    forward then runs beside the student's prefill, and may slow it a little, so only where
+    the floor's limit holds many prefills (a 960-token prompt and 64 tokens: 66 of them; the
+    tests' 240-token prompt and 8 tokens, with a slow cache near its limit: 8)."""
+    if check.swap_rows is None:
+        return False
+    config = answers.recompute.config
+    return check.flop(args, config) >= ROOM * forward_flop(config, check.swap_rows(args))
 
 
 def measured_probe(check: Check, plan, lift_limit: bool) -> Probe:
@@ -186,22 +201,6 @@ def measured_call(stage: Stage, check: Check, args: list, process, answers: Answ
     if outcome.kind == "cpu_limit":
         outcome.kind = "returned"  # judged: a call stopped at the limit recomputes
     return outcome
-
-
-def beside_its_plan(stage: Stage, check: Check, args: list, process, answers: Answers,
-                    pending: PendingPlan, clock: "OracleClock", lift_limit: bool) -> tuple:
-    """(the outcome, the plan) of a measured call begun while its plan was being made
-    (pending.py), the oracle's seconds added to `clock`. A call whose swap was not sent (the
-    floor judges it) met the oracle's forward on the other core: asked again alone."""
-    outcome = measured_call(stage, check, args, process, answers,
-                            measured_probe(check, pending, lift_limit))
-    plan, seconds = pending.resolve()
-    clock.seconds += seconds
-    if plan is None or not plan.sent:
-        plan = afresh(plan)
-        outcome = measured_call(stage, check, args, process, answers,
-                                measured_probe(check, plan, lift_limit))
-    return outcome, plan
 
 
 def refusal_call(stage: Stage, case: Case, args: list, process, answers: Answers) -> Outcome:

@@ -6,12 +6,13 @@ is not made yet does not wait for it. Its watch of returns asks at its first mom
 fix (Check.swap_rows); only a word about what the process holds, after the prompt's prefill,
 needs the plan itself, and waits for it there. The student's prefill of a long prompt takes
 about as long as the oracle's forward over it, so the two overlap rather than follow each
-other. Nothing about the proof changes: the plan is the one the call would have waited for,
-and a call whose swap was not sent (where the floor judges it) is asked again alone.
+other. Nothing about the proof changes: the plan is the one the call would have waited for.
+Only where the floor's limit holds many prefills of the prompt (judging.room_beside): the
+oracle's thread may slow the student's prefill a little, which a floor with little room
+could see.
 """
 
 from collections.abc import Callable
-from dataclasses import replace
 
 from theinference.curriculum.checks.swap import PATIENCE, SwapPlan, offered
 from theinference.oracle.config import HEAD_DIM, ModelConfig
@@ -59,10 +60,3 @@ class PendingPlan:
             return {"write": None, "reason": NOT_DRAWN, "stop": True}, []
         return plan.answer(word)
 
-
-def afresh(plan: SwapPlan | None) -> SwapPlan | None:
-    """The plan as one just made (no hook heard, nothing searched or sent), for the call asked
-    again alone (judging.beside_its_plan); its rows' index is kept."""
-    if plan is None:
-        return None
-    return replace(plan, calls=0, offered=False, sent=False, searched="", most=0, stale=0)
