@@ -45,8 +45,8 @@ NEEDS = {"torch_kvcache.py": ["torch"], "torch_module_kvcache.py": ["torch"],
          "transformers_kvcache.py": ["torch", "transformers"], "jax_kvcache.py": ["jax"]}
 # every stage (not only its swaps), the full-size proofs and every sandbox mode: the layouts
 # furthest from the reference. The reference's every stage and full-size proof:
-# tests/test_grading.py; the paged solution's (NumPy blocks) every case at full size:
-# tests/test_class_grade_slow.py
+# tests/test_grading.py; the paged solution's (NumPy blocks) every case of the first three
+# stages at full size: tests/test_class_grade_slow.py
 EVERY_STAGE = ["independent_kvcache.py", "transformers_kvcache.py"]  # float64 and loops; PyTorch
 # at full size: the swaps in a buffer of the whole context, a chain of a thousand nodes and
 # PyTorch; the floors on the slowest correct cache here, transformers' (the reference's

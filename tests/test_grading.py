@@ -35,7 +35,8 @@ def measured(stage, case) -> bool:
 
 
 # the independent solution passes every stage (its short cases and swaps) in
-# tests/test_cache_layouts.py; the paged one every full-size case in test_class_grade_slow.py
+# tests/test_cache_layouts.py; the paged one the first three stages' every full-size case in
+# tests/test_class_grade_slow.py
 
 
 def test_untouched_template_is_todo_everywhere(template_course, weights, answers):
