@@ -75,6 +75,37 @@ def test_cases_beside_each_other_are_taken_from_both_ends_and_reported_in_order(
     assert taken[2][1] == "700 tokens"
 
 
+def test_the_first_process_takes_its_cases_while_the_others_start():
+    """Would catch a batch of cases beside each other waiting for every process to start
+    before the first takes any (single-step-attention's save paid a second process's start,
+    0.3 to 0.5 s, before its small cases), and a process beside the first taking a case
+    before its own start is done."""
+    import threading
+
+    from theinference.curriculum.stages import Case
+    from theinference.grading.beside import grade_beside
+
+    cases = [Case(f"{n} tokens", "step_attention", {"seq": list(range(n))}) for n in (5, 9, 400)]
+    taken: list[tuple[str, str]] = []
+    started, second_took = threading.Event(), threading.Event()
+
+    def ready(process):
+        if process == "second":
+            started.wait(timeout=10)  # its start is slow: the first takes cases meanwhile
+
+    def grade_one(case, process):
+        taken.append((process, case.name))
+        if process == "second":
+            second_took.set()
+        elif len(taken) == 2:
+            started.set()
+            second_took.wait(timeout=10)
+        return case.name
+
+    grade_beside(cases, ["first", "second"], grade_one, threading.Event(), ready)
+    assert taken == [("first", "5 tokens"), ("first", "9 tokens"), ("second", "400 tokens")]
+
+
 def test_quick_leaves_out_the_long_cases_only():
     """Would catch: --quick dropping small cases, keeping the whole-context ones, or dropping a
     cheap must-raise case."""

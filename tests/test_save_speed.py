@@ -190,6 +190,25 @@ def test_a_failing_stage_asks_again_only_what_its_diagnosis_reads(tmp_path, weig
     assert len(result.cases) == 5 and unasked == [c.name for c in result.cases[2:]], unasked
 
 
+def test_a_long_case_beside_the_small_ones_is_asked_again_only_if_still_wanted(
+        tmp_path, weights):
+    """Catches whether to ask a departing answer again decided when its case began: in a run
+    whose cases go beside each other, the long case begins with the stage's first cases and
+    was asked again (a failing try cost a long case twice: full-decode-step's failing save
+    1.04x -> 1.25x of the student's own work); decided when it departs, the small ones have
+    failed by then."""
+    course = make_course(tmp_path / "course", planted("decode-position-zero"))
+    (stage,) = select(load_stages(), ["full-decode-step"])
+    chosen = ("one-token", "token ids", "short prompt", "repeated", "(1023)")
+    setup = ProcessSetup(course, weights.path, Limits(timeout=120))
+    run = grade(setup, RunPlan([replace(stage, timeout=120)], weights,
+                               policy=RunPolicy(cases=chosen), jobs=2))
+    (result,) = run.stages
+    assert result.status == Status.FAILED and result.suspected_bug == "position-zero"
+    (long,) = [c for c in result.cases if "(1023)" in c.name]
+    assert long.message.startswith(UNASKED.split("{")[0]), long.message
+
+
 def test_asking_again_stops_when_the_catalogue_has_named_one_bug():
     """Catches asking again past the first two failing answers once one bug explains them
     (the failing try pays a case twice for nothing), and stopping while candidates are left to
@@ -289,6 +308,8 @@ def test_the_processes_beside_the_first_are_started_by_a_thread_that_outlives_ea
         first, second = workers.processes
         assert second.started_by and second.started_by[0] is not threading.current_thread()
         assert workers.at_most(2, Limits())[1] is second
+        workers.wait_for(second)  # its own start, asked of the starter
+        assert second.started_by
         assert all(thread.is_alive() for thread in first.started_by + second.started_by)
 
 

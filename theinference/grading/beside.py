@@ -46,6 +46,7 @@ class Workers:
         self.processes: list[StudentProcess] = [AheadProcess(setup)]
         self.starter = ThreadPoolExecutor(1, thread_name_prefix="theinference-starter")
         self.starting: list[Future] = []  # starts asked of the starter, not yet waited for
+        self.starts: dict[int, Future] = {}  # each process's last start asked, by its id
 
     @property
     def first(self) -> StudentProcess:
@@ -53,10 +54,16 @@ class Workers:
 
     def at_most(self, count: int, limits: Limits) -> list[StudentProcess]:
         """`count` processes (no more than --jobs), the first among them; the others with
-        `limits`, started (the first is started by its call where it is not running)."""
+        `limits`, being started: each waits for its own start before its first case
+        (`wait_for`), so the first takes its cases while the others start."""
         self.start_ahead(count, limits)
-        self.started()
         return self.processes[: min(count, self.jobs)]
+
+    def wait_for(self, process: StudentProcess) -> None:
+        """Wait until `process`, if it was asked to start, has (a fault is raised here)."""
+        start = self.starts.get(id(process))
+        if start is not None:
+            start.result()
 
     def start_first(self, limits: Limits) -> None:
         """Have the first process started with `limits`, without waiting (`started` waits)."""
@@ -74,6 +81,7 @@ class Workers:
         for process in processes:
             process.use_limits(limits)
             self.starting.append(self.starter.submit(process.start))
+            self.starts[id(process)] = self.starting[-1]
 
     def started(self) -> None:
         """Wait until no process is starting (before a call whose CPU is measured)."""
@@ -138,12 +146,13 @@ def goes_beside(case: Case, config) -> bool:
 
 
 def grade_beside(cases: list[Case], processes: list[StudentProcess],
-                 grade_one: Callable[[Case, StudentProcess], object], cancel) -> list:
+                 grade_one: Callable[[Case, StudentProcess], object], cancel,
+                 ready: Callable[[StudentProcess], None] = lambda process: None) -> list:
     """grade_one(case, process) for every case, each process taking the next case as it comes
     free: the first process the smallest left (its verdict comes first), the others the
     largest (all smallest first, the longest would start last and end alone: 573, 785 and
-    1024 tokens on two processes took 573 + 1024, not 1024); the outputs in the cases' order
-    (None for a case a cancel left unrun)."""
+    1024 tokens on two processes took 573 + 1024, not 1024), each once `ready` (its start
+    waited for); the outputs in the cases' order (None for a case a cancel left unrun)."""
     outputs: list = [None] * len(cases)
     pending = deque(sorted(range(len(cases)), key=lambda i: case_size(cases[i])))
     lock = threading.Lock()
@@ -151,6 +160,10 @@ def grade_beside(cases: list[Case], processes: list[StudentProcess],
 
     def serve(process: StudentProcess) -> None:
         first = process is processes[0]
+        try:
+            ready(process)
+        except BaseException as exc:  # noqa: BLE001 (re-raised below, in the run's thread)
+            failed.append(exc)
         while not cancel.is_set() and not failed:
             with lock:
                 index = (pending.popleft() if first else pending.pop()) if pending else None

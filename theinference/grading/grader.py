@@ -224,7 +224,7 @@ class StageRun:
             processes = self.workers.at_most(len(batch), self.limits)
             done = grade_beside(batch, processes,
                                 lambda case, p: self.one_case(case, cases, p, failures),
-                                self.cancel)
+                                self.cancel, self.workers.wait_for)
             results += [r for r in done if r is not None]
             index += len(batch)
             following = cases[index] if index < len(cases) else None
@@ -249,9 +249,12 @@ class StageRun:
 
     def one_case(self, case, cases, process, failures: list[Failure]) -> CaseResult:
         self.listener(CaseStarted(self.stage.slug, case.name, cases.index(case), len(cases)))
-        with self.lock:
-            failing = max(len(failures), self.failed)
-            ask_again = wanted_again(case, failing, lambda: self.settled(failures))
+
+        def ask_again() -> bool:  # when an answer departs: the stage's failures known by then
+            with self.lock:
+                failing = max(len(failures), self.failed)
+                return wanted_again(case, failing, lambda: self.settled(failures))
+
         if runs_alone(case, self.answers.recompute.config) or case_size(case) > LONG_CASE_TOKENS:
             # its CPU is measured, or it is long (its wall time nears the timeout on a busy
             # machine): the processes started ahead have started and the earlier cases'

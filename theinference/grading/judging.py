@@ -9,6 +9,7 @@ held where the student cannot write.
 """
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from theinference.curriculum.checks import CHECKS, Check, Verdict
@@ -46,13 +47,13 @@ REFUSAL_FRACTION = 0.5  # of one forward's floor over the prompt, when the spec 
 
 
 def grade_case(
-    stage: Stage, case: Case, process: StudentProcess, answers: Answers, ask_again: bool = True,
-    lift_limit: bool = True,
+    stage: Stage, case: Case, process: StudentProcess, answers: Answers,
+    ask_again: Callable[[], bool] | bool = True, lift_limit: bool = True,
 ) -> tuple[CaseResult, list, Verdict]:
     """The case's result, complete (an error's lesson included), with the adapter's arguments
-    and the judge's verdict (whose `actual` the stage's diagnosis reads). `ask_again`: an
-    answer that departs over the swapped cache is asked again over the student's own cache
-    (asked_unswapped) only while the stage's diagnosis still wants failing answers.
+    and the judge's verdict (whose `actual` the stage's diagnosis reads). `ask_again` (or a
+    function asked when an answer departs): an answer that departs over the swapped cache is
+    asked again over the student's own cache only while the diagnosis wants failing answers.
     `lift_limit`: a measured call's CPU limit ends once its swap is sent (measured_call)."""
     check = CHECKS[case.check]
     args = check.arguments(case, answers.recompute.config)
@@ -74,6 +75,7 @@ def grade_case(
     asked = Question(stage, case, args, answers, clock)
     verdict = judge(asked, outcome, fixed, measured=measured)
     if isinstance(fixed, SwapPlan) and departs(verdict):
+        ask_again = ask_again() if callable(ask_again) else ask_again
         if ask_again and measured:  # the floor's evidence, as where no swap could be made
             outcome = measured_call(stage, check, args, process, answers, NO_PROBE)
             verdict = judge(asked, outcome, fixed, rerun=True, measured=True)
@@ -170,9 +172,8 @@ ROOM = 16  # prefills of the prompt a recompute's arithmetic holds, at least, to
 
 def room_beside(check: Check, args: list, answers: Answers) -> bool:
     """Whether a measured call may begin while its plan is made (pending.py): the oracle's
-    forward then runs beside the student's prefill, and may slow it a little, so only where
-    the floor's limit holds many prefills (a 960-token prompt and 64 tokens: 66 of them; the
-    tests' 240-token prompt and 8 tokens, with a slow cache near its limit: 8)."""
+    forward may slow the student's prefill a little, so only where the floor's limit holds
+    many prefills (a 960-token prompt and 64 tokens: 66; the tests' 240 and 8: 8)."""
     if check.swap_rows is None:
         return False
     config = answers.recompute.config
