@@ -51,28 +51,31 @@ def test_cases_run_smallest_first_and_long_ones_last():
 def test_cases_beside_each_other_are_taken_from_both_ends_and_reported_in_order():
     """Would catch the cases beside each other dealt smallest first on every process (on two
     the longest then starts last and ends alone: the stage waits for 573 + 1024 tokens, not
-    1024), the first process not taking the smallest (its verdict would come last), and the
-    results handed back in the order they were taken rather than the cases'."""
+    1024), the first process not taking a short case first (its verdict would come last) or
+    taking the long ones smallest first (single-step-attention's 785-token case started last
+    and ended alone), and the results handed back in the order they were taken rather than the
+    cases'."""
     import threading
 
     from theinference.curriculum.stages import Case
     from theinference.grading.beside import grade_beside
 
-    sizes = (400, 700, 1024)
-    cases = [Case(f"{n} tokens", "step_attention", {"seq": list(range(n))}) for n in sizes]
-    taken: list[tuple[str, str]] = []
-    first_taken = threading.Barrier(2)  # each process takes one case before either goes on
+    for sizes, first_two, third in (((10, 700, 1024), {10, 1024}, 700),  # 10 the first's
+                                    ((400, 700, 1024), {1024, 700}, 400)):
+        cases = [Case(f"{n}", "step_attention", {"seq": list(range(n))}) for n in sizes]
+        taken: list[tuple[str, int]] = []
+        first_taken = threading.Barrier(2)  # each process takes one case before either goes on
 
-    def grade_one(case, process):
-        taken.append((process, case.name))
-        if len(taken) <= 2:
-            first_taken.wait(timeout=10)
-        return case.name
+        def grade_one(case, process, taken=taken, barrier=first_taken):
+            taken.append((process, int(case.name)))
+            if len(taken) <= 2:
+                barrier.wait(timeout=10)
+            return case.name
 
-    outputs = grade_beside(cases, ["first", "second"], grade_one, threading.Event())
-    assert outputs == [c.name for c in cases]
-    assert set(taken[:2]) == {("first", "400 tokens"), ("second", "1024 tokens")}
-    assert taken[2][1] == "700 tokens"
+        outputs = grade_beside(cases, ["first", "second"], grade_one, threading.Event())
+        assert outputs == [c.name for c in cases]
+        assert {n for _, n in taken[:2]} == first_two and taken[2][1] == third, taken
+        assert ("second", 10) not in taken, taken
 
 
 def test_the_first_process_takes_its_cases_while_the_others_start():

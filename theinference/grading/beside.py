@@ -149,10 +149,11 @@ def grade_beside(cases: list[Case], processes: list[StudentProcess],
                  grade_one: Callable[[Case, StudentProcess], object], cancel,
                  ready: Callable[[StudentProcess], None] = lambda process: None) -> list:
     """grade_one(case, process) for every case, each process taking the next case as it comes
-    free: the first process the smallest left (its verdict comes first), the others the
-    largest (all smallest first, the longest would start last and end alone: 573, 785 and
-    1024 tokens on two processes took 573 + 1024, not 1024), each once `ready` (its start
-    waited for); the outputs in the cases' order (None for a case a cancel left unrun)."""
+    free: the first process the smallest left while it is a short case (its verdict comes
+    first), else, as the others, the largest (all smallest first, the longest would start
+    last and end alone: 573, 785 and 1024 tokens on two processes took 573 + 1024, not 1024),
+    each once `ready` (its start waited for); the outputs in the cases' order (None for a case
+    a cancel left unrun)."""
     outputs: list = [None] * len(cases)
     pending = deque(sorted(range(len(cases)), key=lambda i: case_size(cases[i])))
     lock = threading.Lock()
@@ -166,7 +167,9 @@ def grade_beside(cases: list[Case], processes: list[StudentProcess],
             failed.append(exc)
         while not cancel.is_set() and not failed:
             with lock:
-                index = (pending.popleft() if first else pending.pop()) if pending else None
+                short = pending and case_size(cases[pending[0]]) <= LONG_CASE_TOKENS
+                index = (pending.popleft() if first and short else pending.pop()) if pending \
+                    else None
             if index is None:
                 return
             try:
