@@ -1,8 +1,8 @@
 """A stage's cases beside each other (`--jobs`): the run's student processes each take the next
 case as they come free, so a stage's wall time is its longest case's, not their sum. In a run
 that grades every case, every unmeasured case once the stage has begun (the first process
-taking the smallest, so that their verdicts come first); in watch mode, which stops at a
-failure, the long ones only, after the small ones one by one.
+taking the small ones smallest first, so that their verdicts come first); in watch mode, which
+stops at a failure, the long ones only, after the small ones one by one.
 
 Each case is still graded alone, in one process, its CPU read from outside as ever. Measured
 calls (a cost proof against the floor) never run beside another: each runs in a fresh process
@@ -116,8 +116,8 @@ def long_run(cases: list[Case], start: int, config) -> int:
 def beside_count(cases: list[Case], start: int, config, jobs: int, stops_early: bool) -> int:
     """How many cases from `start` on are graded beside each other (grade_beside): the long
     unmeasured ones in a row; in a run that grades every case (not `stops_early`), once the
-    stage has begun, every unmeasured one in a row, the first process taking them smallest
-    first (their verdicts come first) while the others take the largest."""
+    stage has begun, every unmeasured one in a row, the first process taking the small ones
+    smallest first (their verdicts come first) while the others take the largest."""
     if jobs <= 1:
         return 0
     if start == 0 or stops_early:
