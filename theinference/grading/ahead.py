@@ -32,7 +32,7 @@ from pathlib import Path
 from theinference.curriculum.checks import CHECKS
 from theinference.curriculum.checks.swap_search import Search
 from theinference.curriculum.stages import Stage, with_run_draws
-from theinference.grading.answers import Answers
+from theinference.grading.answers import Answers, plan_key
 from theinference.grading.judging import is_measured, kept_prompts, swaps
 from theinference.grading.policy import RunPolicy, quick_draws
 from theinference.grading.policy import plan as plan_cases
@@ -120,7 +120,7 @@ class Planner:
         self.todo = [(check, args, seed, key) for _, check, args, seed in plans
                      if (key := answers.expect_plan(check.name, args, seed))]  # not made yet
         self.order = [id(case) for case in cases]
-        self.keys = [(self.order.index(id(case)), (check.name, seed, repr(args)))
+        self.keys = [(self.order.index(id(case)), plan_key(check.name, args, seed))
                      for case, check, args, seed in plans]  # (where in the run, its key)
         self.thread = threading.Thread(target=self._make, daemon=True)
 

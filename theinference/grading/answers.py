@@ -81,7 +81,7 @@ class Answers:
     def keep_plan(self, check_name: str, args: list, seed: int, made: tuple) -> None:
         """A swap plan made before its case (ahead.py), with the seconds it took, for
         `planned` to hand out once."""
-        key = (check_name, seed, repr(args))
+        key = plan_key(check_name, args, seed)
         self.ahead[key] = made
         self.making.pop(key, threading.Event()).set()
 
@@ -89,7 +89,7 @@ class Answers:
         """A plan to be made ahead by the caller, unless it is made or being made already:
         `planned` waits for it rather than make it twice. Its key, if the caller is to make
         it (for `expect_none`), else None."""
-        key = (check_name, seed, repr(args))
+        key = plan_key(check_name, args, seed)
         if key in self.ahead or key in self.making:
             return None
         self.making[key] = threading.Event()
@@ -104,13 +104,13 @@ class Answers:
 
     def being_made(self, check_name: str, args: list, seed: int) -> bool:
         """Whether this case's plan is being made ahead, or waits its turn to be."""
-        return (check_name, seed, repr(args)) in self.making
+        return plan_key(check_name, args, seed) in self.making
 
     def planned(self, check_name: str, args: list, seed: int):
         """(the swap plan made ahead for this case, as fresh as one just made: no hook heard
         yet; the oracle's seconds making it), once, waiting while it is being made; None when
         none was made."""
-        key = (check_name, seed, repr(args))
+        key = plan_key(check_name, args, seed)
         making = self.making.get(key)
         if making is not None:
             making.wait()
@@ -141,3 +141,8 @@ class Answers:
 def kv_of(recompute: Recompute, prompt: list[int]) -> list[LayerKV]:
     """The prompt's K/V per layer, each [h, n, hd]: one causal forward."""
     return recompute.forward(prompt).kv
+
+
+def plan_key(check_name: str, args: list, seed: int) -> tuple:
+    """Which case a swap plan made ahead is for: its check, swap seed and arguments."""
+    return (check_name, seed, repr(args))
