@@ -7,6 +7,8 @@ from tests.bugs import BUGS, REFERENCE, planted
 from tests.helpers import STAGES, grade_course, make_course, statuses
 from theinference.curriculum.checks import CHECKS
 from theinference.curriculum.stages import load_stages, with_run_draws
+from theinference.grading.ahead import runs_alone
+from theinference.oracle.config import GPT2_124M
 
 ALL = STAGES
 
@@ -18,17 +20,19 @@ def test_reference_solution_passes_every_stage(reference_course, weights, answer
     assert statuses(run) == {slug: "passed" for slug in ALL}
     worst = max(c.worst for s in run.stages for case in s.cases for c in case.comparisons)
     assert worst < 0.2  # far inside the tolerance, not scraping past it
-    # one student process served the whole run, but for the floors' measured calls, each alone
-    # in a fresh process (and the one started after it)
-    floors = sum(measured(s, c) for s in load_stages() for c in with_run_draws(s, 0).cases)
-    assert floors >= 3  # the two cost proofs, and a long graded generation
-    assert 1 + floors <= run.worker_startups <= 1 + 2 * floors
+    # one student process served the whole run, and one beside it, but for the calls alone in a
+    # fresh process (and the one started after each): the refusals; the floors' measured cases,
+    # whose swaps the reference follows, pass beside the others, never measured alone
+    # (grading/swap_first.py)
+    cases = [c for s in load_stages() for c in with_run_draws(s, 0).cases]
+    assert sum(measured(c) for c in cases) >= 3  # the two cost proofs, a long generation
+    alone = sum(runs_alone(c, GPT2_124M) for c in cases)
+    assert 1 + alone <= run.worker_startups <= 2 + 2 * alone
 
 
-def measured(stage, case) -> bool:
-    """Whether the grader runs the case alone against the floor."""
+def measured(case) -> bool:
+    """Whether a floor judges the case (alone, where its swap proves nothing)."""
     from theinference.grading.judging import is_measured
-    from theinference.oracle.config import GPT2_124M
 
     check = CHECKS[case.check]
     return is_measured(check, case, check.arguments(case, GPT2_124M), GPT2_124M)

@@ -339,7 +339,7 @@ def test_a_blocked_stage_says_which_prerequisite_failed_in_plain_words():
     could not run."""
     import json
 
-    from theinference.grading.grader import first_blocker, skipped
+    from theinference.grading.prerequisites import first_blocker, skipped
     from theinference.output.formats import render
 
     stages = {s.slug: s for s in load_stages()}

@@ -18,7 +18,7 @@ from theinference.curriculum.checks import CHECKS
 from theinference.curriculum.checks.swap import after_prefill, prompt_state
 from theinference.curriculum.stages import load_stages, select, with_run_draws
 from theinference.grading import answer_cache
-from theinference.grading.ahead import drawn_stages, plan_ahead
+from theinference.grading.ahead import drawn_stages, plan_ahead, runs_alone
 from theinference.grading.answers import Answers
 from theinference.grading.grader import RunPlan, grade, wanted_again
 from theinference.grading.judging import UNASKED, kept_prompts
@@ -322,9 +322,11 @@ def test_a_stage_whose_first_case_is_todo_starts_no_process_beside(template_cour
     assert run.stages[0].status == Status.TODO and run.worker_startups == 1
 
 
-def test_only_long_unmeasured_cases_go_beside(weights):
-    """Catches a measured call (a cost proof against the floor) run beside another case, where
-    its CPU and rate would no longer be its own, and short cases taken off the one process."""
+def test_only_long_unmeasured_cases_and_swapped_measured_ones_go_beside(weights):
+    """Catches a measured call with no swap (its floor the only evidence) run beside another
+    case, where its CPU and rate would no longer be its own; a measured case whose cache is
+    swapped kept alone, where its swap, evidence wherever it runs, is tried beside first
+    (swap_first.py); and short cases taken off the one process."""
     from theinference.grading.beside import goes_beside
 
     stages = {s.slug: with_run_draws(s, 1) for s in load_stages()}
@@ -332,8 +334,16 @@ def test_only_long_unmeasured_cases_go_beside(weights):
               for slug, s in stages.items()}
     assert "decode at the last position the context allows (1023)" in beside["full-decode-step"]
     assert "to the last position the context allows (1023)" in beside["per-step-identity"]
-    assert beside["generate-loop"] == [] and beside["prefix-caching"] == []
+    assert beside["generate-loop"] == ["up to the end of the context (1000 + 24 tokens)",
+                                       "each token comes from the cache (CPU time against a "
+                                       "recompute's arithmetic)"]
+    assert beside["prefix-caching"] == ["reuse is real (CPU time of 32 growing prompts against "
+                                        "a recompute's arithmetic)"]
     assert not any("one-token" in name for names in beside.values() for name in names)
+    shared = stages["prefix-caching"].cases[1]  # its check measures, and swaps nothing
+    prompts = [[{"random": 900, "seed": 1}, {"random": 1, "seed": s}] for s in range(2, 18)]
+    long = replace(shared, inputs={**shared.inputs, "prompts": prompts})
+    assert runs_alone(long, weights.config) and not goes_beside(long, weights.config)
 
 
 def test_a_full_runs_unmeasured_cases_go_beside_each_other_and_a_watchs_long_ones_only(

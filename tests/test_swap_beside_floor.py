@@ -394,22 +394,24 @@ def test_a_pending_plan_answers_the_first_moment_from_its_sizes_and_waits_for_th
     assert not nothing.sent and nothing.resolve() == (None, 0.0)
 
 
-def test_a_measured_call_begins_before_its_plan_is_made_where_its_floor_has_room(
-    tmp_path, weights, answers, monkeypatch
+@pytest.mark.parametrize("tried_beside", [True, False])
+def test_a_swapped_call_begins_before_its_plan_is_made_where_nothing_limits_it(
+    tmp_path, weights, answers, monkeypatch, tried_beside
 ):
-    """Catches a measured call that waits for its own swap plan to be made before it begins
-    where the floor leaves room (the oracle's forward over the prompt and the student's
-    prefill of it one after the other: prefix-caching's save cost both), a swap lost when the
-    plan comes only once the call has begun, and a call begun beside its plan where the floor
-    has little room (a slow but correct cache near its limit was stopped there under CI's
-    load: judging.room_beside)."""
+    """Catches a call that waits for its own swap plan to be made before it begins (the
+    oracle's forward over the prompt and the student's prefill of it one after the other:
+    prefix-caching's save cost both), a swap lost when the plan comes only once the call has
+    begun, and a measured call begun beside its plan where the floor has little room (a slow
+    but correct cache near its limit was stopped there under CI's load: judging.room_beside).
+    Tried beside first (swap_first.py), the call has no limit and never waits; measured alone
+    (as where a decode ignored its swap), only where its floor holds 16 prefills."""
     import time as clock
 
-    from theinference.grading import ahead
+    from theinference.grading import ahead, grader, swap_first
     from theinference.student.process import StudentProcess
 
     made_at, began_at = [], []
-    timed_plan, call_alone = ahead.timed_plan, StudentProcess.call_alone
+    timed_plan, call = ahead.timed_plan, StudentProcess.call
 
     def slow_plan(*args):
         clock.sleep(1.5)  # an oracle slower than the student's prefill of 240 tokens
@@ -417,14 +419,18 @@ def test_a_measured_call_begins_before_its_plan_is_made_where_its_floor_has_room
         made_at.append(clock.monotonic())
         return made
 
-    def timed_call(self, *args, **named):
-        began_at.append(clock.monotonic())
-        return call_alone(self, *args, **named)
+    def timed_call(self, adapter, *args, **named):
+        if adapter == "run_generate":
+            began_at.append(clock.monotonic())
+        return call(self, adapter, *args, **named)
 
     monkeypatch.setattr(ahead, "timed_plan", slow_plan)
-    monkeypatch.setattr(StudentProcess, "call_alone", timed_call)
+    monkeypatch.setattr(StudentProcess, "call", timed_call)
+    if not tried_beside:
+        for module in (ahead, grader, swap_first):
+            monkeypatch.setattr(module, "tries_beside", lambda case, config: False)
     course = make_course(tmp_path / "c", reference_text())
-    for new_tokens, beside in ((20, True), (8, False)):  # a recompute: 20 or 8 prefills
+    for new_tokens, beside in ((20, True), (8, tried_beside)):  # a recompute: 20 or 8 prefills
         made_at.clear()
         began_at.clear()
         case = graded(course, weights, answers, cost_stage(new_tokens))

@@ -198,7 +198,7 @@ class CourseRuns:
 
     def graded(self, slug: str):
         from theinference.commands.options import user_error
-        from theinference.grading.grader import first_blocker, skipped
+        from theinference.grading.prerequisites import first_blocker, skipped
 
         if self.unusable:
             return self.unusable

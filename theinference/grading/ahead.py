@@ -36,6 +36,7 @@ from theinference.grading.answers import Answers, plan_key
 from theinference.grading.judging import is_measured, kept_prompts, swaps
 from theinference.grading.policy import RunPolicy, quick_draws
 from theinference.grading.policy import plan as plan_cases
+from theinference.grading.swap_first import tries_beside
 from theinference.oracle.checkpoint import WeightsError
 
 
@@ -101,8 +102,11 @@ def runs_measured(case, config) -> bool:
 
 def runs_alone(case, config) -> bool:
     """Whether the case's call has its CPU measured (a floor's proof, or a refusal bounded by
-    one): nothing of the grader's may share the machine with it."""
-    return bool(case.inputs.get("must_raise")) or runs_measured(case, config)
+    one): nothing of the grader's may share the machine with it. A measured case whose cache
+    is swapped is tried beside the others first (swap_first.py): alone only if deferred."""
+    if case.inputs.get("must_raise"):
+        return True
+    return runs_measured(case, config) and not tries_beside(case, config)
 
 
 class Planner:

@@ -6,7 +6,10 @@ stops at a failure, the long ones only, after the small ones one by one.
 
 Each case is still graded alone, in one process, its CPU read from outside as ever. Measured
 calls (a cost proof against the floor) never run beside another: each runs in a fresh process
-of its own, one after another, so that its rate and its CPU are its own.
+of its own, one after another, so that its rate and its CPU are its own. A measured case whose
+cache is swapped is tried first beside the others, as an unmeasured one (swap_first.py): the
+swap's evidence holds wherever the call runs; it is measured alone only where the floor must
+judge it, once the cases beside it are done.
 """
 
 import threading
@@ -14,10 +17,8 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from theinference.curriculum.checks import CHECKS
 from theinference.curriculum.stages import Case
 from theinference.grading.ahead import blas_is_one_thread, runs_alone
-from theinference.grading.judging import is_measured
 from theinference.grading.policy import LONG_CASE_TOKENS, case_size
 from theinference.student.process import StudentProcess
 from theinference.student.setup import Limits, ProcessSetup
@@ -137,12 +138,11 @@ def unmeasured_run(cases: list[Case], start: int, config) -> int:
 def goes_beside(case: Case, config) -> bool:
     """A long unmeasured case, where the grader's BLAS runs one thread (ahead.py: a process
     started from one thread while another is inside a multithreaded OpenBLAS hangs)."""
-    check = CHECKS[case.check]
     if case_size(case) <= LONG_CASE_TOKENS or case.inputs.get("must_raise"):
         return False
     if not blas_is_one_thread():
         return False
-    return not is_measured(check, case, check.arguments(case, config), config)
+    return not runs_alone(case, config)
 
 
 def grade_beside(cases: list[Case], processes: list[StudentProcess],

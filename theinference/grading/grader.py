@@ -33,6 +33,8 @@ from theinference.grading.policy import (
     is_long,
 )
 from theinference.grading.policy import plan as plan_cases
+from theinference.grading.prerequisites import first_blocker, skipped, stage_limits
+from theinference.grading.swap_first import Deferred, measure_alone, tries_beside, try_beside
 from theinference.oracle.weights import Weights
 from theinference.results import CaseResult, RunResult, StageResult, Status, stage_status
 from theinference.results.events import (
@@ -122,43 +124,6 @@ def wanted_again(case, failing: int, settled: Callable[[], bool]) -> bool:
     return not settled()
 
 
-def first_blocker(stage: Stage, results: dict[str, StageResult]) -> str:
-    """Why a stage cannot be graded: a prerequisite in this run that failed. A prerequisite
-    that is only todo blocks nothing: each stage's own stubs say what is missing."""
-    for req in stage.requires:
-        done = results.get(req)
-        if done is not None and done.status in BLOCKED_BY:
-            return f"requires {req}, which {BLOCKED_BY[done.status]}" + (
-                f" ({done.reason})" if done.status == Status.SKIPPED and done.reason else ""
-            )
-    return ""
-
-
-# a prerequisite's status in plain words: "requires build-prefill, which failed"
-BLOCKED_BY = {
-    Status.FAILED: "failed",
-    Status.ERROR: "raised an error",
-    Status.TIMEOUT: "timed out",
-    Status.SKIPPED: "could not run",
-}
-
-
-def skipped(stage: Stage, reason: str) -> StageResult:
-    return StageResult(
-        stage.slug, stage.title, Status.SKIPPED, reason=reason, score_weight=stage.score
-    )
-
-
-def stage_limits(stage: Stage, run: Limits) -> Limits:
-    """The stage spec's own limits where it sets them, else the run's."""
-    return replace(
-        run,
-        timeout=stage.timeout,
-        memory_bytes=stage.memory_bytes or run.memory_bytes,
-        output_bytes=stage.output_bytes or run.output_bytes,
-    )
-
-
 class StageRun:
     """One stage's cases, smallest first, until the policy says stop."""
 
@@ -225,6 +190,7 @@ class StageRun:
             done = grade_beside(batch, processes,
                                 lambda case, p: self.one_case(case, cases, p, failures),
                                 self.cancel, self.workers.wait_for)
+            done = [self.alone(d, failures) if isinstance(d, Deferred) else d for d in done]
             results += [r for r in done if r is not None]
             index += len(batch)
             following = cases[index] if index < len(cases) else None
@@ -249,20 +215,48 @@ class StageRun:
 
     def one_case(self, case, cases, process, failures: list[Failure]) -> CaseResult:
         self.listener(CaseStarted(self.stage.slug, case.name, cases.index(case), len(cases)))
-
-        def ask_again() -> bool:  # when an answer departs: the stage's failures known by then
-            with self.lock:
-                failing = max(len(failures), self.failed)
-                return wanted_again(case, failing, lambda: self.settled(failures))
-
+        ask_again = self.ask_again(case, failures)
         if runs_alone(case, self.answers.recompute.config) or case_size(case) > LONG_CASE_TOKENS:
             # its CPU is measured, or it is long (its wall time nears the timeout on a busy
             # machine): the processes started ahead have started and the earlier cases'
             # plans are made by then (a later plan, or its own measured one, is made beside)
             self.planner.ready_for(case)
             self.workers.started()
-        result, args, verdict = grade_case(self.stage, case, process, self.answers, ask_again,
-                                           lift_limit=not self.recomputes)
+        if not tries_beside(case, self.answers.recompute.config):
+            graded = grade_case(self.stage, case, process, self.answers, ask_again,
+                                lift_limit=not self.recomputes)
+        elif self.recomputes:  # a decode that ignores its swap: measured, its limit kept
+            return Deferred(case, floor_only=False)
+        else:
+            graded = try_beside(self.stage, case, process, self.answers, ask_again)
+        if isinstance(graded, Deferred):
+            return graded  # measured alone, after the cases beside it (self.alone)
+        return self.record(case, graded, failures)
+
+    def ask_again(self, case, failures: list[Failure]) -> Callable[[], bool]:
+        """Whether a departing answer of `case` is asked again, asked when it departs: the
+        stage's failures are known by then."""
+
+        def asked() -> bool:
+            with self.lock:
+                failing = max(len(failures), self.failed)
+                return wanted_again(case, failing, lambda: self.settled(failures))
+
+        return asked
+
+    def alone(self, deferred: Deferred, failures: list[Failure]) -> CaseResult | None:
+        """A deferred case measured alone, in a fresh process (swap_first.py); None when the
+        run was cancelled meanwhile."""
+        if self.cancel.is_set():
+            return None
+        self.workers.started()
+        graded = measure_alone(deferred, self.stage, self.process, self.answers,
+                               self.ask_again(deferred.case, failures), not self.recomputes)
+        return self.record(deferred.case, graded, failures)
+
+    def record(self, case, graded: tuple, failures: list[Failure]) -> CaseResult:
+        """A case's result, its failing answer kept for the diagnosis, told to the listener."""
+        result, args, verdict = graded
         with self.lock:
             if verdict.actual is not None:
                 failures.append(Failure(case.check, args, verdict.actual))

@@ -13,15 +13,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from theinference.curriculum.checks import CHECKS, Check, Verdict
-from theinference.curriculum.checks.floor import budget, forward_flop, worth_measuring
+from theinference.curriculum.checks.floor import worth_measuring
 from theinference.curriculum.checks.swap import Seen, SwapPlan, departs
 from theinference.curriculum.stages import Case, Stage
 from theinference.diagnosis.errors import lesson_for
 from theinference.grading.answers import Answers
+from theinference.grading.measured import measured_call, measured_probe, refusal_call, room_beside
 from theinference.grading.outcomes import verdict_for_must_raise, verdict_without_value
 from theinference.grading.pending import PendingPlan
 from theinference.results import CaseResult, Status, finding_of
-from theinference.student.calibration import rate_now
 from theinference.student.channel import NO_PROBE, Probe
 from theinference.student.process import StudentProcess
 from theinference.student.replies import Outcome
@@ -42,8 +42,6 @@ UNASKED = (
     "cache: the stage's smaller failing cases were, and its diagnosis reads them)"
 )
 
-UNACCOUNTED = ("unaccounted", "started_process")  # a measured call that cannot be trusted
-REFUSAL_FRACTION = 0.5  # of one forward's floor over the prompt, when the spec names none
 
 
 def grade_case(
@@ -59,7 +57,7 @@ def grade_case(
     args = check.arguments(case, answers.recompute.config)
     clock = OracleClock()
     measured = is_measured(check, case, args, answers.recompute.config)
-    fixed = fix_answer(check, case, args, answers, clock, measured)
+    fixed = fix_answer(case, args, answers, clock, measured)
     if measured:
         outcome = measured_call(stage, check, args, process, answers,
                                 measured_probe(check, fixed, lift_limit))
@@ -83,6 +81,12 @@ def grade_case(
             outcome, verdict = asked_unswapped(asked, process, fixed)
         else:
             verdict.message = UNASKED.format(hook=stage.words["hook"])
+    return case_result(case, outcome, verdict, clock), args, verdict
+
+
+def case_result(case: Case, outcome: Outcome, verdict: Verdict, clock: "OracleClock"):
+    """The case's result, complete: the verdict's finding, what the call printed and took,
+    the oracle's time, and the lesson of an error."""
     result = CaseResult(
         **finding_of(verdict),
         name=case.name,
@@ -95,7 +99,7 @@ def grade_case(
     )
     if (lesson := lesson_for(result)) is not None:
         result.lesson = lesson[0].id
-    return result, args, verdict
+    return result
 
 
 def kept_prompts(stage: Stage, config) -> list[list[int]]:
@@ -145,16 +149,18 @@ def asked_unswapped(asked: "Question", process, plan: SwapPlan):
     return outcome, verdict
 
 
-def fix_answer(check: Check, case: Case, args: list, answers: Answers, clock: "OracleClock",
-               measured: bool):
+def fix_answer(case: Case, args: list, answers: Answers, clock: "OracleClock", measured: bool,
+               unlimited: bool = False):
     """The answer the call will be judged against, before the call: a swap's plan (a measured
     call's, still being made: a PendingPlan, which the call does not wait for), the expected
     value of the call's own arguments, or None where it depends on the answer (or no swap
-    could be drawn: its plan is None)."""
+    could be drawn: its plan is None). `unlimited`: the call has no CPU limit, which the
+    oracle's thread beside it could bring nearer (swap_first.py)."""
+    check = CHECKS[case.check]
     if swaps(check, case, measured):
         seed = int(case.inputs.get("swap", 0))
-        if measured and room_beside(check, args, answers) and answers.being_made(
-                case.check, args, seed):
+        room = unlimited or room_beside(check, args, answers)
+        if measured and room and answers.being_made(case.check, args, seed):
             wait = lambda: answers.planned(case.check, args, seed)  # noqa: E731
             return PendingPlan(wait, answers.recompute.config, check.swap_rows(args))
         made = answers.planned(case.check, args, seed)  # ahead.py: beside, or between runs
@@ -165,81 +171,6 @@ def fix_answer(check: Check, case: Case, args: list, answers: Answers, clock: "O
     if check.asks_own_arguments and not case.inputs.get("must_raise"):
         return clock.timed(answers.expected, case.check, args)
     return None
-
-
-ROOM = 16  # prefills of the prompt a recompute's arithmetic holds, at least, to meet a plan
-
-
-def room_beside(check: Check, args: list, answers: Answers) -> bool:
-    """Whether a measured call may begin while its plan is made (pending.py): the oracle's
-    forward may slow the student's prefill a little, so only where the floor's limit holds
-    many prefills (a 960-token prompt and 64 tokens: 66; the tests' 240 and 8: 8)."""
-    if check.swap_rows is None:
-        return False
-    config = answers.recompute.config
-    return check.flop(args, config) >= ROOM * forward_flop(config, check.swap_rows(args))
-
-
-def measured_probe(check: Check, plan, lift_limit: bool) -> Probe:
-    """A measured call's probe: with a swap `plan`, its cache is swapped after the prefill,
-    and once the grader has sent the swap the CPU limit is lifted: the answer over the swapped
-    cache is then the evidence, whatever the cost (unless `lift_limit` is off: an earlier case
-    showed a decode that ignores the swap, which would recompute here to the end)."""
-    if not isinstance(plan, SwapPlan | PendingPlan):
-        return NO_PROBE
-    swapped = (lambda: plan.sent) if lift_limit else None
-    return Probe(check.hook, check.watch, plan.answer, swapped=swapped)
-
-
-def measured_call(stage: Stage, check: Check, args: list, process, answers: Answers,
-                  probe: Probe) -> Outcome:
-    """The call alone in a fresh process whose every CPU-second is accounted, stopped at the
-    stage's fraction of the floor: the CPU time a recompute's arithmetic needs at this
-    machine's rate, measured just before it (checks/floor.py); `probe`: measured_probe's."""
-    flop = check.flop(args, answers.recompute.config)
-    call = (check.adapter, args, None)
-    outcome = cpu_bounded_call(call, stage, process, flop, "floor_fraction", probe)
-    if outcome.kind == "cpu_limit":
-        outcome.kind = "returned"  # judged: a call stopped at the limit recomputes
-    return outcome
-
-
-def refusal_call(stage: Stage, case: Case, args: list, process, answers: Answers) -> Outcome:
-    """A request that must be refused up front, judged by what it cost: alone in a fresh
-    process, stopped at a fraction of one forward's floor over its prompt (a guard met once
-    the work has begun costs about that much at least; a refusal up front, almost nothing).
-    The case's `warm_up` request, a small valid one, goes first, unmeasured: an adapter that
-    loads its model on its first call has not begun the request by loading it."""
-    check, config = CHECKS[case.check], answers.recompute.config
-    warm = case.inputs.get("warm_up")
-    warm_args = check.arguments(replace(case, inputs=warm), config) if warm else None
-    flop = forward_flop(config, len(args[0]))
-    return cpu_bounded_call((check.adapter, args, warm_args), stage, process, flop,
-                            "refusal_fraction")
-
-
-def cpu_bounded_call(call: tuple, stage: Stage, process, flop: float, fraction: str,
-                     probe: Probe = NO_PROBE):
-    """The call alone (StudentProcess.call_alone) under `flop` at this machine's rate times the
-    stage's `fraction`; its `measured` holds what was measured, or why nothing could be (an
-    `error`), or why the call fails whatever it returned (a `failure`)."""
-    rate, why = rate_now(process)  # beside the call, under the load it will meet
-    if rate is None:
-        outcome = Outcome("returned")
-        outcome.measured = {"error": why}
-        return outcome
-    share = float(stage.words.get(fraction, REFUSAL_FRACTION))
-    floor, limit = budget(flop, rate, share)
-    adapter, args, warm_args = call  # the adapter, its arguments, a warm-up's (or None)
-    outcome = process.call_alone(adapter, args, stage.timeout, limit, warm_args, probe)
-    if outcome.kind in UNACCOUNTED:
-        failure = outcome.message
-        outcome = Outcome("returned")
-        outcome.measured = {"failure": failure}
-        return outcome
-    measured = {"cpu_seconds": outcome.cpu_seconds, "floor": floor, "limit": limit}
-    outcome.measured = measured | {"rate": rate, "stopped": outcome.kind == "cpu_limit"}
-    return outcome
 
 
 class OracleClock:

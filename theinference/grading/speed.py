@@ -184,7 +184,7 @@ def yardstick_course() -> Path:
 def speed_after(result, stages, setup: ProcessSetup, weights: Weights) -> dict:
     """The run's speed entry: a figure when the generate loop passed in full in this run,
     else that stage's status and why there is no figure."""
-    from theinference.grading.grader import stage_limits
+    from theinference.grading.prerequisites import stage_limits
     from theinference.results import Status
 
     done = next((s for s in result.stages if s.slug == STAGE), None)

@@ -1,0 +1,127 @@
+"""A measured case whose cache is swapped, tried beside the other cases first
+(grading/swap_first.py): its verdict stands where the swap proves the cache read, and the
+floor judges it, measured alone in a fresh process, only where the swap proves nothing."""
+
+import pytest
+
+from tests.helpers import make_course, reference_text
+from tests.test_swap_beside_floor import cost_stage, graded
+from theinference.curriculum.checks.common import Verdict
+from theinference.curriculum.checks.swap import ASK_AGAIN, FOLLOWED, SwapPlan
+from theinference.grading.swap_first import needs_floor
+from theinference.results import Status
+from theinference.student.process import StudentProcess
+from theinference.student.replies import Outcome
+
+# correct, and its cache out of the search's sight: every K/V float kept as its bits XORed
+# with a key (no float, int or bfloat16 view of them is a K/V row), read back at each use
+HIDDEN_CACHE = '''
+
+_KEY = np.uint32(0x5A5A5A5A)
+
+
+def _hide(a):
+    return np.ascontiguousarray(a, dtype=np.float32).view(np.uint32) ^ _KEY
+
+
+def _shown(a):
+    return (a ^ _KEY).view(np.float32)
+
+
+class LayerCache:
+    def __init__(self, heads: int = 12):
+        self.k = np.zeros((heads, 0, HEAD_DIM), dtype=np.uint32)
+        self.v = np.zeros((heads, 0, HEAD_DIM), dtype=np.uint32)
+
+    @property
+    def length(self) -> int:
+        return self.k.shape[1]
+
+
+def append_kv(cache, k, v):
+    cache.k = np.concatenate([cache.k, _hide(k)], axis=1)
+    cache.v = np.concatenate([cache.v, _hide(v)], axis=1)
+
+
+def attend(q, cache, w, layer):
+    keys, values = _shown(cache.k), _shown(cache.v)
+    scores = q @ keys.transpose(0, 2, 1) / math.sqrt(HEAD_DIM)
+    a = merge_heads(softmax(scores) @ values)[0]
+    return a @ w[f"h.{layer}.attn.c_proj.weight"] + w[f"h.{layer}.attn.c_proj.bias"]
+'''
+
+
+@pytest.fixture
+def alone_calls(monkeypatch) -> list[str]:
+    """The adapters called alone in a fresh process (StudentProcess.call_alone), in order."""
+    called: list[str] = []
+    call_alone = StudentProcess.call_alone
+
+    def recorded(self, adapter, *args, **named):
+        called.append(adapter)
+        return call_alone(self, adapter, *args, **named)
+
+    monkeypatch.setattr(StudentProcess, "call_alone", recorded)
+    return called
+
+
+def test_a_generation_that_follows_its_swap_is_never_measured_alone(
+    tmp_path, weights, answers, alone_calls
+):
+    """Catches a case the swap settled measured again alone (a save paying for the cost
+    proof twice), and its pass no longer saying what the call cost beside the floor."""
+    course = make_course(tmp_path / "c", reference_text())
+    case = graded(course, weights, answers, cost_stage(8))
+    assert case.status == Status.PASSED, case.message
+    assert case.message.startswith(FOLLOWED.split(":")[0]), case.message
+    assert "CPU time" in case.message and "recompute's arithmetic needs" in case.message
+    assert alone_calls == []
+
+
+def test_a_cache_the_swap_cannot_find_is_judged_by_the_floor_measured_alone(
+    tmp_path, weights, answers, alone_calls
+):
+    """Catches a right answer passed on a swap that was never made (no evidence of a cache at
+    all), and a floor judged from a call made beside other cases: correct code whose cache the
+    search cannot see is called again alone, in a fresh process, and passes by its cost."""
+    course = make_course(tmp_path / "c", reference_text() + HIDDEN_CACHE)
+    case = graded(course, weights, answers, cost_stage(16))
+    assert case.status == Status.PASSED, case.message
+    assert "the cost of a cache" in case.message, case.message
+    assert not case.message.startswith(FOLLOWED.split(":")[0]), case.message
+    assert alone_calls == ["run_generate"]
+
+
+def swap_plan(sent: bool) -> SwapPlan:
+    plan = SwapPlan("prefill", 1, [], [], None, lambda: None)
+    plan.sent = sent
+    return plan
+
+
+APPLIED = {"swap": {"applied": True}}
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "kind", "plan", "report", "asked", "floor"),
+    [
+        (Status.PASSED, FOLLOWED, "returned", swap_plan(True), APPLIED, True, False),
+        (Status.PASSED, "", "returned", swap_plan(False), None, True, True),
+        (Status.PASSED, "", "returned", swap_plan(False), APPLIED, True, True),  # said, not sent
+        (Status.PASSED, "", "returned", None, None, True, True),  # no swap drawn
+        (Status.FAILED, "", "timeout", swap_plan(False), None, True, True),
+        (Status.FAILED, ASK_AGAIN, "returned", swap_plan(True), APPLIED, True, True),
+        (Status.FAILED, ASK_AGAIN, "returned", swap_plan(True), APPLIED, False, False),
+        (Status.FAILED, "wrong tokens", "returned", swap_plan(False), None, True, False),
+        (Status.ERROR, "raised", "raised", swap_plan(False), None, True, False),
+    ],
+)
+def test_only_the_floor_judges_what_the_swap_beside_left_open(
+    status, message, kind, plan, report, asked, floor
+):
+    """Catches a pass resting on no swap (or on the student's word that it was made), a
+    timeout or a departing answer the diagnosis wants judged beside other cases rather than
+    by the floor alone, and a failure by what was returned measured again for nothing."""
+    outcome = Outcome(kind)
+    outcome.probe = report
+    verdict = Verdict(status, message=message)
+    assert needs_floor(verdict, outcome, plan, lambda: asked) == floor

@@ -1,0 +1,125 @@
+"""A measured case whose cache is swapped, tried first beside the stage's other cases.
+
+A case the floor judges (judging.is_measured) runs alone in a fresh process (measured.py), so
+that its CPU time and the machine's rate are its own. Where the case also swaps its cache
+(generate-loop's long generations and its cost proof, prefix-caching's cost proof), the swap
+is evidence wherever the call runs: an answer over K/V that no token sequence has comes only
+from reading the cache, in a fresh process or in one that served other cases, however long it
+took. So such a case is first called as an unmeasured one is, beside the other cases, with its
+swap and no CPU limit (`try_beside`). Its verdict stands where the answer followed the swapped
+cache, or failed by what it returned. Where only the floor can judge (no swap was made and the
+answer is right, the answer departs from both caches and the diagnosis asks again, or the
+call ran out of time), the case is `Deferred`: called again alone, measured, once the cases
+beside it are done (`measure_alone`), as every measured case was before.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from theinference.curriculum.checks import CHECKS, Verdict
+from theinference.curriculum.checks.floor import cost_beside
+from theinference.curriculum.checks.swap import Seen, SwapPlan, departs
+from theinference.curriculum.stages import Case, Stage
+from theinference.grading.answers import Answers
+from theinference.grading.judging import (
+    UNASKED,
+    OracleClock,
+    Question,
+    case_result,
+    fix_answer,
+    grade_case,
+    is_measured,
+    judge,
+)
+from theinference.grading.measured import measured_call
+from theinference.grading.pending import PendingPlan
+from theinference.results import Status
+from theinference.student.calibration import rate_now
+from theinference.student.channel import NO_PROBE, Probe
+from theinference.student.process import StudentProcess
+from theinference.student.replies import Outcome
+
+
+@dataclass
+class Deferred:
+    """A case the floor must judge, called alone and measured after the cases beside it.
+    `floor_only`: its swap spent beside (or none could be drawn: `plan` None), the floor
+    alone judges it; else it is measured as grade_case measures, its swap first. `plan`: its
+    swap's plan as the call beside had it."""
+
+    case: Case
+    floor_only: bool
+    plan: SwapPlan | None = None
+    oracle_seconds: float = 0.0
+
+
+def tries_beside(case: Case, config) -> bool:
+    """Whether the case is tried beside the others first: measured, and its cache swapped."""
+    check = CHECKS[case.check]
+    if case.inputs.get("must_raise") or check.swap is None:
+        return False
+    return is_measured(check, case, check.arguments(case, config), config)
+
+
+def try_beside(stage: Stage, case: Case, process: StudentProcess, answers: Answers,
+               ask_again: Callable[[], bool]) -> tuple | Deferred:
+    """grade_case's (result, arguments, verdict) from a call in `process` with the case's swap
+    and no CPU limit, where that settles the case; else the case Deferred."""
+    check = CHECKS[case.check]
+    args = check.arguments(case, answers.recompute.config)
+    clock = OracleClock()
+    fixed = fix_answer(case, args, answers, clock, measured=True, unlimited=True)
+    if fixed is None:  # no swap could be drawn: only the floor can judge
+        return Deferred(case, floor_only=True, oracle_seconds=clock.seconds)
+    outcome = process.call(check.adapter, args, stage.timeout,
+                           Probe(check.hook, check.watch, fixed.answer))
+    if isinstance(fixed, PendingPlan):  # made while the call ran
+        fixed, seconds = fixed.resolve()
+        clock.seconds += seconds
+    verdict = judge(Question(stage, case, args, answers, clock), outcome, fixed)
+    if needs_floor(verdict, outcome, fixed, ask_again):
+        return Deferred(case, floor_only=True, plan=fixed, oracle_seconds=clock.seconds)
+    if departs(verdict):  # not asked again: the stage's smaller failing cases were
+        verdict.message = UNASKED.format(hook=stage.words["hook"])
+    elif verdict.status == Status.PASSED:  # over the swap: what it cost, said beside
+        verdict.message = f"{verdict.message} ({cost_said(check, args, outcome, process, answers)})"
+    return case_result(case, outcome, verdict, clock), args, verdict
+
+
+def cost_said(check, args: list, outcome: Outcome, process: StudentProcess,
+              answers: Answers) -> str:
+    """The call's CPU time beside a recompute's floor at this machine's rate (measured
+    within the last minute, or now), as a measured call's pass says it: a figure only."""
+    rate, _ = rate_now(process)
+    floor = check.flop(args, answers.recompute.config) / rate if rate else None
+    return cost_beside({"cpu_seconds": outcome.cpu_seconds, "floor": floor})
+
+
+def needs_floor(verdict: Verdict, outcome: Outcome, plan, ask_again: Callable[[], bool]) -> bool:
+    """Whether only the floor can judge a call made beside: it ran out of time (alone, its
+    limit stops it sooner, with the floor's verdict), or its right answer rests on no swap,
+    or its answer departs from both caches and the diagnosis asks again (where the floor's
+    measure tells a partial recompute from a bug, as measured calls always did)."""
+    if outcome.kind == "timeout":
+        return True
+    if verdict.status == Status.PASSED:
+        return not (isinstance(plan, SwapPlan) and Seen(plan, outcome.probe).applied)
+    return departs(verdict) and ask_again()
+
+
+def measure_alone(deferred: Deferred, stage: Stage, process: StudentProcess, answers: Answers,
+                  ask_again: Callable[[], bool], lift_limit: bool) -> tuple:
+    """grade_case's (result, arguments, verdict) of a deferred case, measured alone in a
+    fresh process: with no swap where the floor alone judges (as a departing answer asked
+    again is); else as grade_case grades a measured case."""
+    case = deferred.case
+    if not deferred.floor_only:
+        return grade_case(stage, case, process, answers, ask_again, lift_limit)
+    check = CHECKS[case.check]
+    args = check.arguments(case, answers.recompute.config)
+    clock = OracleClock()
+    clock.seconds = deferred.oracle_seconds
+    outcome = measured_call(stage, check, args, process, answers, NO_PROBE)
+    asked = Question(stage, case, args, answers, clock)
+    verdict = judge(asked, outcome, deferred.plan, rerun=True, measured=True)
+    return case_result(case, outcome, verdict, clock), args, verdict
