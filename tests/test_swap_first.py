@@ -92,6 +92,44 @@ def test_a_cache_the_swap_cannot_find_is_judged_by_the_floor_measured_alone(
     assert alone_calls == ["run_generate"]
 
 
+# the classic recompute, its cache out of the search's sight: a fresh cache and a prefill of the
+# whole sequence for every token
+RECOMPUTE_HIDDEN = HIDDEN_CACHE + '''
+
+
+def generate(prompt_ids, max_new_tokens, w):
+    if len(prompt_ids) + max_new_tokens > w["wpe.weight"].shape[0]:
+        raise ValueError("past the context")
+    ids = list(prompt_ids)
+    for _ in range(max_new_tokens):
+        ids.append(int(np.argmax(prefill(ids, w, ModelCache(n_layer(w), n_head(w))))))
+    return ids[len(prompt_ids):]
+'''
+
+
+def test_a_recompute_the_swap_cannot_see_is_stopped_early_beside_and_failed_alone(
+    tmp_path, weights, answers, alone_calls, monkeypatch
+):
+    """Catches a try beside with no CPU limit before its swap (a student whose decode still
+    recomputes waited for the whole recompute, then for the floor's measured call), and a
+    verdict taken from the try's stop rather than from the floor measured alone."""
+    kinds: list[str] = []
+    call = StudentProcess.call
+
+    def recorded(self, adapter, *args, **named):
+        outcome = call(self, adapter, *args, **named)
+        if adapter == "run_generate":  # not the calibration's
+            kinds.append(outcome.kind)
+        return outcome
+
+    monkeypatch.setattr(StudentProcess, "call", recorded)
+    course = make_course(tmp_path / "c", reference_text() + RECOMPUTE_HIDDEN)
+    case = graded(course, weights, answers, cost_stage(16))
+    assert case.status == Status.FAILED and case.suspected_bug == "decode-recomputes", case
+    assert kinds == ["cpu_limit", "cpu_limit"], kinds  # the try, stopped before any swap; alone
+    assert alone_calls == ["run_generate"]
+
+
 def swap_plan(sent: bool) -> SwapPlan:
     plan = SwapPlan("prefill", 1, [], [], None, lambda: None)
     plan.sent = sent
@@ -109,6 +147,7 @@ APPLIED = {"swap": {"applied": True}}
         (Status.PASSED, "", "returned", swap_plan(False), APPLIED, True, True),  # said, not sent
         (Status.PASSED, "", "returned", None, None, True, True),  # no swap drawn
         (Status.FAILED, "", "timeout", swap_plan(False), None, True, True),
+        (Status.FAILED, "", "cpu_limit", swap_plan(False), None, True, True),
         (Status.FAILED, ASK_AGAIN, "returned", swap_plan(True), APPLIED, True, True),
         (Status.FAILED, ASK_AGAIN, "returned", swap_plan(True), APPLIED, False, False),
         (Status.FAILED, "wrong tokens", "returned", swap_plan(False), None, True, False),

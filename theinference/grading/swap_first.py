@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from theinference.curriculum.checks import CHECKS, Verdict
-from theinference.curriculum.checks.floor import cost_beside
+from theinference.curriculum.checks.floor import cost_beside, forward_flop
 from theinference.curriculum.checks.swap import Seen, SwapPlan, departs
 from theinference.curriculum.stages import Case, Stage
 from theinference.grading.answers import Answers
@@ -31,11 +31,11 @@ from theinference.grading.judging import (
     is_measured,
     judge,
 )
-from theinference.grading.measured import measured_call
+from theinference.grading.measured import measured_call, measured_probe
 from theinference.grading.pending import PendingPlan
 from theinference.results import Status
 from theinference.student.calibration import rate_now
-from theinference.student.channel import NO_PROBE, Probe
+from theinference.student.channel import NO_PROBE
 from theinference.student.process import StudentProcess
 from theinference.student.replies import Outcome
 
@@ -71,8 +71,9 @@ def try_beside(stage: Stage, case: Case, process: StudentProcess, answers: Answe
     fixed = fix_answer(case, args, answers, clock, measured=True, unlimited=True)
     if fixed is None:  # no swap could be drawn: only the floor can judge
         return Deferred(case, floor_only=True, oracle_seconds=clock.seconds)
+    limit = try_limit(stage, check, args, process, answers)
     outcome = process.call(check.adapter, args, stage.timeout,
-                           Probe(check.hook, check.watch, fixed.answer))
+                           measured_probe(check, fixed, lift_limit=True), cpu_limit=limit)
     if isinstance(fixed, PendingPlan):  # made while the call ran
         fixed, seconds = fixed.resolve()
         clock.seconds += seconds
@@ -95,12 +96,35 @@ def cost_said(check, args: list, outcome: Outcome, process: StudentProcess,
     return cost_beside({"cpu_seconds": outcome.cpu_seconds, "floor": floor})
 
 
+# the try's CPU budget until its swap is sent, in forwards over the swapped prompt: a prefill
+# costs about one (the reference's, in a fresh process: 1.3 to 2.5x its arithmetic, page faults
+# included), so slow correct code has room; past it, the case is measured alone, where the swap
+# still lifts the limit, and a recompute whose cache is not found pays this much more, not the
+# whole recompute the try would otherwise run
+TRY_PREFILLS = 8
+
+
+def try_limit(stage: Stage, check, args: list, process: StudentProcess,
+              answers: Answers) -> float | None:
+    """The CPU seconds the try may use before its swap is sent (then lifted): TRY_PREFILLS
+    forwards over the prompt at this machine's rate, at most the floor's own limit. Never a
+    verdict: a try stopped there is measured alone. None where no rate could be had."""
+    rate, _ = rate_now(process)
+    if rate is None:
+        return None
+    config = answers.recompute.config
+    prefills = TRY_PREFILLS * forward_flop(config, check.swap_rows(args))
+    floor_limit = check.flop(args, config) * float(stage.words["floor_fraction"])
+    return min(prefills, floor_limit) / rate
+
+
 def needs_floor(verdict: Verdict, outcome: Outcome, plan, ask_again: Callable[[], bool]) -> bool:
-    """Whether only the floor can judge a call made beside: it ran out of time (alone, its
-    limit stops it sooner, with the floor's verdict), or its right answer rests on no swap,
-    or its answer departs from both caches and the diagnosis asks again (where the floor's
-    measure tells a partial recompute from a bug, as measured calls always did)."""
-    if outcome.kind == "timeout":
+    """Whether only the floor can judge a call made beside: it ran out of time, or out of the
+    try's CPU before its swap was sent (alone, the floor's limit stops it, with its verdict),
+    or its right answer rests on no swap, or its answer departs from both caches and the
+    diagnosis asks again (where the floor's measure tells a partial recompute from a bug, as
+    measured calls always did)."""
+    if outcome.kind in ("timeout", "cpu_limit"):
         return True
     if verdict.status == Status.PASSED:
         return not (isinstance(plan, SwapPlan) and Seen(plan, outcome.probe).applied)
