@@ -6,11 +6,12 @@ that its CPU time and the machine's rate are its own. Where the case also swaps 
 is evidence wherever the call runs: an answer over K/V that no token sequence has comes only
 from reading the cache, in a fresh process or in one that served other cases, however long it
 took. So such a case is first called as an unmeasured one is, beside the other cases, with its
-swap and no CPU limit (`try_beside`). Its verdict stands where the answer followed the swapped
-cache, or failed by what it returned. Where only the floor can judge (no swap was made and the
-answer is right, the answer departs from both caches and the diagnosis asks again, or the
-call ran out of time), the case is `Deferred`: called again alone, measured, once the cases
-beside it are done (`measure_alone`), as every measured case was before.
+swap, and a CPU budget only until the swap is sent (`try_beside`, `try_limit`). Its verdict
+stands where the answer followed the swapped cache, or failed by what it returned. Where only
+the floor can judge (no swap was made and the answer is right, the answer departs from both
+caches and the diagnosis asks again, or the call ran out of time or budget), the case is
+`Deferred`: called again alone, measured, once the cases beside it are done
+(`measure_alone`), as every measured case was before.
 """
 
 from collections.abc import Callable
@@ -64,7 +65,8 @@ def tries_beside(case: Case, config) -> bool:
 def try_beside(stage: Stage, case: Case, process: StudentProcess, answers: Answers,
                ask_again: Callable[[], bool]) -> tuple | Deferred:
     """grade_case's (result, arguments, verdict) from a call in `process` with the case's swap
-    and no CPU limit, where that settles the case; else the case Deferred."""
+    (its CPU budgeted until the swap is sent: try_limit), where that settles the case; else
+    the case Deferred."""
     check = CHECKS[case.check]
     args = check.arguments(case, answers.recompute.config)
     clock = OracleClock()
