@@ -402,7 +402,7 @@ def test_a_swapped_call_begins_before_its_plan_is_made_where_nothing_limits_it(
     oracle's forward over the prompt and the student's prefill of it one after the other:
     prefix-caching's save cost both), a swap lost when the plan comes only once the call has
     begun, and a measured call begun beside its plan where the floor has little room (a slow
-    but correct cache near its limit was stopped there under CI's load: judging.room_beside).
+    but correct cache near its limit was stopped there under CI's load: measured.room_beside).
     Tried beside first (swap_first.py), the call has no limit and never waits; measured alone
     (as where a decode ignored its swap), only where its floor holds 16 prefills."""
     import time as clock

@@ -43,7 +43,6 @@ UNASKED = (
 )
 
 
-
 def grade_case(
     stage: Stage, case: Case, process: StudentProcess, answers: Answers,
     ask_again: Callable[[], bool] | bool = True, lift_limit: bool = True,
@@ -61,9 +60,7 @@ def grade_case(
     if measured:
         outcome = measured_call(stage, check, args, process, answers,
                                 measured_probe(check, fixed, lift_limit))
-        if isinstance(fixed, PendingPlan):  # made while the call ran: the oracle's time too
-            fixed, seconds = fixed.resolve()
-            clock.seconds += seconds
+        fixed = resolved(fixed, clock)
     elif case.inputs.get("must_raise"):
         outcome = refusal_call(stage, case, args, process, answers)
     else:
@@ -75,13 +72,30 @@ def grade_case(
     if isinstance(fixed, SwapPlan) and departs(verdict):
         ask_again = ask_again() if callable(ask_again) else ask_again
         if ask_again and measured:  # the floor's evidence, as where no swap could be made
-            outcome = measured_call(stage, check, args, process, answers, NO_PROBE)
-            verdict = judge(asked, outcome, fixed, rerun=True, measured=True)
+            outcome, verdict = floor_alone(asked, process, fixed)
         elif ask_again:
             outcome, verdict = asked_unswapped(asked, process, fixed)
         else:
             verdict.message = UNASKED.format(hook=stage.words["hook"])
     return case_result(case, outcome, verdict, clock), args, verdict
+
+
+def resolved(fixed, clock: "OracleClock"):
+    """The answer fixed before a call, a PendingPlan made by now (while the call ran: its
+    oracle seconds on `clock` too)."""
+    if not isinstance(fixed, PendingPlan):
+        return fixed
+    plan, seconds = fixed.resolve()
+    clock.seconds += seconds
+    return plan
+
+
+def floor_alone(asked: "Question", process, plan: SwapPlan | None) -> tuple:
+    """(outcome, verdict) of the case called again alone in a fresh process with no swap,
+    the floor its evidence (a swap, where one was tried, spent: `plan` names it)."""
+    check = CHECKS[asked.case.check]
+    outcome = measured_call(asked.stage, check, asked.args, process, asked.answers, NO_PROBE)
+    return outcome, judge(asked, outcome, plan, rerun=True, measured=True)
 
 
 def case_result(case: Case, outcome: Outcome, verdict: Verdict, clock: "OracleClock"):

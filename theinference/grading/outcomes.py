@@ -1,6 +1,6 @@
 """The verdicts an outcome gives by itself, with no answer to compare: a call that gave none
 (todo, a timeout, an error), and a request that must be refused up front, judged by what its
-refusal cost (judging.refusal_call measures it)."""
+refusal cost (measured.refusal_call measures it)."""
 
 from theinference.curriculum.checks import Verdict
 from theinference.curriculum.checks.floor import CANNOT_MEASURE

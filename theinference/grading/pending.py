@@ -7,7 +7,7 @@ fix (Check.swap_rows); only a word about what the process holds, after the promp
 needs the plan itself, and waits for it there. The student's prefill of a long prompt takes
 about as long as the oracle's forward over it, so the two overlap rather than follow each
 other. Nothing about the proof changes: the plan is the one the call would have waited for.
-Only where the floor's limit holds many prefills of the prompt (judging.room_beside): the
+Only where the floor's limit holds many prefills of the prompt (measured.room_beside): the
 oracle's thread may slow the student's prefill a little, which a floor with little room
 could see.
 """

@@ -28,15 +28,15 @@ from theinference.grading.judging import (
     Question,
     case_result,
     fix_answer,
+    floor_alone,
     grade_case,
     is_measured,
     judge,
+    resolved,
 )
-from theinference.grading.measured import measured_call, measured_probe
-from theinference.grading.pending import PendingPlan
+from theinference.grading.measured import measured_probe
 from theinference.results import Status
 from theinference.student.calibration import rate_now
-from theinference.student.channel import NO_PROBE
 from theinference.student.process import StudentProcess
 from theinference.student.replies import Outcome
 
@@ -73,29 +73,22 @@ def try_beside(stage: Stage, case: Case, process: StudentProcess, answers: Answe
     fixed = fix_answer(case, args, answers, clock, measured=True, unlimited=True)
     if fixed is None:  # no swap could be drawn: only the floor can judge
         return Deferred(case, floor_only=True, oracle_seconds=clock.seconds)
-    limit = try_limit(stage, check, args, process, answers)
+    rate, _ = rate_now(process)  # measured within the last minute, or now (None: none had)
+    limit = try_limit(stage, check, args, answers.recompute.config, rate)
     outcome = process.call(check.adapter, args, stage.timeout,
                            measured_probe(check, fixed, lift_limit=True), cpu_limit=limit)
-    if isinstance(fixed, PendingPlan):  # made while the call ran
-        fixed, seconds = fixed.resolve()
-        clock.seconds += seconds
+    fixed = resolved(fixed, clock)
     verdict = judge(Question(stage, case, args, answers, clock), outcome, fixed)
     if needs_floor(verdict, outcome, fixed, ask_again):
         return Deferred(case, floor_only=True, plan=fixed, oracle_seconds=clock.seconds)
     if departs(verdict):  # not asked again: the stage's smaller failing cases were
         verdict.message = UNASKED.format(hook=stage.words["hook"])
-    elif verdict.status == Status.PASSED:  # over the swap: what it cost, said beside
-        verdict.message = f"{verdict.message} ({cost_said(check, args, outcome, process, answers)})"
+    elif verdict.status == Status.PASSED:  # over the swap: what it cost, said beside (a
+        # figure only, as a measured call's pass says it)
+        floor = check.flop(args, answers.recompute.config) / rate if rate else None
+        cost = cost_beside({"cpu_seconds": outcome.cpu_seconds, "floor": floor})
+        verdict.message = f"{verdict.message} ({cost})"
     return case_result(case, outcome, verdict, clock), args, verdict
-
-
-def cost_said(check, args: list, outcome: Outcome, process: StudentProcess,
-              answers: Answers) -> str:
-    """The call's CPU time beside a recompute's floor at this machine's rate (measured
-    within the last minute, or now), as a measured call's pass says it: a figure only."""
-    rate, _ = rate_now(process)
-    floor = check.flop(args, answers.recompute.config) / rate if rate else None
-    return cost_beside({"cpu_seconds": outcome.cpu_seconds, "floor": floor})
 
 
 # the try's CPU budget until its swap is sent, in forwards over the swapped prompt: a prefill
@@ -106,15 +99,12 @@ def cost_said(check, args: list, outcome: Outcome, process: StudentProcess,
 TRY_PREFILLS = 8
 
 
-def try_limit(stage: Stage, check, args: list, process: StudentProcess,
-              answers: Answers) -> float | None:
+def try_limit(stage: Stage, check, args: list, config, rate: float | None) -> float | None:
     """The CPU seconds the try may use before its swap is sent (then lifted): TRY_PREFILLS
-    forwards over the prompt at this machine's rate, at most the floor's own limit. Never a
-    verdict: a try stopped there is measured alone. None where no rate could be had."""
-    rate, _ = rate_now(process)
+    forwards over the prompt at `rate`, at most the floor's own limit. Never a verdict: a try
+    stopped there is measured alone. None where no rate could be had."""
     if rate is None:
         return None
-    config = answers.recompute.config
     prefills = TRY_PREFILLS * forward_flop(config, check.swap_rows(args))
     floor_limit = check.flop(args, config) * float(stage.words["floor_fraction"])
     return min(prefills, floor_limit) / rate
@@ -141,11 +131,9 @@ def measure_alone(deferred: Deferred, stage: Stage, process: StudentProcess, ans
     case = deferred.case
     if not deferred.floor_only:
         return grade_case(stage, case, process, answers, ask_again, lift_limit)
-    check = CHECKS[case.check]
-    args = check.arguments(case, answers.recompute.config)
+    args = CHECKS[case.check].arguments(case, answers.recompute.config)
     clock = OracleClock()
     clock.seconds = deferred.oracle_seconds
-    outcome = measured_call(stage, check, args, process, answers, NO_PROBE)
-    asked = Question(stage, case, args, answers, clock)
-    verdict = judge(asked, outcome, deferred.plan, rerun=True, measured=True)
+    outcome, verdict = floor_alone(Question(stage, case, args, answers, clock), process,
+                                   deferred.plan)
     return case_result(case, outcome, verdict, clock), args, verdict

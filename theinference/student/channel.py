@@ -33,7 +33,7 @@ class Probe:
     grader, which answers with `answer` (by default, carry on: no_swap); `watch` "returns":
     any return after the prompt's prefill is told (worker/probes.py); `swapped`: whether the
     grader has sent the swap's writes (from then on the answer over the swap is the call's
-    evidence, and a CPU limit on it is lifted: judging.measured_call)."""
+    evidence, and a CPU limit on it is lifted: measured.measured_call)."""
 
     hook: str | None = None
     watch: str | None = None

@@ -71,7 +71,7 @@ class Outcome:
     stderr: str = ""
     seconds: float = 0.0  # wall time of the call, measured by the grader
     cpu_seconds: float | None = None  # the call's CPU time, measured from outside: see tree_cpu
-    # what the grader measured of a call alone against a CPU budget (judging.cpu_bounded_call):
+    # what the grader measured of a call alone against a CPU budget (measured.cpu_bounded_call):
     # the grader's own figures, never the student's process's (that is `probe`)
     measured: dict | None = None
 
