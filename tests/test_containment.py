@@ -412,3 +412,45 @@ def test_the_students_blas_runs_one_thread_unless_the_grader_says_otherwise(monk
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "4")
     env = sandbox.student_env(("T", "t"), "/h", "/tmp", "/w", "/bin")
     assert env["OPENBLAS_NUM_THREADS"] == "4"
+
+
+QUICK = """
+def quick(ids):
+    return len(ids)
+"""
+
+
+@pytest.mark.parametrize("kind", MODES)
+def test_a_worker_starting_while_another_call_ends_is_not_taken_for_its_leftovers(
+    kind, tmp_path, monkeypatch
+):
+    """Catches a worker killed as it starts: the end of a call in another thread (a case beside
+    it, or the rate measured beside a try) looks for processes the call left behind among the
+    grader's children started since, and a worker whose process exists but whose pid is not yet
+    among the workers' roots was one of them (its first call then died of SIGKILL)."""
+    import threading
+
+    from theinference.student import startup
+
+    course = course_with(tmp_path / "c", QUICK)
+    ending, starting = process(course, kind), process(course, kind)
+    assert ending.call("quick", [[1]]).kind == "returned"
+    real_popen, calls_ended = startup.subprocess.Popen, []
+
+    def slow_to_register(*args, **options):  # a worker whose exec takes a while to be known
+        popen = real_popen(*args, **options)
+        calls = threading.Thread(target=lambda: calls_ended.extend(
+            ending.call("quick", [[1]]).kind for _ in range(3)))
+        calls.start()
+        calls.join(timeout=1.0)  # the other calls end meanwhile (or wait for the start)
+        return popen
+
+    monkeypatch.setattr(startup.subprocess, "Popen", slow_to_register)
+    try:
+        outcome = starting.call("quick", [[1, 2]])
+        monkeypatch.undo()
+        assert outcome.kind == "returned" and outcome.value == 2, (outcome.kind, outcome.message)
+        assert ending.call("quick", [[1]]).kind == "returned"
+    finally:
+        starting.close()
+        ending.close()

@@ -19,6 +19,7 @@ process at all.
 """
 
 import os
+import threading
 from pathlib import Path
 from typing import NamedTuple
 
@@ -27,6 +28,9 @@ PROC = Path("/proc")
 
 Snapshot = dict[tuple[int, int], int]  # (pid, start time) -> clock ticks used so far
 WORKER_ROOTS: set[int] = set()  # every live worker's root pid: the grader's own children
+# held while a worker starts, until its root is in WORKER_ROOTS: a look in another thread (the
+# end of a call beside it) would meanwhile take the starting worker for what that call left
+STARTING = threading.RLock()
 
 
 class Stat(NamedTuple):
@@ -114,14 +118,16 @@ def tree_table(root: int, since: int | None = None) -> dict[int, Stat]:
     children, so following the kernel's child lists from those finds it all, reading a few
     files instead of every process's on the machine (a look every 0.1 s stays cheap)."""
     if not (SUBREAPER and CHILD_LISTS):
-        table = process_table()
-        return {pid: table[pid] for pid in tree_members(root, table, since)}
+        with STARTING:
+            table = process_table()
+            return {pid: table[pid] for pid in tree_members(root, table, since)}
     tops = [root]
     if since is not None:
-        for pid in children(os.getpid()):
-            stat = read_stat(pid)
-            if pid != root and pid not in WORKER_ROOTS and stat and stat.start >= since:
-                tops.append(pid)
+        with STARTING:
+            for pid in children(os.getpid()):
+                stat = read_stat(pid)
+                if pid != root and pid not in WORKER_ROOTS and stat and stat.start >= since:
+                    tops.append(pid)
     found: dict[int, Stat] = {}
     while tops:
         pid = tops.pop()

@@ -15,6 +15,7 @@ from theinference.student import sandbox
 from theinference.student.account import Account
 from theinference.student.cgroups import Cgroup
 from theinference.student.cpu import (
+    STARTING,
     WORKER_ROOTS,
     cpu_seconds_between,
     read_stat,
@@ -59,7 +60,7 @@ def spawn(command: Callable, account: Account, guarded: bool) -> Worker | Outcom
     joining = os.open(cgroup.procs, os.O_WRONLY) if cgroup is not None else None
     try:
         argv, env, as_user, cwd = command(req_read, resp_write)
-        popen = subprocess.Popen(
+        popen = started(
             argv,
             cwd=cwd,
             env=env,
@@ -84,12 +85,20 @@ def spawn(command: Callable, account: Account, guarded: bool) -> Worker | Outcom
     os.close(req_read)
     os.close(resp_write)
     os.set_blocking(req_write, False)  # written as it drains: see channel.py
-    WORKER_ROOTS.add(popen.pid)
     stat = read_stat(popen.pid)
     since = stat.start if stat is not None else 0
     worker = Worker(popen=popen, requests=req_write, replies=resp_read, since=since)
     worker.cgroup, worker.guarded = cgroup, guarded
     return worker
+
+
+def started(argv: list[str], **popen_options) -> subprocess.Popen:
+    """subprocess.Popen, its pid in WORKER_ROOTS before a look in another thread can see it
+    (cpu.STARTING): until then, it would be taken for what a call beside it left behind."""
+    with STARTING:
+        popen = subprocess.Popen(argv, **popen_options)
+        WORKER_ROOTS.add(popen.pid)
+    return popen
 
 
 def new_cgroup(account: Account) -> Cgroup | None:
