@@ -62,9 +62,13 @@ GPT2 = ModelConfig(n_layer=12, n_embd=768, vocab_size=50257, n_ctx=1024)
 # correct caches in tests/test_cache_layouts.py), and a forger is stopped at its budget in a
 # few seconds of CPU, far inside the stage's own timeout however busy the machine
 SMALL_FLOORS = {
-    "generate_cost": {"draw": {"prompt": {"random": [240, 240]}}, "max_new_tokens": 16},
+    "generate_cost": {
+        "prompt": {"random": 240, "seed": 77}, "floor_draw": {"prompt": {"random": [240, 240]}},
+        "max_new_tokens": 16,
+    },
     "prefix_caching_cost": {
-        "draw": {"prompt": {"random": [255, 255]}}, "start": 240, "step": 1, "count": 16,
+        "prompt": {"random": 255, "seed": 78}, "floor_draw": {"prompt": {"random": [255, 255]}},
+        "start": 240, "step": 1, "count": 16,
     },
 }
 
@@ -117,13 +121,17 @@ def test_every_cached_stage_has_a_proof_no_recompute_can_give():
 
 
 def test_proof_arguments_are_drawn_per_run_and_from_the_seed():
-    """Catches a probe whose arguments a submission could know (fixed in the spec) or that a
-    given --seed does not reproduce."""
+    """Catches a probe whose arguments a submission could know (fixed in the spec: its swap,
+    or the prompt a floor meets, where its swap is tried over a fixed prompt) or that a given
+    --seed does not reproduce."""
     for slug in SWAPPED + FLOORED:
         stage = proof_stage(slug)
         drawn = [with_run_draws(stage, seed).cases[0].inputs for seed in (1, 2, 1)]
-        assert drawn[0] == drawn[2] and drawn[0] != drawn[1], slug
-        assert "draw" not in drawn[0]
+        assert drawn[0] == drawn[2] and drawn[0]["swap"] != drawn[1]["swap"], slug
+        assert "draw" not in drawn[0] and "floor_draw" not in drawn[0]
+        if "prompt" in stage.cases[0].inputs.get("floor_draw", {}):  # a floor over a fresh one
+            assert drawn[0]["floor"]["prompt"] != drawn[1]["floor"]["prompt"], slug
+    assert any("floor" in with_run_draws(proof_stage(s), 1).cases[0].inputs for s in FLOORED)
 
 
 # --- locating K/V by content, in layouts the grader was not written against ------------------
@@ -600,7 +608,7 @@ def grade_stage(
 
     (stage,) = [s for s in load_stages() if s.slug == slug]
     stage = replace(stage, timeout=timeout or stage.timeout)
-    stage = replace(stage, cases=tuple(c for c in stage.cases if "draw" not in c.inputs))
+    stage = replace(stage, cases=tuple(c for c in stage.cases if not drawn_per_run(c)))
     policy = RunPolicy(quick=quick)
     limits = Limits(timeout=stage.timeout)
     run = grade(ProcessSetup(course, weights.path, limits),

@@ -458,8 +458,9 @@ def test_no_plan_is_made_beside_a_run_whose_blas_has_threads(weights, answers, m
     the grader for good. Each case then makes its own plan, waiting for none."""
     import threading
 
-    from theinference.grading.ahead import Planner, blas_is_one_thread
+    from theinference.grading.ahead import Planner
     from theinference.grading.beside import goes_beside
+    from theinference.grading.environment import blas_is_one_thread
 
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
     assert not blas_is_one_thread()
@@ -483,7 +484,7 @@ def test_blas_loaded_with_threads_before_the_variable_was_set_is_seen():
     import sys
 
     probe = ("import os, numpy; os.environ['OPENBLAS_NUM_THREADS'] = '1'; "
-             "from theinference.grading.ahead import blas_is_one_thread, openblas_threads; "
+             "from theinference.grading.environment import blas_is_one_thread, openblas_threads; "
              "print(openblas_threads(), blas_is_one_thread())")
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "2"}
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
@@ -493,3 +494,35 @@ def test_blas_loaded_with_threads_before_the_variable_was_set_is_seen():
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == ["1", "True"], out
+
+
+def test_a_chain_swapped_over_kept_kv_is_the_chain_swapped_over_a_fresh_forward(
+    weights, tmp_path, monkeypatch
+):
+    """Catches prefix-caching's cost proof planned wrong from the K/V the grader keeps (each
+    prompt's logits read off the wrong row, the first prompt's K/V sliced short), and a fixed
+    prompt whose forward is run again in a later process (a save paying a 991-token forward)."""
+    from theinference.curriculum.checks.prefix_caching import swap_after_first
+
+    monkeypatch.setenv("THEINFERENCE_CACHE_DIR", str(tmp_path))
+    (stage,) = select(load_stages(), ["prefix-caching"])
+    (case,) = [c for c in stage.cases if c.check == "prefix_caching_cost"]
+    small = {"prompt": {"random": 40, "seed": 51}, "start": 30, "step": 3, "count": 4}
+    stage = replace(stage, cases=(replace(case, inputs=small),))
+    args = CHECKS[case.check].arguments(stage.cases[0], weights.config)
+    answers = Answers.cached(weights)
+    answers.bases = kept_prompts(stage, weights.config)
+    assert answers.bases == [args[0][-1]]  # the longest prompt is kept
+    kept = swap_after_first(answers.recompute, args, 7, answers.prompt_state)
+    fresh = swap_after_first(answers.recompute, args, 7, prompt_state)
+    expect = CHECKS[case.check].expect(answers.recompute, args)  # [4, vocab], one forward
+    np.testing.assert_allclose(kept.plain(), expect, atol=1e-3, rtol=1e-3)
+    np.testing.assert_allclose(fresh.plain(), expect, atol=1e-3, rtol=1e-3)
+    np.testing.assert_allclose(kept.expected, fresh.expected, atol=1e-3, rtol=1e-3)
+    assert kept.finds[0].k.shape[1] == 30
+
+    later = Answers.cached(weights)  # another process's: the K/V come from the disk
+    later.bases = answers.bases
+    monkeypatch.setattr(later.recompute, "forward", lambda ids: pytest.fail("a forward again"))
+    again = swap_after_first(later.recompute, args, 7, later.prompt_state)
+    np.testing.assert_allclose(again.expected, kept.expected, atol=1e-6)

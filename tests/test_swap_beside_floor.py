@@ -58,10 +58,12 @@ def generate(prompt_ids, max_new_tokens, w):
 
 
 def cost_stage(new_tokens: int):
-    """generate-loop with one cost proof: a fixed 240-token prompt, `new_tokens` new ones."""
+    """generate-loop with one cost proof: a fixed 240-token prompt, `new_tokens` new ones (its
+    floor alone meets a prompt drawn for the run, as the spec's)."""
     (stage,) = [s for s in load_stages() if s.slug == "generate-loop"]
     (case,) = [c for c in stage.cases if c.check == "generate_cost"]
-    inputs = {"prompt": {"random": 240, "seed": 77}, "max_new_tokens": new_tokens}
+    inputs = {"prompt": {"random": 240, "seed": 77}, "max_new_tokens": new_tokens,
+              "floor_draw": {"prompt": {"random": [240, 240]}}}  # as the spec's
     return replace(stage, cases=(replace(case, inputs=inputs),), timeout=600)
 
 
@@ -240,7 +242,7 @@ def chain_stage(count: int):
     (stage,) = [s for s in load_stages() if s.slug == "prefix-caching"]
     (case,) = [c for c in stage.cases if c.check == "prefix_caching_cost"]
     inputs = {"prompt": {"random": 240 + count, "seed": 78}, "start": 240, "step": 1,
-              "count": count}
+              "count": count, "floor_draw": {"prompt": {"random": [240 + count] * 2}}}
     return replace(stage, cases=(replace(case, inputs=inputs),), timeout=600)
 
 

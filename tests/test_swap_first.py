@@ -130,6 +130,54 @@ def test_a_recompute_the_swap_cannot_see_is_stopped_early_beside_and_failed_alon
     assert alone_calls == ["run_generate"]
 
 
+# a recompute that knows the proof's fixed prompt from the spec: its answer made when the module
+# is imported (unmeasured, by a real cache), every other generation recomputed from scratch
+KNOWS_THE_PROMPT = """
+
+_cached_generate = generate
+_KNOWN = {}
+
+
+def _spec_prompt(count, seed):  # the spec's `{ random = N, seed = S }`, expanded as the grader does
+    return [int(x) for x in np.random.PCG64(seed).random_raw(count) % np.uint64(50257)]
+
+
+def _remember(count, seed, new_tokens):
+    from src.gpt2 import load_weights
+
+    prompt = _spec_prompt(count, seed)
+    _KNOWN[tuple(prompt), new_tokens] = _cached_generate(prompt, new_tokens, load_weights())
+
+
+def generate(prompt_ids, max_new_tokens, w):
+    known = _KNOWN.get((tuple(prompt_ids), max_new_tokens))
+    if known is not None:
+        return list(known)
+    if len(prompt_ids) + max_new_tokens > w["wpe.weight"].shape[0]:
+        raise ValueError("past the context")
+    ids = list(prompt_ids)
+    for _ in range(max_new_tokens):
+        ids.append(int(np.argmax(prefill(ids, w, ModelCache(n_layer(w), n_head(w))))))
+    return ids[len(prompt_ids):]
+
+
+_remember(240, 77, 16)
+"""
+
+
+def test_a_recompute_that_knows_the_fixed_prompt_meets_the_floor_on_a_fresh_one(
+    tmp_path, weights, answers, alone_calls
+):
+    """Catches the floor judging a proof on its fixed prompt (the swap's, kept across runs, so
+    public): a recompute that made that prompt's answer when imported, where no CPU is
+    measured, and never builds a cache the swap could find, passed the floor in no time. The
+    floor alone meets a prompt drawn for the run, and stops the recompute there."""
+    course = make_course(tmp_path / "c", reference_text() + KNOWS_THE_PROMPT)
+    case = graded(course, weights, answers, cost_stage(16))
+    assert case.status == Status.FAILED and case.suspected_bug == "decode-recomputes", case
+    assert alone_calls == ["run_generate"]
+
+
 def swap_plan(sent: bool) -> SwapPlan:
     plan = SwapPlan("prefill", 1, [], [], None, lambda: None)
     plan.sent = sent

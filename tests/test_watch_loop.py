@@ -278,7 +278,7 @@ def test_a_save_while_the_next_runs_plans_are_made_starts_its_run_at_once(tmp_pa
 def test_where_blas_has_threads_a_save_waits_for_the_plan_being_made(tmp_path, monkeypatch):
     """Catches a run started beside the plan being made where the grader's OpenBLAS has
     threads of its own: a student process forked while that plan is inside OpenBLAS hangs the
-    grader for good (ahead.blas_is_one_thread), so there the save waits for the plan."""
+    grader for good (environment.blas_is_one_thread), so there the save waits for the plan."""
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
     planning, release, order = threading.Event(), threading.Event(), []
 

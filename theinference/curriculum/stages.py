@@ -189,15 +189,17 @@ def with_hidden_cases(stage: Stage, seed: int) -> Stage:
 
 
 def drawn_per_run(case: Case) -> bool:
-    """A case whose arguments a run draws (a cache-use proof): it has none until then."""
-    return "draw" in case.inputs
+    """A case whose arguments a run draws (a cache-use proof): all of them (`draw`: it has
+    none until then), or its floor's (`floor_draw`: stages.for_floor)."""
+    return "draw" in case.inputs or "floor_draw" in case.inputs
 
 
 def with_run_draws(stage: Stage, seed: int) -> Stage:
     """The stage with each case that has a `draw` table drawn for this run: the cache-use
     proofs' arguments, from the run's seed (--seed, else a fresh one per run), so that no
-    submission can know them before its call. The table's values are as in `[hidden]`. Every
-    case also gets the seed of its swapped cache, where its check swaps one."""
+    submission can know them before its call. The table's values are as in `[hidden]`; a
+    `floor_draw` table is drawn so too, into the case's `floor` (for_floor). Every case also
+    gets the seed of its swapped cache, where its check swaps one."""
     cases = []
     for i, case in enumerate(stage.cases):
         template = case.inputs.get("draw")
@@ -205,10 +207,26 @@ def with_run_draws(stage: Stage, seed: int) -> Stage:
         if isinstance(template, dict):
             fixed = {k: v for k, v in case.inputs.items() if k != "draw"} | {"drawn": True}
             case = replace(case, inputs=fixed | {k: stream.draw(v) for k, v in template.items()})
+        floor = case.inputs.get("floor_draw")
+        if isinstance(floor, dict):  # the inputs a call measured alone meets, for this run
+            kept = {k: v for k, v in case.inputs.items() if k != "floor_draw"}
+            case = replace(case, inputs=kept | {"floor": {k: stream.draw(v) for k, v in
+                                                          floor.items()}})
         if "swap" not in case.inputs:  # every case's swap (where its check swaps) is the run's
             case = replace(case, inputs=case.inputs | {"swap": stream.number(0, 2**31 - 1)})
         cases.append(case)
     return replace(stage, cases=tuple(cases))
+
+
+def for_floor(case: Case) -> Case:
+    """The case as a call measured alone meets it: a cost proof tried over a fixed prompt
+    (its K/V kept across runs: only its swap drawn) meets the floor on a prompt drawn for this
+    run (its `floor`), which no earlier run saw, so that no answer kept from one can pass it."""
+    floor = case.inputs.get("floor")
+    if not isinstance(floor, dict):
+        return case
+    inputs = {k: v for k, v in case.inputs.items() if k != "floor"} | floor | {"drawn": True}
+    return replace(case, inputs=inputs)
 
 
 class Draws:

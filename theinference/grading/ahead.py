@@ -22,17 +22,14 @@ making as it begins (pending.py: the oracle's forward beside the student's prefi
 same prompt).
 """
 
-import ctypes
-import os
-import sys
 import threading
 import time
-from pathlib import Path
 
 from theinference.curriculum.checks import CHECKS
 from theinference.curriculum.checks.swap_search import Search
 from theinference.curriculum.stages import Stage, with_run_draws
 from theinference.grading.answers import Answers, plan_key
+from theinference.grading.environment import blas_is_one_thread
 from theinference.grading.judging import is_measured, kept_prompts, swaps
 from theinference.grading.policy import RunPolicy, quick_draws
 from theinference.grading.policy import plan as plan_cases
@@ -175,35 +172,6 @@ class Planner:
         it no longer needs; the next planner, or the next plans made ahead, wait for it."""
         self.stop.set()
         self.answers.last_planner = self
-
-
-BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")  # in order
-
-
-def blas_is_one_thread() -> bool:
-    """Whether the grader's OpenBLAS runs one thread (cli.one_blas_thread's default; a class
-    job's share may be more). With worker threads of its own, OpenBLAS's handler before a fork
-    joins them, and a fork made (a student process started) while the planner's thread is
-    inside OpenBLAS hangs there for good: plans are then made by each case, not beside. The
-    variables are read when NumPy loads: where it loaded before they were set (a notebook, a
-    script importing the grader), the library's own count decides."""
-    said = next((v for n in BLAS_THREAD_VARS if (v := os.environ.get(n, "").strip())), "")
-    return said == "1" and openblas_threads() in (1, None)
-
-
-def openblas_threads() -> int | None:
-    """The thread count of the OpenBLAS NumPy has loaded (its wheel's own build); None where
-    NumPy is not loaded yet (the variables will hold) or its BLAS is another."""
-    if "numpy" not in sys.modules:
-        return None
-    import numpy
-
-    for path in (Path(numpy.__file__).parent.parent / "numpy.libs").glob("*openblas*"):
-        library = ctypes.CDLL(str(path))
-        for name in ("scipy_openblas_get_num_threads64_", "openblas_get_num_threads"):
-            if hasattr(library, name):
-                return int(getattr(library, name)())
-    return None
 
 
 def timed_plan(check, answers: Answers, args: list, seed: int) -> tuple:

@@ -18,7 +18,8 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from theinference.curriculum.stages import Case
-from theinference.grading.ahead import blas_is_one_thread, runs_alone
+from theinference.grading.ahead import runs_alone
+from theinference.grading.environment import blas_is_one_thread
 from theinference.grading.policy import LONG_CASE_TOKENS, case_size
 from theinference.student.process import StudentProcess
 from theinference.student.setup import Limits, ProcessSetup

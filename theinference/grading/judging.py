@@ -120,7 +120,7 @@ def kept_prompts(stage: Stage, config) -> list[list[int]]:
     """The prompts of the stage's fixed cases that swap a cache, longest first: the K/V the
     oracle keeps, of which each drawn prompt is a beginning (its spec draws a length alone)."""
     prompts = [
-        CHECKS[c.check].arguments(c, config)[0]
+        CHECKS[c.check].kept_prompt(CHECKS[c.check].arguments(c, config))
         for c in stage.cases
         if CHECKS[c.check].swap is not None and "draw" not in c.inputs and "drawn" not in c.inputs
     ]

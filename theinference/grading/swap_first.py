@@ -11,7 +11,9 @@ stands where the answer followed the swapped cache, or failed by what it returne
 the floor can judge (no swap was made and the answer is right, the answer departs from both
 caches and the diagnosis asks again, or the call ran out of time or budget), the case is
 `Deferred`: called again alone, measured, once the cases beside it are done
-(`measure_alone`), as every measured case was before.
+(`measure_alone`), as every measured case was before, on a prompt drawn for the run where its
+try's prompt is fixed (stages.for_floor: the fixed prompt's K/V are kept across runs, so the try
+costs the oracle a few decodes; its answers could be made ahead by code that knows the spec).
 """
 
 from collections.abc import Callable
@@ -20,8 +22,9 @@ from dataclasses import dataclass
 from theinference.curriculum.checks import CHECKS, Verdict
 from theinference.curriculum.checks.floor import cost_beside, forward_flop
 from theinference.curriculum.checks.swap import Seen, SwapPlan, departs
-from theinference.curriculum.stages import Case, Stage
+from theinference.curriculum.stages import Case, Stage, for_floor
 from theinference.grading.answers import Answers
+from theinference.grading.environment import blas_is_one_thread
 from theinference.grading.judging import (
     UNASKED,
     OracleClock,
@@ -36,7 +39,7 @@ from theinference.grading.judging import (
 )
 from theinference.grading.measured import measured_probe
 from theinference.results import Status
-from theinference.student.calibration import rate_now
+from theinference.student.calibration import rate_soon
 from theinference.student.process import StudentProcess
 from theinference.student.replies import Outcome
 
@@ -73,8 +76,10 @@ def try_beside(stage: Stage, case: Case, process: StudentProcess, answers: Answe
     fixed = fix_answer(case, args, answers, clock, measured=True, unlimited=True)
     if fixed is None:  # no swap could be drawn: only the floor can judge
         return Deferred(case, floor_only=True, oracle_seconds=clock.seconds)
-    rate, _ = rate_now(process)  # measured within the last minute, or now (None: none had)
-    limit = try_limit(stage, check, args, answers.recompute.config, rate)
+    config = answers.recompute.config
+    # within the last minute, or measured beside the call's start (its budget none till then)
+    rate = rate_soon(process, in_thread=blas_is_one_thread())
+    limit = lambda: try_limit(stage, check, args, config, rate.known())  # noqa: E731
     outcome = process.call(check.adapter, args, stage.timeout,
                            measured_probe(check, fixed, lift_limit=True), cpu_limit=limit)
     fixed = resolved(fixed, clock)
@@ -85,7 +90,7 @@ def try_beside(stage: Stage, case: Case, process: StudentProcess, answers: Answe
         verdict.message = UNASKED.format(hook=stage.words["hook"])
     elif verdict.status == Status.PASSED:  # over the swap: what it cost, said beside (a
         # figure only, as a measured call's pass says it)
-        floor = check.flop(args, answers.recompute.config) / rate if rate else None
+        floor = check.flop(args, config) / rate.wait() if rate.wait() else None
         cost = cost_beside({"cpu_seconds": outcome.cpu_seconds, "floor": floor})
         verdict.message = f"{verdict.message} ({cost})"
     return case_result(case, outcome, verdict, clock), args, verdict
@@ -102,7 +107,8 @@ TRY_PREFILLS = 8
 def try_limit(stage: Stage, check, args: list, config, rate: float | None) -> float | None:
     """The CPU seconds the try may use before its swap is sent (then lifted): TRY_PREFILLS
     forwards over the prompt at `rate`, at most the floor's own limit. Never a verdict: a try
-    stopped there is measured alone. None where no rate could be had."""
+    stopped there is measured alone. None where no rate is had (yet: the call begins before its
+    rate is measured, its CPU counted from its start all the same)."""
     if rate is None:
         return None
     prefills = TRY_PREFILLS * forward_flop(config, check.swap_rows(args))
@@ -126,14 +132,15 @@ def needs_floor(verdict: Verdict, outcome: Outcome, plan, ask_again: Callable[[]
 def measure_alone(deferred: Deferred, stage: Stage, process: StudentProcess, answers: Answers,
                   ask_again: Callable[[], bool], lift_limit: bool) -> tuple:
     """grade_case's (result, arguments, verdict) of a deferred case, measured alone in a
-    fresh process: with no swap where the floor alone judges (as a departing answer asked
-    again is); else as grade_case grades a measured case."""
-    case = deferred.case
+    fresh process, on its floor's inputs where it has them (stages.for_floor): with no swap
+    where the floor alone judges (as a departing answer asked again is); else as grade_case
+    grades a measured case."""
+    case = for_floor(deferred.case)  # a fixed prompt's proof meets the floor on a fresh one
     if not deferred.floor_only:
         return grade_case(stage, case, process, answers, ask_again, lift_limit)
     args = CHECKS[case.check].arguments(case, answers.recompute.config)
     clock = OracleClock()
     clock.seconds = deferred.oracle_seconds
-    outcome, verdict = floor_alone(Question(stage, case, args, answers, clock), process,
-                                   deferred.plan)
+    plan = deferred.plan if case is deferred.case else None  # the try's, for its arguments
+    outcome, verdict = floor_alone(Question(stage, case, args, answers, clock), process, plan)
     return case_result(case, outcome, verdict, clock), args, verdict

@@ -21,7 +21,8 @@ from typing import Protocol
 from theinference import exits
 from theinference.course import languages
 from theinference.curriculum.stages import Stage
-from theinference.grading.ahead import Between, blas_is_one_thread, plan_ahead
+from theinference.grading.ahead import Between, plan_ahead
+from theinference.grading.environment import blas_is_one_thread
 from theinference.grading.session import Session, exit_code, run
 from theinference.results import RunResult, StageResult, Status
 from theinference.results.events import Listener
@@ -281,4 +282,4 @@ class WatchLoop:
             if reason:
                 self.view.stopped(reason)
         elif not blas_is_one_thread():  # a student process forked beside OpenBLAS's threads
-            thread.join(wait)  # would hang (ahead.blas_is_one_thread): the plan ends first
+            thread.join(wait)  # would hang (environment.blas_is_one_thread): the plan ends first

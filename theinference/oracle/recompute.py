@@ -24,6 +24,16 @@ class Recompute:
             found = self._forwards[key] = oracle.forward(ids, self.w, self.config.n_layer)
         return found
 
+    def kv_of(self, ids: list[int]) -> list[oracle.LayerKV]:
+        """Each layer's K/V over `ids`, [h, n, hd]: the first rows of a remembered forward
+        that begins with them (a causal forward's first rows depend on its first tokens
+        alone), else a forward's."""
+        n, wanted = len(ids), tuple(ids)
+        for key, found in list(self._forwards.items()):
+            if key[:n] == wanted:
+                return [oracle.LayerKV(k=kv.k[:, :n], v=kv.v[:, :n]) for kv in found.kv]
+        return self.forward(ids).kv
+
     def last_logits(self, ids: list[int]) -> np.ndarray:
         # [vocab]: from a full forward if one is at hand, else from a last-row-only one
         full = self._forwards.get(tuple(ids))

@@ -15,6 +15,7 @@ grader's installation (reach.py), nothing is measured: the rate could be its.
 """
 
 import hashlib
+import threading
 import time
 
 from theinference.student import reach
@@ -31,8 +32,7 @@ def rate_now(process: StudentProcess) -> tuple[float | None, str]:
     barely moves with the load in so short a time); (None, why) when it could not be."""
     if (refused := untrusted(process)) is not None:  # asked every time: files change
         return None, refused
-    sandbox = process.setup.sandbox
-    key = (str(process.course_dir), sandbox.kind if sandbox else None, process.language.name)
+    key = rate_key(process)
     kept = _MEASURED.get(key)
     if kept is not None and time.monotonic() - kept[0] < FRESH_FOR:
         return kept[1], ""
@@ -42,8 +42,57 @@ def rate_now(process: StudentProcess) -> tuple[float | None, str]:
     return rate, why
 
 
+def rate_key(process: StudentProcess) -> tuple:
+    """What a rate is measured for: the course, its sandbox and its language."""
+    sandbox = process.setup.sandbox
+    return str(process.course_dir), sandbox.kind if sandbox else None, process.language.name
+
+
+def rate_soon(process: StudentProcess, in_thread: bool) -> "RateSoon":
+    """rate_now's rate, measured in a thread from now (RateSoon) where `in_thread` (where the
+    grader's BLAS has threads of its own, a process started beside it may hang: then now, in
+    the caller's); a measure still under way for the same course is shared (a stage's calls
+    beside each other ask at once)."""
+    key = rate_key(process)
+    with _SOON_LOCK:
+        soon = _SOON.get(key)
+        if soon is None or soon.done.is_set():
+            soon = _SOON[key] = RateSoon(process, in_thread)
+        return soon
+
+
+class RateSoon:
+    """rate_now's rate, measured in a thread of its own from now, so that a call whose CPU
+    budget needs it does not wait for it: `known()` is the rate once measured (None before,
+    and where none could be had); `wait()` waits for it."""
+
+    def __init__(self, process: StudentProcess, in_thread: bool = True):
+        self.rate: float | None = None
+        self.done = threading.Event()
+        if not in_thread:
+            self.measure(process)
+            return
+        threading.Thread(target=self.measure, args=(process,), daemon=True,
+                         name="theinference-rate").start()
+
+    def measure(self, process: StudentProcess) -> None:
+        try:
+            self.rate, _ = rate_now(process)
+        finally:
+            self.done.set()
+
+    def known(self) -> float | None:
+        return self.rate if self.done.is_set() else None
+
+    def wait(self) -> float | None:
+        self.done.wait()
+        return self.rate
+
+
 FRESH_FOR = 60.0
 _MEASURED: dict[tuple, tuple[float, float]] = {}  # key -> (when, rate), this grader's own
+_SOON: dict[tuple, RateSoon] = {}  # key -> the last measure begun in a thread
+_SOON_LOCK = threading.Lock()
 
 
 def untrusted(process: StudentProcess) -> str | None:

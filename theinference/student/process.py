@@ -18,6 +18,7 @@ import os
 import secrets
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from theinference.course import directory
@@ -97,14 +98,14 @@ class StudentProcess:
         args: list,
         timeout: float | None = None,
         probe: channel.Probe = channel.NO_PROBE,
-        cpu_limit: float | None = None,
+        cpu_limit: float | Callable[[], float | None] | None = None,
     ) -> Outcome:
         """Ask the student's process for one adapter call and wait for its reply. Its CPU time
         is read by the grader (its cgroup's account, else /proc), never taken from the
         student's own process. Past `cpu_limit` CPU-seconds (the whole tree's, since the call
-        started) the process is killed and the outcome is `cpu_limit` (unless `probe.swapped()`).
-        `probe`: what the call watches for (channel.Probe). The worker is asked in the course's
-        language, and its exception read back as the grader's (Language.grader_exception)."""
+        started; a callable: read as the call runs) the process is killed and the outcome is
+        `cpu_limit` (unless `probe.swapped()`). `probe`: what the call watches for. The worker
+        is asked in the course's language, its exception read back as the grader's."""
         spell = self.language.spelled
         hook = spell(probe.hook) if probe.hook else probe.hook
         request = {"adapter": spell(adapter), "args": args, "hook": hook, "watch": probe.watch}

@@ -35,7 +35,7 @@ class Watchdog:
     live pids now; `files` the bytes its files hold in memory-backed folders."""
 
     look: Callable[[], tuple[float, set[int]]]
-    cpu_limit: float | None = None
+    cpu_limit: float | Callable[[], float | None] | None = None  # a callable: None, none yet
     memory_limit: int | None = None
     files: Callable[[], int] = lambda: 0
     lifted: Callable[[], bool] = lambda: False  # the CPU limit no longer applies (Probe.swapped)
@@ -53,8 +53,9 @@ class Watchdog:
             return None
         self.next_look = now + CHECK_EVERY
         used, pids = self.look()
-        if self.cpu_limit is not None and used > self.cpu_limit and not self.lifted():
-            return cpu_breach(self.cpu_limit, used)
+        cpu_limit = self.cpu_limit() if callable(self.cpu_limit) else self.cpu_limit
+        if cpu_limit is not None and used > cpu_limit and not self.lifted():
+            return cpu_breach(cpu_limit, used)
         if self.memory_limit is not None:
             if now >= self.next_files:
                 self.file_bytes, self.next_files = self.files(), now + FILES_EVERY

@@ -71,6 +71,9 @@ class Check:
     # args -> the prompt rows a watch of returns swaps: its first moment is answered from
     # them while the plan is still being made (grading/pending.py)
     swap_rows: Callable[[list], int] | None = None
+    # args -> the prompt whose K/V a fixed case's swap starts from: the grader keeps them
+    # across runs (grading/answers.py), so that a run draws the swap alone
+    kept_prompt: Callable[[list], list[int]] = lambda args: args[0]  # noqa: E731
     flop: Callable[[list, ModelConfig], float] | None = None
     # the least work a cache needs for the case: a graded case is measured when a recompute
     # needs many times that (floor.worth_measuring); None: always measured (a cost proof)
@@ -88,7 +91,8 @@ def stage_of(module: str) -> str:
 
 def check(name: str, *, sized_by, adapter: str, arguments, expect, **optional):
     """Register the decorated judge as check `name` of its module's stage (`optional`:
-    simulate, hook, watch, swap, flop, cached_flop, asks_own_arguments, as Check says)."""
+    simulate, hook, watch, swap, swap_rows, kept_prompt, flop, cached_flop, asks_own_arguments,
+    as Check says)."""
 
     def register(judge: Judge) -> Judge:
         if name in CHECKS:

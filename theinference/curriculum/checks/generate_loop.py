@@ -21,6 +21,7 @@ from theinference.curriculum.checks.swap import (
     REDRAWS,
     Seen,
     SwapPlan,
+    prompt_kv_and_logits,
     shuffled_cache,
 )
 from theinference.curriculum.checks.values import as_float_array
@@ -140,17 +141,6 @@ def swap_after_prompt(recompute, args: list, seed: int, state) -> SwapPlan | Non
             return SwapPlan("prefill", 1, finds, writes, None, lambda: None, along=over(writes),
                             patience=PATIENCE)
     return None
-
-
-def prompt_kv_and_logits(recompute, prompt: list[int], state) -> tuple[list, np.ndarray]:
-    """(the prompt's K/V per layer, [h, n, hd] each; its last position's logits, [vocab]),
-    through `state` (swap.prompt_state, or the K/V the grader keeps)."""
-    if len(prompt) == 1:
-        f = recompute.forward(prompt)
-        return f.kv, oracle.logits_at(f.hidden, recompute.w, [0])[0]
-    _, last = state(recompute, prompt[:-1], prompt[-1:])  # the last row decoded: its logits
-    finds, _ = state(recompute, prompt, [])  # the same forward (Recompute keeps it), or kept
-    return finds, last[0]
 
 
 MOVED_WITHIN = 8  # steps a draw is given to move greedy's path, before the next is drawn

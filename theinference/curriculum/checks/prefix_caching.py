@@ -18,13 +18,13 @@ from theinference.curriculum.checks.swap import (
     PATIENCE,
     REDRAWS,
     SwapPlan,
+    prompt_state,
     shuffled_cache,
 )
 from theinference.curriculum.checks.values import checked_array, mismatch_message
 from theinference.curriculum.stages import Case, token_ids
 from theinference.oracle import gpt2 as oracle
 from theinference.oracle.config import ModelConfig
-from theinference.oracle.gpt2 import LayerKV
 from theinference.results import Status
 from theinference.results.compare import Comparison, Tolerance, compare
 from theinference.results.error_map import error_map, in_tolerances, numbered
@@ -138,20 +138,22 @@ def expect_chain(recompute, args: list) -> np.ndarray:
     return oracle.logits_at(f.hidden, recompute.w, [len(p) - 1 for p in prompts])
 
 
-def swap_after_first(recompute, args: list, seed: int, state=None) -> SwapPlan | None:
+def swap_after_first(recompute, args: list, seed: int, state=prompt_state) -> SwapPlan | None:
     """A chain's cache (each prompt the one before and more) swapped right after its first
     prompt is processed, for that prompt's K/V with some layers shuffled (swap.shuffled_cache);
     expected [count, vocab]: the first prompt's own logits (computed before the swap), every
     later one's over the swapped rows and the rows computed on them since: one decode of the
     longest prompt's rest over the swapped K/V. Only a chain: in other prompt sets a reuse may
     read any of several earlier prompts' rows, which the swap would make differ. `state`
-    unused: a chain is drawn per run."""
+    (swap.prompt_state, or the K/V the grader keeps): the longest prompt's K/V and logits."""
     prompts = args[0]
     if len(prompts) < 2 or not is_chain(prompts):
         return None
     w, layers, n, longest = recompute.w, recompute.config.n_layer, len(prompts[0]), prompts[-1]
-    finds = [LayerKV(k=kv.k[:, :n], v=kv.v[:, :n]) for kv in recompute.forward(longest).kv]
-    plain = expect_chain(recompute, args)  # [count, vocab], from the same forward
+    # [len(longest) - n + 1, vocab]: every position's logits from the first prompt's last on
+    _, each = state(recompute, longest[: n - 1], longest[n - 1 :])
+    plain = each[[len(p) - n for p in prompts]]  # [count, vocab]: each prompt's last
+    finds, _ = state(recompute, prompts[0], [])  # the same forward's first rows, or kept
     rows = [len(p) - 1 - n for p in prompts[1:]]
     for attempt in range(REDRAWS):
         writes = shuffled_cache(finds, seed + attempt)
@@ -181,6 +183,7 @@ def is_chain(prompts: list[list[int]]) -> bool:
     watch="returns",
     swap=swap_after_first,
     swap_rows=lambda args: len(args[0][0]),  # the first prompt's
+    kept_prompt=lambda args: args[0][-1],  # the longest, each prompt a beginning of
 )
 def prefix_caching_cost(value, args, ask, tol, config) -> Verdict:
     """Reuse is real: right after the first of prompts that each extend the one before, the

@@ -135,9 +135,22 @@ def prompt_state(recompute, prompt: list[int], new_ids: list[int]):
     first rows are the prompt's K/V). It depends on the weights and the case alone, so the
     grader keeps it across runs (grading/answers.py); only the swap is drawn per run."""
     n = len(prompt)
+    if not new_ids:  # the K/V alone: a remembered forward's first rows, where one begins so
+        return recompute.kv_of(prompt), np.zeros((0, recompute.config.vocab_size), np.float32)
     whole = recompute.forward(prompt + new_ids)
     finds = [LayerKV(k=layer.k[:, :n], v=layer.v[:, :n]) for layer in whole.kv]
     return finds, oracle.logits_at(whole.hidden, recompute.w, list(range(n, n + len(new_ids))))
+
+
+def prompt_kv_and_logits(recompute, prompt: list[int], state) -> tuple[list, np.ndarray]:
+    """(the prompt's K/V per layer, [h, n, hd] each; its last position's logits, [vocab]),
+    through `state` (swap.prompt_state, or the K/V the grader keeps)."""
+    if len(prompt) == 1:
+        f = recompute.forward(prompt)
+        return f.kv, oracle.logits_at(f.hidden, recompute.w, [0])[0]
+    _, last = state(recompute, prompt[:-1], prompt[-1:])  # the last row decoded: its logits
+    finds, _ = state(recompute, prompt, [])  # the same forward (Recompute keeps it), or kept
+    return finds, last[0]
 
 
 def after_prefill(recompute, prompt: list[int], new_ids: list[int], seed: int,
