@@ -333,7 +333,7 @@ def test_each_submission_gets_an_identity_that_reaches_no_other(tmp_path):
     assert "own-fds:refused" in out.stdout  # not dumpable: not even its own uid gets in
     assert seen["env"] == sorted(
         ["HOME", "PATH", "USER", "TMPDIR", "THEINFERENCE_WEIGHTS", "PYTHONDONTWRITEBYTECODE"]
-        + ["THEINFERENCE_RUN_TOKEN"]
+        + ["THEINFERENCE_RUN_TOKEN", *sandbox.KEPT_HEAP]
         + [k for k in os.environ if k in sandbox.PASSED_ENV]
         + [k for k in os.environ if k.startswith(sandbox.PASSED_PREFIXES)]
     )
@@ -454,3 +454,35 @@ def test_a_worker_starting_while_another_call_ends_is_not_taken_for_its_leftover
     finally:
         starting.close()
         ending.close()
+
+
+GROWING_CACHE = """
+import resource
+
+import numpy as np
+
+
+def grow(steps):
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    row = np.ones((12, 1, 64), np.float32)
+    for _ in range(3):
+        k = np.zeros((12, 0, 64), np.float32)
+        for _ in range(steps):  # a cache concatenated at every step, as a first try's often is
+            k = np.concatenate([k, row], axis=1)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+"""
+
+
+@pytest.mark.parametrize("kind", MODES)
+def test_the_students_large_arrays_reuse_its_heap(kind, tmp_path):
+    """Catches a student's process left to glibc's default heap: each growing array is mapped
+    and unmapped afresh, its pages faulted in at every step (about 400,000 faults here, which a
+    sandbox makes slow: single-step's failing try cost twice its passing one), where the
+    student's own process, warmed by its earlier calls, mostly reuses its heap."""
+    worker = process(course_with(tmp_path / "c", GROWING_CACHE), kind)
+    try:
+        outcome = worker.call("grow", [1024])
+        assert outcome.kind == "returned", outcome.message
+        assert outcome.value < 40_000, outcome.value
+    finally:
+        worker.close()

@@ -47,6 +47,11 @@ PASSED_PREFIXES = ("OMP_", "OPENBLAS_", "MKL_", "NVPL_", "BLIS_", "GOTO_")  # BL
 # wall) of the work itself, and the student's CPU time is what the cost checks measure.
 # OMP_NUM_THREADS is left alone: the TypeScript kernel's threads sleep when idle.
 ONE_BLAS_THREAD = {"OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+# the student's arrays up to 32 MiB (glibc's most) kept in its heap, and freed heap kept: by
+# default a fresh process maps and unmaps its large arrays, and a cache grown by concatenation
+# at every step faults in new pages at every step (400,000 faults where this makes 2,000), which
+# a sandbox makes slow, so that the student's code cost more in the grader than on its own
+KEPT_HEAP = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20), "MALLOC_TRIM_THRESHOLD_": str(2**30)}
 PR_SET_DUMPABLE = 4
 
 
@@ -198,10 +203,11 @@ def student_env(
 ) -> dict[str, str]:
     """The student's whole environment, in every mode: nothing of the grader's beyond locale
     and BLAS tuning (one thread unless that tuning says otherwise; not its cache's path, its
-    seed, or anything a grader's CI keeps there)."""
+    seed, or anything a grader's CI keeps there), and its heap kept (KEPT_HEAP)."""
     env = {k: v for k, v in os.environ.items() if k in PASSED_ENV or k.startswith(PASSED_PREFIXES)}
     return {
         **ONE_BLAS_THREAD,
+        **KEPT_HEAP,
         **env,
         "PATH": path,
         "HOME": home,
