@@ -11,6 +11,7 @@ import os
 import typer
 
 from theinference import __version__
+from theinference.bytecode import compiled_once
 from theinference.commands import bench, gradebooks, gradescope, init, stages, test, verify
 from theinference.commands import grade as classroom
 from theinference.commands import report as class_report
@@ -50,6 +51,7 @@ app.add_typer(class_report.workflow_app, name="workflow")
 
 def main() -> None:
     one_blas_thread()
+    compiled_once()
     app()
 
 
