@@ -313,6 +313,42 @@ def test_the_processes_beside_the_first_are_started_by_a_thread_that_outlives_ea
         assert all(thread.is_alive() for thread in first.started_by + second.started_by)
 
 
+def test_a_process_still_starting_is_not_asked_again_before_the_first_takes_a_case(monkeypatch):
+    """Catches the batch after a stage's first case asking again for the process that
+    start_beside has just asked to start, with the same limits: asking waits for every start
+    under way, so the first process waited for the second's start (0.1 to 0.2 s of each
+    single-step save) before its next small case."""
+    import threading
+
+    from theinference.grading import beside
+    from theinference.grading.beside import Workers
+
+    release = threading.Event()
+
+    class Slow:
+        def __init__(self, setup):
+            self.limits = None
+
+        def start(self):
+            release.wait(timeout=30)
+
+        def use_limits(self, limits):
+            self.limits = limits
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(beside, "AheadProcess", Slow)
+    with Workers(None, jobs=2) as workers:
+        workers.start_ahead(2, Limits())  # start_beside, after the first case
+        asked = threading.Thread(target=workers.at_most, args=(2, Limits()))  # the batch
+        asked.start()
+        asked.join(timeout=10)
+        stuck = asked.is_alive()
+        release.set()
+        assert not stuck, "the batch waited for the start it had already asked for"
+
+
 def test_a_stage_whose_first_case_is_todo_starts_no_process_beside(template_course, weights):
     """Catches a course of stubs paying a second process's start-up at every stage: the
     processes beside the first are started once a stage has begun (its first case not todo)."""

@@ -76,9 +76,18 @@ class Workers:
         `limits`, without waiting (at_most and `started` wait)."""
         while len(self.processes) < min(count, self.jobs):
             self.processes.append(AheadProcess(self.setup))
-        self._have_started(self.processes[1 : min(count, self.jobs)], limits)
+        wanted = self.processes[1 : min(count, self.jobs)]
+        self._have_started([p for p in wanted if not self.starting_with(p, limits)], limits)
+
+    def starting_with(self, process: StudentProcess, limits: Limits) -> bool:
+        """Whether `process` is being started with `limits` already: asked again, the first
+        process would wait for that start before its next small case."""
+        start = self.starts.get(id(process))
+        return start is not None and not start.done() and process.limits == limits
 
     def _have_started(self, processes: list, limits: Limits) -> None:
+        if not processes:
+            return
         self.started()  # a process is never given limits while it starts
         for process in processes:
             process.use_limits(limits)
