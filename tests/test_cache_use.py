@@ -34,12 +34,19 @@ CHEATS = tomllib.loads((SOLUTIONS / "recompute_cheats.toml").read_text())["cheat
 def proof_case(stage):
     """The case that proves the stage's cache is used, if it has one: drawn per run, over a
     swapped cache or against a floor."""
-    proofs = (c for c in stage.cases if drawn_per_run(c) and proves(CHECKS[c.check]))
-    return next(proofs, None)
+    return next((c for c in stage.cases if is_proof(c)), None)
+
+
+def is_proof(case) -> bool:
+    """A case drawn per run whose check is a proof alone: a swap's, or a floor's that always
+    measures (a graded case measured against its floor is no proof case, though its floor
+    meets inputs drawn per run too)."""
+    return drawn_per_run(case) and proves(CHECKS[case.check])
 
 
 def proves(check) -> bool:
-    return check.swap is not None or check.flop is not None
+    return (check.swap is not None and check.flop is None) or (
+        check.flop is not None and check.cached_flop is None)
 
 
 PROOFS = {s.slug: case for s in load_stages() if (case := proof_case(s)) is not None}
@@ -608,7 +615,7 @@ def grade_stage(
 
     (stage,) = [s for s in load_stages() if s.slug == slug]
     stage = replace(stage, timeout=timeout or stage.timeout)
-    stage = replace(stage, cases=tuple(c for c in stage.cases if not drawn_per_run(c)))
+    stage = replace(stage, cases=tuple(c for c in stage.cases if not is_proof(c)))
     policy = RunPolicy(quick=quick)
     limits = Limits(timeout=stage.timeout)
     run = grade(ProcessSetup(course, weights.path, limits),

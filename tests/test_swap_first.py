@@ -8,6 +8,7 @@ from tests.helpers import make_course, reference_text
 from tests.test_swap_beside_floor import cost_stage, graded
 from theinference.curriculum.checks.common import Verdict
 from theinference.curriculum.checks.swap import ASK_AGAIN, FOLLOWED, SwapPlan
+from theinference.curriculum.stages import with_run_draws
 from theinference.grading.swap_first import needs_floor
 from theinference.results import Status
 from theinference.student.process import StudentProcess
@@ -205,3 +206,25 @@ def test_only_the_floor_judges_what_the_swap_beside_left_open(
     outcome.probe = report
     verdict = Verdict(status, message=message)
     assert needs_floor(verdict, outcome, plan, lambda: asked) == floor
+
+
+def test_every_case_a_floor_may_judge_meets_it_on_inputs_drawn_for_the_run():
+    """Catches a measured case whose floor meets the fixed, public inputs its spec gives (the
+    1000 + 24 generation did): an answer made for them when the module is imported, where no
+    CPU is measured, passed that floor in no time."""
+    from theinference.curriculum.checks import CHECKS
+    from theinference.curriculum.stages import drawn_per_run, for_floor, load_stages
+    from theinference.grading.judging import is_measured
+    from theinference.oracle.config import ModelConfig
+
+    config = ModelConfig(n_layer=12, n_embd=768, vocab_size=50257, n_ctx=1024)
+    measured = [
+        (stage.slug, spec, drawn)
+        for stage in load_stages()
+        for spec, drawn in zip(stage.cases, with_run_draws(stage, 1).cases, strict=True)
+        if not drawn.inputs.get("must_raise") and is_measured(
+            CHECKS[drawn.check], drawn, CHECKS[drawn.check].arguments(drawn, config), config)
+    ]
+    assert len(measured) >= 3, measured  # the cost proofs and the long generation at least
+    for slug, spec, drawn in measured:
+        assert drawn_per_run(spec) and "drawn" in for_floor(drawn).inputs, (slug, spec.name)

@@ -102,7 +102,7 @@ def warm(settings: Settings, points: dict[str, float]) -> tuple[int, float]:
     import time
 
     from theinference.curriculum.checks import CHECKS
-    from theinference.curriculum.stages import drawn_per_run, load_stages
+    from theinference.curriculum.stages import load_stages
     from theinference.grading.answers import Answers
     from theinference.oracle.weights import load_weights
 
@@ -113,8 +113,9 @@ def warm(settings: Settings, points: dict[str, float]) -> tuple[int, float]:
     answers = Answers.cached(weights)
     count = 0
     for stage in (s for s in load_stages() if s.slug in points):
-        # a cache-use proof is drawn per run (no submission may know it): nothing to warm
-        for case in (c for c in stage.cases if not drawn_per_run(c)):
+        # a case drawn whole per run (no submission may know it) has nothing to warm; one whose
+        # floor alone meets drawn inputs keeps its fixed ones (stages.for_floor)
+        for case in (c for c in stage.cases if "draw" not in c.inputs):
             args = CHECKS[case.check].arguments(case, weights.config)
             answers.expected(case.check, args)
             answers.noise(case.check, args)  # None, at no cost, where the check has none
