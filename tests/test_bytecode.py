@@ -1,10 +1,10 @@
-"""The grader's own modules compiled once (theinference/bytecode.py)."""
+"""The grader's own modules compiled once (theinference/commands/bytecode.py)."""
 
 import importlib.util
 import shutil
 from pathlib import Path
 
-from theinference import bytecode
+from theinference.commands import bytecode
 
 
 def copy_of_the_package(tmp_path, monkeypatch):

@@ -435,22 +435,23 @@ def test_a_worker_starting_while_another_call_ends_is_not_taken_for_its_leftover
     course = course_with(tmp_path / "c", QUICK)
     ending, starting = process(course, kind), process(course, kind)
     assert ending.call("quick", [[1]]).kind == "returned"
-    real_popen, calls_ended = startup.subprocess.Popen, []
+    real_popen, calls_ended, beside = startup.subprocess.Popen, [], []
 
     def slow_to_register(*args, **options):  # a worker whose exec takes a while to be known
         popen = real_popen(*args, **options)
-        calls = threading.Thread(target=lambda: calls_ended.extend(
-            ending.call("quick", [[1]]).kind for _ in range(3)))
-        calls.start()
-        calls.join(timeout=1.0)  # the other calls end meanwhile (or wait for the start)
+        beside.append(threading.Thread(target=lambda: calls_ended.extend(
+            ending.call("quick", [[1]]).kind for _ in range(3))))
+        beside[0].start()
+        beside[0].join(timeout=1.0)  # the other calls end meanwhile (or wait for the start)
         return popen
 
     monkeypatch.setattr(startup.subprocess, "Popen", slow_to_register)
     try:
         outcome = starting.call("quick", [[1, 2]])
         monkeypatch.undo()
+        beside[0].join(timeout=30)
         assert outcome.kind == "returned" and outcome.value == 2, (outcome.kind, outcome.message)
-        assert ending.call("quick", [[1]]).kind == "returned"
+        assert calls_ended == ["returned"] * 3, calls_ended
     finally:
         starting.close()
         ending.close()

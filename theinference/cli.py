@@ -11,10 +11,10 @@ import os
 import typer
 
 from theinference import __version__
-from theinference.bytecode import compiled_once
 from theinference.commands import bench, gradebooks, gradescope, init, stages, test, verify
 from theinference.commands import grade as classroom
 from theinference.commands import report as class_report
+from theinference.commands.bytecode import compiled_once
 from theinference.commands.options import command_group
 
 app = command_group(

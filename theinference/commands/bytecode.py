@@ -12,7 +12,7 @@ Python reads them from then on, checking each against its source as always.
 import compileall
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parents[1]
 MARK = PACKAGE / "student" / "worker" / "__pycache__"  # the last place anything else writes
 
 
