@@ -202,20 +202,25 @@ def with_run_draws(stage: Stage, seed: int) -> Stage:
     gets the seed of its swapped cache, where its check swaps one."""
     cases = []
     for i, case in enumerate(stage.cases):
-        template = case.inputs.get("draw")
         stream = Draws(np.random.PCG64([seed, zlib.crc32(stage.slug.encode()), 1 << 20, i]))
-        if isinstance(template, dict):
-            fixed = {k: v for k, v in case.inputs.items() if k != "draw"} | {"drawn": True}
-            case = replace(case, inputs=fixed | {k: stream.draw(v) for k, v in template.items()})
-        floor = case.inputs.get("floor_draw")
-        if isinstance(floor, dict):  # the inputs a call measured alone meets, for this run
-            kept = {k: v for k, v in case.inputs.items() if k != "floor_draw"}
-            case = replace(case, inputs=kept | {"floor": {k: stream.draw(v) for k, v in
-                                                          floor.items()}})
+        if (drawn := drawn_table(case, "draw", stream)) is not None:
+            case = replace(case, inputs=drawn[0] | drawn[1] | {"drawn": True})
+        if (drawn := drawn_table(case, "floor_draw", stream)) is not None:
+            case = replace(case, inputs=drawn[0] | {"floor": drawn[1]})  # for_floor's
         if "swap" not in case.inputs:  # every case's swap (where its check swaps) is the run's
             case = replace(case, inputs=case.inputs | {"swap": stream.number(0, 2**31 - 1)})
         cases.append(case)
     return replace(stage, cases=tuple(cases))
+
+
+def drawn_table(case: Case, name: str, stream: "Draws") -> tuple[dict, dict] | None:
+    """(the case's inputs but its table `name`, that table drawn from `stream`), or None where
+    the case has no such table."""
+    template = case.inputs.get(name)
+    if not isinstance(template, dict):
+        return None
+    rest = {k: v for k, v in case.inputs.items() if k != name}
+    return rest, {k: stream.draw(v) for k, v in template.items()}
 
 
 def for_floor(case: Case) -> Case:

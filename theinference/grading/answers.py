@@ -67,7 +67,7 @@ class Answers:
         base = next((b for b in self.bases if b[: len(prompt)] == prompt), None)
         if base is None:  # drawn afresh for this run (a hidden case, a cost proof): not kept
             return swap.prompt_state(recompute, prompt, new_ids)
-        kv = self.cache.get_or_compute("swap:prompt-kv", [base], lambda: kv_of(recompute, base))
+        kv = self.cache.get_or_compute("swap:prompt-kv", [base], lambda: recompute.kv_of(base))
         finds = [LayerKV(k=layer.k[:, : len(prompt)], v=layer.v[:, : len(prompt)]) for layer in kv]
 
         def unswapped() -> np.ndarray:  # [len(new_ids), vocab]
@@ -136,11 +136,6 @@ class Answers:
 
         drift = float(self.cache.get_or_compute(check_name + ":noise", args, compute))
         return None if np.isnan(drift) else drift
-
-
-def kv_of(recompute: Recompute, prompt: list[int]) -> list[LayerKV]:
-    """The prompt's K/V per layer, each [h, n, hd]: one causal forward."""
-    return recompute.forward(prompt).kv
 
 
 def plan_key(check_name: str, args: list, seed: int) -> tuple:

@@ -90,7 +90,8 @@ def try_beside(stage: Stage, case: Case, process: StudentProcess, answers: Answe
         verdict.message = UNASKED.format(hook=stage.words["hook"])
     elif verdict.status == Status.PASSED:  # over the swap: what it cost, said beside (a
         # figure only, as a measured call's pass says it)
-        floor = check.flop(args, config) / rate.wait() if rate.wait() else None
+        measured = rate.wait()
+        floor = check.flop(args, config) / measured if measured else None
         cost = cost_beside({"cpu_seconds": outcome.cpu_seconds, "floor": floor})
         verdict.message = f"{verdict.message} ({cost})"
     return case_result(case, outcome, verdict, clock), args, verdict

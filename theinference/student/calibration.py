@@ -66,7 +66,7 @@ class RateSoon:
     budget needs it does not wait for it: `known()` is the rate once measured (None before,
     and where none could be had); `wait()` waits for it."""
 
-    def __init__(self, process: StudentProcess, in_thread: bool = True):
+    def __init__(self, process: StudentProcess, in_thread: bool):
         self.rate: float | None = None
         self.done = threading.Event()
         if not in_thread:
