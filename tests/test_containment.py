@@ -487,3 +487,34 @@ def test_the_students_large_arrays_reuse_its_heap(kind, tmp_path):
         assert outcome.value < 40_000, outcome.value
     finally:
         worker.close()
+
+
+def own_zombies() -> set[int]:
+    """The ended processes still waiting for this process to reap them."""
+    children: set[int] = set()
+    for task in Path("/proc/self/task").iterdir():
+        children |= {int(pid) for pid in (task / "children").read_text().split()}
+    ended = set()
+    for pid in children:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state in "ZX":
+            ended.add(pid)
+    return ended
+
+
+@needs_bwrap
+def test_bubblewraps_probes_leave_no_zombie():
+    """Catches a probe of bubblewrap (can it make its namespaces, can it size a tmpfs) whose
+    PID 1 comes to the grader, a subreaper, when the outer bwrap ends: each command left one
+    zombie, which outlived the grader where nothing reaps orphans."""
+    from theinference.student import reaper
+
+    assert reaper.become_subreaper()
+    before = own_zombies()
+    for probe in (sandbox.bwrap_problem, sandbox.bwrap_sizes_tmpfs):
+        probe.cache_clear()
+        probe()
+    assert own_zombies() <= before, own_zombies() - before

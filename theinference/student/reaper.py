@@ -173,8 +173,14 @@ def reap_ended(table: dict[int, Stat], root: int, keep: frozenset[int]) -> int:
 def reap_orphans(root: int, since: int, keep: frozenset[int]) -> None:
     """Wait for every process of the tree that is now the grader's own child (re-parented to
     it) and not the worker's root: it was killed above, or ended by itself."""
+    reap_all(grader_orphans(tree_table(root, since), root, keep))
+
+
+def reap_all(pids: set[int]) -> None:
+    """Wait (up to REAP_WAIT) for each of pids that is the grader's child to end: a bwrap
+    probe's PID 1 too (sandbox.bwrap_ran), a zombie until the grader exits otherwise."""
     deadline = time.monotonic() + REAP_WAIT
-    waiting = grader_orphans(tree_table(root, since), root, keep)
+    waiting = set(pids)
     while waiting:
         waiting = {pid for pid in waiting if reaped(pid) is False}  # None: not ours (any more)
         if not waiting or time.monotonic() > deadline:

@@ -12,6 +12,7 @@ every mode (reaper.py, watchdog.py).
 
 import ctypes
 import functools
+import json
 import os
 import shutil
 import site
@@ -19,6 +20,8 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from theinference.student import reaper
 
 MODES = ("auto", "bwrap", "unprivileged-user", "none")
 INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap)"
@@ -141,15 +144,13 @@ def bwrap_problem() -> str:
     binary = shutil.which("bwrap")
     if binary is None:
         return "bubblewrap (bwrap) is not installed"
-    probe = [binary, *NAMESPACES, "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc"]
+    probe = ["--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc", "true"]
     try:
-        done = subprocess.run(
-            [*probe, "true"], capture_output=True, text=True, timeout=30, check=False
-        )
+        done = bwrap_ran(binary, probe)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap does not start ({exc})"
     if done.returncode != 0:
-        reason = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        reason = (done.stderr.decode(errors="replace").strip().splitlines() or ["no message"])[-1]
         return f"bwrap cannot make its namespaces here ({reason})"
     return ""
 
@@ -157,12 +158,41 @@ def bwrap_problem() -> str:
 @functools.cache
 def bwrap_sizes_tmpfs() -> bool:
     """Whether this bubblewrap can size a tmpfs (`--size`, 0.8 and later)."""
-    probe = [shutil.which("bwrap") or "bwrap", *NAMESPACES, "--ro-bind", "/", "/"]
-    probe += ["--size", str(TMPFS_BYTES), "--tmpfs", "/tmp", "true"]
+    probe = ["--ro-bind", "/", "/", "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp", "true"]
     try:
-        return subprocess.run(probe, capture_output=True, timeout=30, check=False).returncode == 0
+        return bwrap_ran(shutil.which("bwrap") or "bwrap", probe).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
+
+
+def bwrap_ran(binary: str, args: list[str]) -> subprocess.CompletedProcess:
+    """A probe of bubblewrap in its namespaces, run to its end. Its PID 1 (bwrap's inner
+    process, named by --info-fd) comes to the grader once the outer one ends when the grader
+    is a subreaper (reaper.py), and is reaped here: else a zombie until the grader exits."""
+    info_read, info_write = os.pipe()
+    try:
+        argv = [binary, "--info-fd", str(info_write), *NAMESPACES, *args]
+        done = subprocess.run(argv, capture_output=True, timeout=30, pass_fds=(info_write,))
+        os.close(info_write)
+        info_write = -1
+        info = os.read(info_read, 4096)
+    finally:
+        for fd in (info_read, info_write):
+            if fd >= 0:
+                os.close(fd)
+    inner = child_pid(info)
+    if inner is not None:
+        reaper.reap_all({inner})
+    return done
+
+
+def child_pid(info: bytes) -> int | None:
+    """The "child-pid" of bwrap's --info-fd JSON, if it wrote one."""
+    try:
+        pid = json.loads(info).get("child-pid")
+    except (ValueError, AttributeError):
+        return None
+    return pid if isinstance(pid, int) else None
 
 
 # --- bubblewrap ------------------------------------------------------------------------------
