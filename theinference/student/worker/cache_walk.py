@@ -13,9 +13,10 @@ import os
 import sys
 
 if __package__:
-    from . import cache_memory
-else:  # loaded by its path, as the worker loads its parts (swap.part): cache_memory first
+    from . import cache_memory, protocol
+else:  # loaded by its path, as the worker loads its parts (swap.part): these first
     cache_memory = sys.modules["_theinference_worker_cache_memory"]
+    protocol = sys.modules["_theinference_worker_protocol"]
 Source, as_sources, base_of = cache_memory.Source, cache_memory.as_sources, cache_memory.base_of
 address = cache_memory.address
 
@@ -212,7 +213,7 @@ class WeightSkip:
         return any(lo <= start < hi for lo, hi in self.ranges)
 
 
-SIGNED = 4096  # arrays this large are compared with the weights' first values
+SIGNED = protocol.SWAP["weights_signed"]  # arrays this large: compared with the weights
 LARGE = 64 << 20  # bytes: an array this large not known is looked for in the mappings again
 
 

@@ -11,6 +11,7 @@ import { pathToFileURL } from "node:url";
 import v8 from "node:v8";
 import { describeError, setCourseDir, studentStack } from "./worker_node_errors.mjs";
 import { installHook } from "./worker_node_probe.mjs";
+import { installRegistry } from "./worker_node_watch.mjs";
 import { PROTOCOL, openPipes, readMessage, readRequest, writeMessage } from "./worker_node_protocol.mjs";
 import { encodeReply } from "./worker_node_values.mjs";
 
@@ -27,10 +28,11 @@ setCourseDir(courseDir);
 const HOOKS = (hookArg ?? "").split(",");
 if (!HOOKS.every((name) => /^[A-Za-z_$][\w$]*$/.test(name))) process.exit(PROTOCOL.framing.malformed_exit);
 const kvcacheUrl = pathToFileURL(path.join(courseDir, "src", "kvcache.ts")).href;
+const sourcesUrl = pathToFileURL(path.join(courseDir, "src")).href + "/";
 
 async function main() {
   register(new URL("./worker_node_hooks.mjs", import.meta.url), {
-    data: { target: kvcacheUrl, hooks: HOOKS },
+    data: { target: kvcacheUrl, sources: sourcesUrl, hooks: HOOKS },
   });
   writeMessage({ outcome: "ready" }, []);
   // the grader places this process where its CPU is accounted, then says go: nothing of the
@@ -40,6 +42,7 @@ async function main() {
     writeMessage({ outcome: "loaded" }, []);
     return calibrate();
   }
+  installRegistry(); // before the course's modules load: they hand it their functions
   const [adapters, importFailure] = await importAdapters();
   const kvcache = adapters ? await import(kvcacheUrl).catch(() => null) : null;
   writeMessage({ outcome: "loaded" }, []);
@@ -76,7 +79,7 @@ async function callAdapter(adapters, kvcache, request) {
       message: `${name} takes ${fn.length} argument(s), the grader passes ${args.length}`,
     };
   }
-  const probe = installHook(kvcache, request.hook);
+  const probe = installHook(kvcache, request.hook, request.watch);
   let value;
   try {
     value = await fn(...args);

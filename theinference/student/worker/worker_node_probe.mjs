@@ -3,13 +3,17 @@
 // function worker_node_hooks.mjs adds to it) tells the grader when it returns, and waits for
 // its answer: the swap (worker_node_swap.mjs), or the call after which to ask again.
 
-import { readFrame, writeMessage } from "./worker_node_protocol.mjs";
+import { PROTOCOL, readFrame, writeMessage } from "./worker_node_protocol.mjs";
 import { swapCache } from "./worker_node_swap.mjs";
+import { ReturnWatch } from "./worker_node_watch.mjs";
 
 const NONE = { remove() {}, report() { return null; } };
 
-export function installHook(kvcache, name) {
+// watch "returns": a ReturnWatch (worker_node_watch.mjs: any function's return, by any name);
+// else the function named `name` wrapped
+export function installHook(kvcache, name, watch) {
   if (typeof name !== "string") return NONE;
+  if (watch === PROTOCOL.hook.watch_returns) return new ReturnWatch(name, exchange);
   // entered: calls begun, returned or not, which tells a refusal made up front from one made
   // after the work had begun (a guard met inside prefill included)
   const state = { hook: name, calls: 0, entered: 0, found: 0, swap: null };

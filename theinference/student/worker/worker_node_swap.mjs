@@ -11,49 +11,162 @@
 // position's heads, one head's rows, a whole layer as [heads, N, headDim] or [N, heads *
 // headDim]: all are rows); keys kept pre-scaled are written at their scale.
 
+import fs from "node:fs";
 import { PROTOCOL } from "./worker_node_protocol.mjs";
 
 const SWAP = PROTOCOL.swap;
 const DTYPES = PROTOCOL.values.typed_arrays;
 
-// exchange(header, blobs) -> [answer, blobs]: the hook's word to the grader and its answer
+// The swap of one call: at each moment it is asked, what the roots reach is sent (no more
+// than the arrays that may hold a row: not the weights, not all zeros, not one the grader found
+// no row in and unchanged since), and the rows the grader answers with are written.
+// exchange(header, blobs) -> [answer, blobs]: a word to the grader and its answer
+export class Target {
+  constructor(plan, exchange) {
+    const [layers, h, hd, n] = SWAP.plan.map((key) => Number(plan[key]));
+    this.hd = hd;
+    this.needed = 2 * layers * h * n * hd; // every layer's K and V: the least held
+    this.exchange = exchange;
+    this.barren = new WeakMap(); // source -> reading -> checksum of its bytes when no row was in it
+  }
+
+  swap(roots) {
+    const memories = floatMemories(roots, this.hd).filter((m) => holdsRows(m.array, this.hd) && !isWeight(m.array));
+    const about = `${memories.length} float arrays reachable from the cache`;
+    let fresh = [];
+    if (memories.reduce((sum, m) => sum + m.array.length, 0) >= this.needed) fresh = this.unseen(memories);
+    const held = fresh.reduce((sum, m) => sum + m.array.length, 0);
+    if (held < this.needed) {
+      return { applied: false, reason: `${held} values found (besides arrays found to hold no K/V before), fewer than the ${this.needed} of every layer's K and V, among ${about}` };
+    }
+    const arrays = fresh.map((m) => m.array);
+    const sent = arrays.map((a, blob) => ({ dtype: DTYPES[a.constructor.name], shape: [a.length], blob, bf16: false }));
+    const blobs = arrays.map((a) => Buffer.from(a.buffer, a.byteOffset, a.byteLength));
+    const [answer, back] = this.exchange({ outcome: "hooked", probe: { held: sent, about } }, blobs);
+    for (const i of Array.isArray(answer?.barren) ? answer.barren : []) {
+      if (Number.isInteger(i) && fresh[i]) this.markBarren(fresh[i], fresh[i].digest);
+    }
+    if (!Array.isArray(answer?.write)) {
+      return { applied: false, reason: String(answer?.reason ?? "the grader found no cache"), stop: answer?.stop === true };
+    }
+    writeRows(arrays, answer.write, back, this.hd);
+    // a copy written is put back where its values live; one not written is left alone (its
+    // other reading of the same bytes, a NaN among them, must not rewrite them)
+    const written = new Set(answer.write.map((w) => w.held));
+    fresh.forEach((m, held) => { if (m.commit && written.has(held)) m.commit(); });
+    return { applied: true, reason: "", places: answer.write.length };
+  }
+
+  // the memories that may hold a row the grader has not looked at: not found barren before
+  // and unchanged since, and not all zeros (a cache allocated before its prefill)
+  unseen(memories) {
+    const fresh = [];
+    for (const m of memories) {
+      const digest = checksum(m.array);
+      if (this.barren.get(m.source)?.get(m.tag ?? "") === digest) continue;
+      if (digest === ZEROS) { this.markBarren(m, digest); continue; }
+      fresh.push({ ...m, digest });
+    }
+    return fresh;
+  }
+
+  markBarren(memory, digest) {
+    if (!this.barren.has(memory.source)) this.barren.set(memory.source, new Map());
+    this.barren.get(memory.source).set(memory.tag ?? "", digest);
+  }
+}
+
 export function swapCache(roots, plan, exchange) {
-  const [layers, h, hd, n] = SWAP.plan.map((key) => Number(plan[key]));
-  const needed = 2 * layers * h * n * hd; // every layer's K and V: the least held
-  const memories = floatMemories(roots, hd), arrays = memories.map((m) => m.array);
-  const held = arrays.reduce((sum, a) => sum + a.length, 0);
-  if (held < needed) {
-    return { applied: false, reason: `${held} values found, fewer than the ${needed} of every layer's K and V, among ${arrays.length} arrays reachable from the cache` };
-  }
-  const about = `${arrays.length} float arrays reachable from the cache`;
-  const sent = arrays.map((a, blob) => ({ dtype: DTYPES[a.constructor.name], shape: [a.length], blob, bf16: false }));
-  const blobs = arrays.map((a) => Buffer.from(a.buffer, a.byteOffset, a.byteLength));
-  const [answer, back] = exchange({ outcome: "hooked", probe: { held: sent, about } }, blobs);
-  if (!Array.isArray(answer?.write)) {
-    return { applied: false, reason: String(answer?.reason ?? "the grader found no cache") };
-  }
-  for (const w of answer.write) {
+  return new Target(plan, exchange).swap(roots);
+}
+
+function writeRows(arrays, writes, back, hd) {
+  for (const w of writes) {
     const a = arrays[w.held], rows = new BigInt64Array(back[w.rows]), values = new Float32Array(back[w.values]);
     for (let r = 0; r < rows.length; r++) {
       const at = Number(rows[r]) * hd;
       for (let j = 0; j < hd; j++) a[at + j] = values[r * hd + j];
     }
   }
-  // a copy written is put back where its values live; one not written is left alone (its
-  // other reading of the same bytes, a NaN among them, must not rewrite them)
-  const written = new Set(answer.write.map((w) => w.held));
-  memories.forEach((m, held) => { if (m.commit && written.has(held)) m.commit(); });
-  return { applied: true, reason: "", places: answer.write.length };
 }
 
-// All float memory reachable from the roots ({array} sharing it, or {array, list}: a copy of
-// a plain array of numbers): through arrays, Maps (keys and values), Sets and objects, at any
-// depth (a linked list of nodes included), each once
+// the grader reads an array of length N as rows when N is a multiple of head_dim
+function holdsRows(a, hd) {
+  return a.length >= hd && a.length % hd === 0;
+}
+
+const ZEROS = "zeros";
+
+// a checksum of an array's bytes (ZEROS when all are zero: no K/V row is, a row of zeros has
+// no direction, which the grader's search matches rows by)
+function checksum(a) {
+  const words = a.byteLength % 4 === 0 ? new Int32Array(a.buffer, a.byteOffset, a.byteLength / 4)
+    : new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+  let h = 0x811c9dc5 | 0, any = 0;
+  for (let i = 0; i < words.length; i++) {
+    any |= words[i];
+    h = Math.imul(h ^ words[i], 16777619);
+  }
+  return any === 0 ? ZEROS : `${words.length}:${h}`;
+}
+
+// The weights, known by their length and first values (the safetensors file the worker was
+// given, $THEINFERENCE_WEIGHTS): never sent nor written, whether views of the file's bytes or
+// copies (a Float64Array of them included)
+const SIGNED = SWAP.weights_signed; // arrays this long are compared with the weights' first values
+const FIRSTS = 4;
+let signatures = null;
+
+function isWeight(a) {
+  if (a.length < SIGNED) return false;
+  signatures ??= weightSignatures(process.env.THEINFERENCE_WEIGHTS);
+  const firsts = signatures.get(a.length);
+  return firsts !== undefined && firsts.has(firstValues(a));
+}
+
+function firstValues(a) {
+  return Array.from({ length: FIRSTS }, (_, i) => Math.fround(a[i])).join(",");
+}
+
+function weightSignatures(file) {
+  const found = new Map();
+  if (!file) return found;
+  let fd = -1;
+  try {
+    fd = fs.openSync(file, "r");
+    const head = Buffer.alloc(8); // safetensors: the header's length, 8 bytes little-endian
+    fs.readSync(fd, head, 0, 8, 0);
+    const size = Number(new DataView(head.buffer, head.byteOffset, 8).getBigUint64(0, true));
+    const text = Buffer.alloc(size);
+    fs.readSync(fd, text, 0, size, 8);
+    const header = JSON.parse(text.toString("utf8"));
+    for (const [name, t] of Object.entries(header)) {
+      if (name === "__metadata__" || t.dtype !== "F32") continue;
+      const [from, to] = t.data_offsets, length = (to - from) / 4;
+      if (length < SIGNED) continue;
+      const bytes = Buffer.alloc(4 * FIRSTS);
+      fs.readSync(fd, bytes, 0, bytes.length, 8 + size + from);
+      const firsts = firstValues(new Float32Array(bytes.buffer, bytes.byteOffset, FIRSTS));
+      if (!found.has(length)) found.set(length, new Set());
+      found.get(length).add(firsts);
+    }
+  } catch {
+    // no file, or not one it reads: no weights known, every array is sent (slower, still right)
+  } finally {
+    if (fd >= 0) fs.closeSync(fd);
+  }
+  return found;
+}
+
+// All float memory reachable from the roots ({array, source} sharing its bytes, or {array,
+// source, tag, commit}: a copy, of a plain array of numbers or a DataView's reading): through
+// arrays, Maps (keys and values), Sets, objects and a class's static fields, at any depth (a
+// linked list of nodes included), each once
 function floatMemories(roots, hd) {
   const seen = new Set(), found = [], stack = [...roots];
   while (stack.length) {
     const obj = stack.pop();
-    if (obj === null || typeof obj !== "object" || seen.has(obj)) continue;
+    if (obj === null || (typeof obj !== "object" && typeof obj !== "function") || seen.has(obj)) continue;
     seen.add(obj);
     try { // an object that throws when read (a getter, a proxy) is passed over, not the search
       const memory = obj instanceof DataView ? dataViewMemories(obj) : floatMemory(obj, hd);
@@ -69,26 +182,30 @@ function floatMemories(roots, hd) {
 }
 
 function floatMemory(obj, hd) {
-  if (obj instanceof Float32Array || obj instanceof Float64Array) return { array: obj };
+  if (obj instanceof Float32Array || obj instanceof Float64Array) return { array: obj, source: obj };
   if (obj instanceof Int32Array || obj instanceof Uint32Array) { // float32 bits kept as integers
-    return { array: new Float32Array(obj.buffer, obj.byteOffset, obj.length) };
+    return { array: new Float32Array(obj.buffer, obj.byteOffset, obj.length), source: obj };
   }
-  if (isBuffer(obj)) return obj.byteLength % 4 === 0 ? { array: new Float32Array(obj) } : null;
+  if (isBuffer(obj)) return obj.byteLength % 4 === 0 ? { array: new Float32Array(obj), source: obj } : null;
   if (Array.isArray(obj) && obj.length >= hd && obj.length % hd === 0 && obj.every((x) => typeof x === "number")) {
     const array = Float64Array.from(obj);
-    return { array, commit: () => array.forEach((x, i) => { obj[i] = x; }) };
+    return { array, source: obj, commit: () => array.forEach((x, i) => { obj[i] = x; }) };
   }
   return null;
 }
 
-// A DataView's float32 values read both ways, little- and big-endian (getFloat32's default),
-// each a copy put back in its own byte order: the grader finds the rows in the one that holds them
+// A DataView's values read as float32 and as float64, each both ways, little- and big-endian
+// (its methods' default), each a copy put back as it was read: the grader finds the rows in
+// the reading that holds them
+const READINGS = [[4, "Float32", Float32Array], [8, "Float64", Float64Array]];
+
 function dataViewMemories(view) {
-  const count = Math.floor(view.byteLength / 4);
-  return [true, false].map((little) => {
-    const array = Float32Array.from({ length: count }, (_, i) => view.getFloat32(4 * i, little));
-    return { array, commit: () => array.forEach((x, i) => view.setFloat32(4 * i, x, little)) };
-  });
+  return READINGS.flatMap(([size, kind, Typed]) => [true, false].map((little) => {
+    const get = view[`get${kind}`].bind(view), set = view[`set${kind}`].bind(view);
+    const array = Typed.from({ length: Math.floor(view.byteLength / size) }, (_, i) => get(size * i, little));
+    const commit = () => array.forEach((x, i) => set(size * i, x, little));
+    return { array, source: view, tag: `${kind}${little ? "le" : "be"}`, commit };
+  }));
 }
 
 function isBuffer(obj) {
