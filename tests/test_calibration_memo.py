@@ -40,3 +40,33 @@ def test_a_kept_rate_is_never_given_where_none_can_be_trusted(monkeypatch):
     monkeypatch.setattr(calibration.reach, "why", lambda found: "the install is writable")
     rate, why = calibration.rate_now(fake_process("/a", reach=("site-packages",)))
     assert rate is None and why == "the install is writable"
+
+
+def test_a_rate_measured_in_the_callers_thread_keeps_no_other_course_waiting(monkeypatch):
+    """Catches rate_soon measuring under its lock (where the grader's BLAS has threads, the
+    measure runs in the caller's thread): a second course's try, asking for its own rate from
+    another thread, waited for the first course's whole calibration."""
+    import threading
+
+    release, asked = threading.Event(), []
+    monkeypatch.setattr(calibration, "_SOON", {})
+
+    def slow_for_a(process):
+        asked.append(process.course_dir)
+        if process.course_dir == "/a":
+            release.wait(timeout=30)
+        return 90e9, ""
+
+    monkeypatch.setattr(calibration, "rate_now", slow_for_a)
+    first = threading.Thread(target=calibration.rate_soon, args=(fake_process("/a"), False))
+    first.start()
+    while not asked:
+        threading.Event().wait(0.01)
+    other = threading.Thread(target=calibration.rate_soon, args=(fake_process("/b"), False))
+    other.start()
+    other.join(timeout=10)
+    try:
+        assert not other.is_alive() and asked == ["/a", "/b"], asked
+    finally:
+        release.set()
+        first.join(timeout=10)

@@ -54,11 +54,14 @@ def rate_soon(process: StudentProcess, in_thread: bool) -> "RateSoon":
     the caller's); a measure still under way for the same course is shared (a stage's calls
     beside each other ask at once)."""
     key = rate_key(process)
-    with _SOON_LOCK:
+    with _SOON_LOCK:  # held only to pick the measure: another course's is not kept waiting
         soon = _SOON.get(key)
-        if soon is None or soon.done.is_set():
-            soon = _SOON[key] = RateSoon(process, in_thread)
-        return soon
+        begun = soon is None or soon.done.is_set()
+        if begun:
+            soon = _SOON[key] = RateSoon()
+    if begun:
+        soon.begin(process, in_thread)
+    return soon
 
 
 class RateSoon:
@@ -66,9 +69,11 @@ class RateSoon:
     budget needs it does not wait for it: `known()` is the rate once measured (None before,
     and where none could be had); `wait()` waits for it."""
 
-    def __init__(self, process: StudentProcess, in_thread: bool):
+    def __init__(self):
         self.rate: float | None = None
         self.done = threading.Event()
+
+    def begin(self, process: StudentProcess, in_thread: bool) -> None:
         if not in_thread:
             self.measure(process)
             return
