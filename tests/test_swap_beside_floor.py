@@ -275,6 +275,26 @@ def test_only_a_chain_is_swapped_and_its_later_prompts_move(weights):
     assert not np.allclose(plan.expected[1:], plain[1:], atol=1e-2, rtol=5e-2)
 
 
+def test_a_chain_that_ignores_its_swapped_cache_is_named_a_recompute(weights):
+    """Catches prefix-caching's "recomputes" verdict over the swap naming no bug: the report
+    then named none, and the stage's later measured calls lost the CPU limit a decode shown
+    to recompute keeps (a failing try ran to its end)."""
+    from theinference.oracle.recompute import Recompute
+
+    recompute = Recompute(weights.tensors, weights.config)
+    ids = random_ids(40, 9, weights.config.vocab_size)
+    args = [[ids[:30], ids[:33], ids[:40]]]
+    plan = pc.swap_after_first(recompute, args, 3)
+    plan.sent = True
+    seen = Seen(plan, {"swap": {"applied": True}})
+    pairs = [[row, np.array(n)] for row, n in zip(plan.plain(), [0, 30, 33], strict=True)]
+    original = pc.expect_prefix(recompute, args)  # [prompts, vocab]
+    verdict = pc.chain_over_swapped((pairs, None, seen), args, lambda _: original, TOL,
+                                    weights.config)
+    assert verdict.status == Status.FAILED, verdict.message
+    assert verdict.suspected_bug == "decode-recomputes", verdict
+
+
 def test_a_chain_no_draw_of_which_moves_its_answers_is_not_swapped(weights, monkeypatch):
     """Catches a prefix swap kept when none of its draws moved the later prompts' logits: its
     expected answer is then the original's, and a decode that recomputes every prompt passed

@@ -210,7 +210,7 @@ def chain_over_swapped(value, args, ask, tol, config) -> Verdict:
     plain = logits_and_reuse(pairs, args, ask, tol, config)
     if plain.status == Status.PASSED:
         return Verdict(Status.FAILED, message=say("recomputes_swapped"), hint=say("reads_cache"),
-                       comparisons=swapped.comparisons)
+                       comparisons=swapped.comparisons, suspected_bug="decode-recomputes")
     if plain.message == swapped.message:  # a reuse count or a value wrong either way
         return plain
     return Verdict(Status.FAILED, message=ASK_AGAIN, comparisons=swapped.comparisons)
