@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests import ts_shapes
 from theinference.course import languages
 from theinference.course.directory import CourseError, course_language, init_course, open_course
 from theinference.curriculum.stages import load_stages, select
@@ -514,3 +515,66 @@ def test_the_swap_finds_a_typescript_prefill_by_any_name(tmp_path, weights, answ
     for slug, case in zip(slugs, cases, strict=True):
         assert case.status == Status.PASSED, (slug, case.message)
         assert "followed the cache" in case.message, (slug, case.message)
+
+
+def test_the_return_watch_changes_nothing_correct_code_does(tmp_path):
+    """Catches the return watch's wrapping changing what correct code computes: a class made a
+    proxy (its static private members through `this` threw; `o.constructor === Cls` false), a
+    function's own properties lost, a thenable's `then` called by the watch, a promise replaced
+    (its extra properties lost), a `const` inside a string rewritten, a constructor function's
+    instances no longer its own; tests/fixtures/ts_watch/src/checks.ts runs each with the watch
+    on and without it."""
+    fixture = tmp_path / "ts_watch"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "ts_watch", fixture)
+    (fixture / "node_modules").symlink_to(NODE_MODULES)
+    worker = str(Path(launch.__file__).parent / "worker")
+    runs = {}
+    for mode in ("plain", "watched"):
+        done = subprocess.run(["node", "--import", "tsx", "run.mjs", mode, worker], cwd=fixture,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        runs[mode] = json.loads(done.stdout)
+    assert len(runs["plain"]) > 30 and not any(
+        str(v).startswith("ERR") for v in runs["plain"].values()), runs["plain"]
+    changed = {k: (v, runs["watched"].get(k)) for k, v in runs["plain"].items()
+               if runs["watched"].get(k) != v}
+    assert not changed and runs["watched"].keys() == runs["plain"].keys(), changed
+
+
+SHAPED = [(name, "float32") for name in ts_shapes.SHAPES] + [
+    ("a cache at module level, prefilled by another name", storage)
+    for storage in ("dataview64", "numbers")
+]
+
+
+@pytest.mark.parametrize(("shape", "storage"), SHAPED)
+def test_a_typescript_cache_in_any_shape_passes_the_swap(
+    shape, storage, tmp_path, weights, answers, run_seed
+):
+    """Catches a Node worker that sees no moment after some correct prefill (a generator's, a
+    private class's, one inside the function that also decodes, an async one) or reaches no
+    cache kept at module level, in a DataView of float64 values or in plain numbers; or that
+    looks at so many moments that the proof times out (a module-level cache was sent to the
+    grader at every helper's return: 419 s for 9 tokens)."""
+    from tests.test_cache_use import grade_proofs
+    from theinference.results import Status
+
+    kvcache, adapters = ts_shapes.course_texts(ts_shapes.SHAPES[shape], storage)
+    course = ts_course(tmp_path / "c", kvcache, adapters)
+    slugs = ["full-decode-step", "per-step-identity"]
+    cases = grade_proofs(course, weights, slugs, True, answers=answers, seed=run_seed)
+    for slug, case in zip(slugs, cases, strict=True):
+        assert case.status == Status.PASSED, (slug, case.message)
+        assert "followed the cache" in case.message, (slug, case.message)
+
+
+def test_a_typescript_forgery_in_a_classs_methods_fails(tmp_path, weights, answers, run_seed):
+    """Catches a swap judged by anything but the answer: a decode that recomputes from the ids
+    its prefill kept, beside a cache it filled, fails however the watch reached the cache."""
+    from tests.test_cache_use import grade_proofs
+    from theinference.results import Status
+
+    course = ts_course(tmp_path / "c", *ts_shapes.course_texts(ts_shapes.FORGERY))
+    (case,) = grade_proofs(course, weights, ["full-decode-step"], True, answers=answers,
+                           seed=run_seed)
+    assert case.status == Status.FAILED and "recompute" in case.message, case.message

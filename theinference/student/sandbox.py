@@ -12,16 +12,19 @@ every mode (reaper.py, watchdog.py).
 
 import ctypes
 import functools
-import json
 import os
 import shutil
 import site
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from theinference.student import reaper
+from theinference.student.bwrap_probe import (
+    NAMESPACES,
+    TMPFS_BYTES,
+    bwrap_problem,
+    bwrap_sizes_tmpfs,
+)
 
 MODES = ("auto", "bwrap", "unprivileged-user", "none")
 INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap)"
@@ -32,15 +35,6 @@ WORKER_MOUNT = "/grader/worker"  # where the sandbox binds it, whole and read-on
 HOME_MOUNT = "/home/student"
 RUN_TOKEN_VAR = "THEINFERENCE_RUN_TOKEN"  # in every student process's environment (reaper.py)
 PRIVATE_TMPFS = ("/tmp", HOME_MOUNT, "/dev/shm")  # the student's own writable folders
-TMPFS_BYTES = 256 << 20  # each: room for a student's scratch files, bounded in memory
-NAMESPACES = (
-    "--unshare-user",
-    "--unshare-pid",
-    "--unshare-ipc",
-    "--unshare-net",
-    "--unshare-uts",
-    "--unshare-cgroup-try",
-)
 SYSTEM_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr")
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime")
 PASSED_ENV = ("LANG", "LC_ALL")
@@ -135,64 +129,6 @@ def without_bwrap(notes: list[str]) -> Sandbox:
         "not readable by others, so it cannot run as an unprivileged user"
     )
     return Sandbox("none", notes)
-
-
-@functools.cache
-def bwrap_problem() -> str:
-    """Why bubblewrap cannot be used here ("" when it can): probed once per process, since it
-    is installed but fails in containers that forbid user namespaces."""
-    binary = shutil.which("bwrap")
-    if binary is None:
-        return "bubblewrap (bwrap) is not installed"
-    probe = ["--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc", "true"]
-    try:
-        done = bwrap_ran(binary, probe)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"bwrap does not start ({exc})"
-    if done.returncode != 0:
-        reason = (done.stderr.decode(errors="replace").strip().splitlines() or ["no message"])[-1]
-        return f"bwrap cannot make its namespaces here ({reason})"
-    return ""
-
-
-@functools.cache
-def bwrap_sizes_tmpfs() -> bool:
-    """Whether this bubblewrap can size a tmpfs (`--size`, 0.8 and later)."""
-    probe = ["--ro-bind", "/", "/", "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp", "true"]
-    try:
-        return bwrap_ran(shutil.which("bwrap") or "bwrap", probe).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
-def bwrap_ran(binary: str, args: list[str]) -> subprocess.CompletedProcess:
-    """A probe of bubblewrap in its namespaces, run to its end. Its PID 1 (bwrap's inner
-    process, named by --info-fd) comes to the grader once the outer one ends when the grader
-    is a subreaper (reaper.py), and is reaped here: else a zombie until the grader exits."""
-    info_read, info_write = os.pipe()
-    try:
-        argv = [binary, "--info-fd", str(info_write), *NAMESPACES, *args]
-        done = subprocess.run(argv, capture_output=True, timeout=30, pass_fds=(info_write,))
-        os.close(info_write)
-        info_write = -1
-        info = os.read(info_read, 4096)
-    finally:
-        for fd in (info_read, info_write):
-            if fd >= 0:
-                os.close(fd)
-    inner = child_pid(info)
-    if inner is not None:
-        reaper.reap_all({inner})
-    return done
-
-
-def child_pid(info: bytes) -> int | None:
-    """The "child-pid" of bwrap's --info-fd JSON, if it wrote one."""
-    try:
-        pid = json.loads(info).get("child-pid")
-    except (ValueError, AttributeError):
-        return None
-    return pid if isinstance(pid, int) else None
 
 
 # --- bubblewrap ------------------------------------------------------------------------------

@@ -1,19 +1,24 @@
 // Module hooks for the Node worker: after the TypeScript runner has compiled a module of the
 // course's src/, add to it what lets the worker see its functions return (the cache-use swap):
 // to src/kvcache.ts, one function that wraps a hook by name (protocol.json's hooks, as the
-// course spells them); to every module, a call handing its exported bindings to the return
-// watch (worker_node_watch.mjs), which wraps them. Inside its own module a binding can be
-// rebound, and every importer sees the new one (ES module imports are live), which is what
-// worker.py does with setattr; an exported `const` is made a `let` of the same length (the
-// source map's columns stay right) so that it can be.
+// course spells them); to every module, a call handing its top-level bindings (exported or
+// not: worker_node_scan.mjs finds them) to the return watch (worker_node_watch.mjs), which
+// wraps them. Inside its own module a binding can be rebound, and every importer sees the new
+// one (ES module imports are live), which is what worker.py does with setattr; a top-level
+// `const` is made a `let` of the same length (the source map's columns stay right) so that it
+// can be.
 
-let target = "", sources = "", probeHook = "";
+import { topLevel } from "./worker_node_scan.mjs";
+
+let target = "", sources = "", unwatched = "", probeHook = "";
 
 // hooks: the hook functions' names as the course spells them (the grader's, from the worker's
-// command line); sources: the URL of the course's src/ folder
+// command line); sources: the URL of the course's src/ folder; unwatched: a module of it left
+// as it is (the provided kernel)
 export async function initialize(data) {
   target = data.target;
   sources = data.sources;
+  unwatched = data.unwatched;
   probeHook = wrapper(data.hooks);
 }
 
@@ -36,37 +41,23 @@ export function __theinferenceWrap(name, wrap) {${cases.join("")}
 export async function load(url, context, nextLoad) {
   const result = await nextLoad(url, context);
   const bare = url.split("?")[0];
-  if (!bare.startsWith(sources) || result.source == null || result.format !== "module") return result;
+  if (!bare.startsWith(sources) || bare === unwatched || result.source == null || result.format !== "module") {
+    return result;
+  }
   let source = String(result.source);
-  const names = exportedNames(source);
-  source = rebindable(source, names);
-  const added = (bare === target ? probeHook : "") + watched(names);
+  const { names, consts } = topLevel(source);
+  for (const at of consts) source = `${source.slice(0, at)}let  ${source.slice(at + 5)}`;
+  const added = (bare === target ? probeHook : "") + watched(names.filter(watchable));
   // before the source map comment, so the student's line numbers stay right
   const mapAt = source.lastIndexOf("\n//# sourceMappingURL=");
   source = mapAt < 0 ? source + added : source.slice(0, mapAt) + added + source.slice(mapAt);
   return { ...result, source };
 }
 
-const NAME = "[A-Za-z_$][\\w$]*";
-
-// The local names a compiled module exports: its `export { a, b as c }` lists (not those
-// re-exported `from` another module) and its `export function / class / const` declarations
-function exportedNames(source) {
-  const names = new Set();
-  for (const m of source.matchAll(/\bexport\s*\{([^}]*)\}(\s*from\b)?/g)) {
-    if (m[2]) continue;
-    for (const part of m[1].split(",")) {
-      const local = part.trim().split(/\s+as\s+/)[0];
-      if (new RegExp(`^${NAME}$`).test(local)) names.add(local);
-    }
-  }
-  const declared = new RegExp(`\\bexport\\s+(?:default\\s+)?(?:async\\s+)?(?:function\\s*\\*?|class|const|let|var)\\s*(${NAME})`, "g");
-  for (const m of source.matchAll(declared)) names.add(m[1]);
-  return [...names].filter(bindable);
-}
-
-// whether a name can be declared and assigned in a module (not a reserved word, not eval)
-function bindable(name) {
+// a name the module's own code may rebind: not a compiler's helper (esbuild's __name), not a
+// reserved word, not eval
+function watchable(name) {
+  if (name.startsWith("__")) return false;
   try {
     new Function(`"use strict"; let ${name}; ${name} = 0;`);
     return true;
@@ -75,16 +66,7 @@ function bindable(name) {
   }
 }
 
-// each exported `const NAME =` made `let   NAME =`: as long, and rebindable
-function rebindable(source, names) {
-  for (const name of names) {
-    const at = new RegExp(`(?<![\\w$.])const(\\s+${name.replace(/\$/g, "\\$")}\\s*=)`, "g");
-    source = source.replace(at, "let  $1");
-  }
-  return source;
-}
-
-// the call handing the module's exported bindings to the return watch, if one is installed
+// the call handing the module's top-level bindings to the return watch, if one is installed
 function watched(names) {
   const bindings = names.map((n) => `["${n}",()=>${n},(f)=>{${n}=f;}]`).join(",");
   const watch = "__theinferenceReturns";

@@ -17,9 +17,11 @@ import { PROTOCOL } from "./worker_node_protocol.mjs";
 const SWAP = PROTOCOL.swap;
 const DTYPES = PROTOCOL.values.typed_arrays;
 
-// The swap of one call: at each moment it is asked, what the roots reach is sent (no more
-// than the arrays that may hold a row: not the weights, not all zeros, not one the grader found
-// no row in and unchanged since), and the rows the grader answers with are written.
+// The swap of one call: at each moment it is asked, what the roots reach is sent, once its
+// rows that are not all zeros could hold every layer's K and V (a cache filled row by row is
+// not sent half built) and it changed since it was last sent; never the weights (nor an array
+// sharing their memory: the provided kernel's heap), all-zero arrays, or one the grader found
+// no row in and unchanged since. The rows the grader answers with are written.
 // exchange(header, blobs) -> [answer, blobs]: a word to the grader and its answer
 export class Target {
   constructor(plan, exchange) {
@@ -28,17 +30,25 @@ export class Target {
     this.needed = 2 * layers * h * n * hd; // every layer's K and V: the least held
     this.exchange = exchange;
     this.barren = new WeakMap(); // source -> reading -> checksum of its bytes when no row was in it
+    this.lastSent = ""; // the checksums of what was sent last
   }
 
   swap(roots) {
-    const memories = floatMemories(roots, this.hd).filter((m) => holdsRows(m.array, this.hd) && !isWeight(m.array));
+    const memories = withoutWeights(floatMemories(roots, this.hd).filter((m) => holdsRows(m.array, this.hd)));
     const about = `${memories.length} float arrays reachable from the cache`;
     let fresh = [];
     if (memories.reduce((sum, m) => sum + m.array.length, 0) >= this.needed) fresh = this.unseen(memories);
-    const held = fresh.reduce((sum, m) => sum + m.array.length, 0);
+    const held = fresh.reduce((sum, m) => sum + m.rows * this.hd, 0);
     if (held < this.needed) {
-      return { applied: false, reason: `${held} values found (besides arrays found to hold no K/V before), fewer than the ${this.needed} of every layer's K and V, among ${about}` };
+      return { applied: false, reason: `${held} values found in rows not all zeros (besides arrays found to hold no K/V before), fewer than the ${this.needed} of every layer's K and V, among ${about}` };
     }
+    const sending = fresh.map((m) => m.digest).join(" ");
+    if (sending === this.lastSent) return { applied: false, reason: "unchanged since the grader last looked" };
+    this.lastSent = sending;
+    return this.send(fresh, about);
+  }
+
+  send(fresh, about) {
     const arrays = fresh.map((m) => m.array);
     const sent = arrays.map((a, blob) => ({ dtype: DTYPES[a.constructor.name], shape: [a.length], blob, bf16: false }));
     const blobs = arrays.map((a) => Buffer.from(a.buffer, a.byteOffset, a.byteLength));
@@ -57,15 +67,16 @@ export class Target {
     return { applied: true, reason: "", places: answer.write.length };
   }
 
-  // the memories that may hold a row the grader has not looked at: not found barren before
-  // and unchanged since, and not all zeros (a cache allocated before its prefill)
+  // the memories that may hold a row the grader has not looked at, with their rows that are
+  // not all zeros: not found barren before and unchanged since, and not all zeros (a cache
+  // allocated before its prefill)
   unseen(memories) {
     const fresh = [];
     for (const m of memories) {
-      const digest = checksum(m.array);
+      const { digest, rows } = survey(m.array, this.hd);
       if (this.barren.get(m.source)?.get(m.tag ?? "") === digest) continue;
-      if (digest === ZEROS) { this.markBarren(m, digest); continue; }
-      fresh.push({ ...m, digest });
+      if (rows === 0) { this.markBarren(m, digest); continue; }
+      fresh.push({ ...m, digest, rows });
     }
     return fresh;
   }
@@ -95,19 +106,23 @@ function holdsRows(a, hd) {
   return a.length >= hd && a.length % hd === 0;
 }
 
-const ZEROS = "zeros";
-
-// a checksum of an array's bytes (ZEROS when all are zero: no K/V row is, a row of zeros has
-// no direction, which the grader's search matches rows by)
-function checksum(a) {
-  const words = a.byteLength % 4 === 0 ? new Int32Array(a.buffer, a.byteOffset, a.byteLength / 4)
-    : new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
-  let h = 0x811c9dc5 | 0, any = 0;
-  for (let i = 0; i < words.length; i++) {
-    any |= words[i];
-    h = Math.imul(h ^ words[i], 16777619);
+// A checksum of an array, and how many of its rows of hd values are not zeros: both read from
+// the first two values of each row alone, so that a moment costs a read of the cache's rows,
+// not of all its values (a K/V row written changes its first values; one whose first two are
+// both exactly zero has no direction the grader's search could match, either)
+function survey(a, hd) {
+  const words = new Int32Array(a.buffer, a.byteOffset, a.byteLength / 4);
+  const perRow = hd * (a.BYTES_PER_ELEMENT / 4), read = Math.min(perRow, 2 * (a.BYTES_PER_ELEMENT / 4));
+  let h = 0x811c9dc5 | 0, rows = 0;
+  for (let start = 0; start < words.length; start += perRow) {
+    let any = 0;
+    for (let i = start; i < start + read; i++) {
+      any |= words[i];
+      h = Math.imul(h ^ words[i], 16777619);
+    }
+    if (any !== 0) rows++;
   }
-  return any === 0 ? ZEROS : `${words.length}:${h}`;
+  return { digest: `${words.length}:${h}`, rows };
 }
 
 // The weights, known by their length and first values (the safetensors file the worker was
@@ -117,8 +132,23 @@ const SIGNED = SWAP.weights_signed; // arrays this long are compared with the we
 const FIRSTS = 4;
 let signatures = null;
 
+const weightMemory = new WeakSet(); // the buffers weights were found in
+
+// the memories but the weights and what shares their buffer (the provided kernel's heap)
+function withoutWeights(memories) {
+  for (const m of memories) if (isWeight(m.array)) weightMemory.add(m.array.buffer);
+  return memories.filter((m) => !weightMemory.has(m.array.buffer));
+}
+
+const knownWeights = new WeakMap(); // an array -> whether it is a weight (its values never change)
+
 function isWeight(a) {
   if (a.length < SIGNED) return false;
+  if (!knownWeights.has(a)) knownWeights.set(a, signedWeight(a));
+  return knownWeights.get(a);
+}
+
+function signedWeight(a) {
   signatures ??= weightSignatures(process.env.THEINFERENCE_WEIGHTS);
   const firsts = signatures.get(a.length);
   return firsts !== undefined && firsts.has(firstValues(a));
@@ -169,7 +199,7 @@ function floatMemories(roots, hd) {
     if (obj === null || (typeof obj !== "object" && typeof obj !== "function") || seen.has(obj)) continue;
     seen.add(obj);
     try { // an object that throws when read (a getter, a proxy) is passed over, not the search
-      const memory = obj instanceof DataView ? dataViewMemories(obj) : floatMemory(obj, hd);
+      const memory = obj instanceof DataView ? dataViewMemories(obj, hd) : floatMemory(obj, hd);
       if (memory) found.push(...[memory].flat());
       else if (obj instanceof Map) pushObjects(stack, [...obj.keys(), ...obj.values()]);
       else if (obj instanceof Set) pushObjects(stack, obj.values());
@@ -199,7 +229,22 @@ function floatMemory(obj, hd) {
 // the reading that holds them
 const READINGS = [[4, "Float32", Float32Array], [8, "Float64", Float64Array]];
 
-function dataViewMemories(view) {
+const readingsOf = new WeakMap(); // a DataView -> {digest of its bytes, its readings then}
+
+function dataViewMemories(view, hd) {
+  // the first 8 bytes of every float32 row's length: each float32 or float64 row's first values
+  let h = 0x811c9dc5 | 0;
+  for (let at = 0; at < view.byteLength; at += 4 * hd) {
+    for (let i = at; i < Math.min(at + 8, view.byteLength); i++) h = Math.imul(h ^ view.getUint8(i), 16777619);
+  }
+  const known = readingsOf.get(view);
+  if (known?.digest === h) return known.readings; // unchanged: read once, not at every moment
+  const readings = readAll(view);
+  readingsOf.set(view, { digest: h, readings });
+  return readings;
+}
+
+function readAll(view) {
   return READINGS.flatMap(([size, kind, Typed]) => [true, false].map((little) => {
     const get = view[`get${kind}`].bind(view), set = view[`set${kind}`].bind(view);
     const array = Typed.from({ length: Math.floor(view.byteLength / size) }, (_, i) => get(size * i, little));

@@ -1,22 +1,30 @@
 // The swap after the prompt's prefill in the Node worker, wherever it happens and whatever it
 // is called (the Python worker's probes.ReturnWatch, by the same rule). Node has no tracer of
 // returns, so the course's modules wrap their own functions as they load: worker_node_hooks.mjs
-// appends to each module of src/ a call that hands this registry its exported bindings; every
-// exported function, every exported class (its construction) and its methods (static ones
-// too) and every method of an exported object is wrapped, and its returns are seen while a
-// watch is on.
+// appends to each module of src/ a call that hands this registry its top-level bindings; every
+// function, every method of a class (static ones too) and of a plain object among them is
+// wrapped, in place, and its calls are seen while a watch is on.
 //
-// A moment is a return into the adapter, or into a course function up to DEPTH calls below it;
-// never one from inside a function named `name` (`prefill`: the K/V are half built there), whose
-// own return is a moment wherever it is called from. At the first moment the watch asks the
-// grader for the swap; from then on, at each moment, it sends what the returning function was
-// given and returned, its `this`, and the modules' exported state (a cache kept at module
-// level) to the grader, which finds the K/V in them by content, until the swap is made.
+// A moment is a return into the adapter, or into a course function up to DEPTH calls below it
+// from a call that lasted LONG or more; never one from inside a function named `name`
+// (`prefill`: the K/V are half built there), whose own return is a moment wherever it is called
+// from; and the start of a call from the adapter
+// (whatever the adapter did before it is done: a prefill in a constructor, say). At the first
+// moment the watch asks the grader for the swap; from then on, at each moment, it sends what
+// the function was given and returned, its `this`, and the modules' top-level values (a cache
+// kept at module level) to the grader, which finds the K/V in them by content, until the swap
+// is made. An async function's moment is when its promise settles, before its caller resumes.
 
 import { PROTOCOL } from "./worker_node_protocol.mjs";
 import { Target } from "./worker_node_swap.mjs";
 
 const DEPTH = 4; // course functions between the adapter and a return that is a moment, at most
+// below the adapter, the least milliseconds a call lasts for its return to be a moment: any
+// prefill's does (a token through every layer), a helper's called per row or value does not
+// (each moment looks at what the cache holds: at each of those, it cost a thousand times the
+// student's own work)
+const LONG = 1;
+const SHORT = 8;
 const NO_MORE = "no cache was found in as many returns after the first as the grader looks at";
 const REGISTRY = Symbol.for("theinference.returns");
 
@@ -30,19 +38,16 @@ export function installRegistry() {
   Object.defineProperty(globalThis, REGISTRY, { value: { module: watchModule }, enumerable: false });
 }
 
-// bindings: [name, read, rebind] for each exported binding of a course module
+// bindings: [name, read, rebind] for each top-level binding of a course module
 function watchModule(bindings) {
   for (const [name, read, rebind] of bindings) {
     try {
       const value = read();
-      if (wrappers.has(value)) continue; // re-exported from a module already seen
-      if (isClass(value)) {
-        wrapMembers(value);
-        rebind(wrapClass(value, name));
-      } else if (typeof value === "function") rebind(wrapFunction(value, name));
-      else if (isPlainObject(value)) wrapMembers(value);
+      if (wrappers.has(value)) continue; // imported from a module already seen
+      if (isClass(value) || isPlainObject(value)) wrapMembers(value);
+      else if (typeof value === "function") rebind(wrapFunction(value, name));
     } catch {
-      // a binding re-exported from elsewhere, or one that cannot be rebound: left as it is
+      // a binding that cannot be read or rebound: left as it is
     }
   }
   states.push(() => bindings.map(([, read]) => {
@@ -67,36 +72,25 @@ function wrapMembers(holder) {
   }
 }
 
+// A function's stand-in: what its callers see of it stays as it was (its name, length, own
+// properties, source text, and as a constructor its instances' `constructor`)
 function wrapFunction(fn, name) {
   if (wrappers.has(fn)) return fn;
-  const wrapper = function (...args) {
-    return current === null ? invoke(fn, this, args, new.target) : current.call(fn, this, args, name, new.target);
+  const timing = { short: 0 }; // its calls in a row below the adapter that were not LONG
+  const wrapper = function () {
+    if (current !== null) return current.call(fn, this, arguments, name, new.target, timing);
+    return new.target ? Reflect.construct(fn, arguments, new.target) : fn.apply(this, arguments);
   };
-  Object.defineProperty(wrapper, "name", { value: fn.name, configurable: true });
-  Object.defineProperty(wrapper, "length", { value: fn.length, configurable: true });
-  if (fn.prototype !== undefined) wrapper.prototype = fn.prototype;
-  Object.setPrototypeOf(wrapper, fn); // what the module set on the function reads through it
+  for (const key of Reflect.ownKeys(fn)) {
+    if (key === "arguments" || key === "caller") continue;
+    Object.defineProperty(wrapper, key, Object.getOwnPropertyDescriptor(fn, key));
+  }
+  Object.setPrototypeOf(wrapper, fn); // a property the module sets on it later reads through
+  Object.defineProperty(wrapper, "toString", { value: () => Function.prototype.toString.call(fn), configurable: true, writable: true });
+  if (fn.prototype?.constructor === fn) fn.prototype.constructor = wrapper;
   wrappers.add(wrapper);
   named.set(name, (named.get(name) ?? 0) + 1);
   return wrapper;
-}
-
-// A class, whose construction is a call too (a prefill in a constructor returns there): a
-// proxy of it, by which `new`, `instanceof`, statics and subclasses work as they did
-function wrapClass(cls, name) {
-  const proxy = new Proxy(cls, {
-    construct(target, args, newTarget) {
-      const made = newTarget === proxy ? target : newTarget; // new.target: the class itself
-      return current === null ? Reflect.construct(target, args, made) : current.call(target, undefined, args, name, made);
-    },
-  });
-  wrappers.add(proxy);
-  named.set(name, (named.get(name) ?? 0) + 1);
-  return proxy;
-}
-
-function invoke(fn, self, args, newTarget) {
-  return newTarget ? Reflect.construct(fn, args, newTarget) : Reflect.apply(fn, self, args);
 }
 
 function isClass(value) {
@@ -128,32 +122,37 @@ export class ReturnWatch {
     current = this;
   }
 
-  call(fn, self, args, name, newTarget) {
+  call(fn, self, args, name, newTarget, timing) {
     const isNamed = name === this.name, inside = this.inNamed > 0;
+    // a function short SHORT times in a row is not timed again (a clock read costs more than a
+    // helper called per value): its returns below the adapter are no moments
+    const timed = this.depth > 0 && this.depth < DEPTH && !inside && timing.short < SHORT;
+    const started = timed ? performance.now() : 0;
+    if (this.depth === 0) this.moment(undefined, self, args); // the adapter's earlier work is done
     if (isNamed) this.state.entered += 1;
     this.depth += 1;
     if (isNamed) this.inNamed += 1;
     let out;
     try {
-      out = invoke(fn, self, args, newTarget);
+      out = newTarget ? Reflect.construct(fn, args, newTarget) : fn.apply(self, args);
     } finally {
       this.depth -= 1;
       if (isNamed) this.inNamed -= 1;
     }
     if (isNamed) this.state.calls += 1;
-    if (this.done || !(isNamed || (!inside && this.depth < DEPTH))) return out;
-    if (out !== null && typeof out?.then === "function") { // an async function: when it settles
-      return out.then((value) => {
-        this.moment(value, self, args);
-        return value;
-      });
+    const long = timed && performance.now() - started >= LONG;
+    if (timed) timing.short = long ? 0 : timing.short + 1;
+    if (this.done || (this.depth > 0 && !long && !isNamed)) return out;
+    if (out instanceof Promise) { // an async function: when it settles, before its caller resumes
+      out.then((value) => this.moment(value, self, args), () => {});
+      return out;
     }
     this.moment(out, self, args);
     return out;
   }
 
   moment(out, self, args) {
-    if (this.done) return;
+    if (this.done || current !== this) return; // done, or its call has ended
     this.state.moments += 1;
     if (this.target === null && !this.begin()) return;
     if (this.last !== null && this.state.moments > this.last) {
@@ -161,7 +160,7 @@ export class ReturnWatch {
       return this.stop();
     }
     try {
-      this.state.swap = this.target.swap([out, self, ...args, ...moduleStates()]);
+      this.state.swap = this.target.swap([out, self, ...Array.from(args), ...moduleStates()]);
     } catch (err) { // the search's own failure, never thrown into the student's code
       this.state.swap = { applied: false, reason: `the grader's search failed: ${err}` };
     }
