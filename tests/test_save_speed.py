@@ -56,6 +56,24 @@ def test_a_large_array_with_no_kv_is_sent_again_only_when_its_bytes_change():
     np.testing.assert_array_equal(cache["k"], rows(2))
     assert sent[2:] == [k.size, v.size], "the unchanged loader was sent beside the cache"
 
+def test_a_half_built_cache_is_not_sent_again_until_it_changes():
+    """Catches a cache the grader has searched, found part of the K/V in, and is sent again at
+    every later moment though nothing in it changed (a cache kept at module level, watched
+    through a prefill by another name: once per helper's return, each a search of all of it)."""
+    k, v = rows(0), rows(1)
+    finds, writes = [LayerKV(k, v)], [LayerKV(rows(2), rows(3))]
+    sent: list[int] = []
+    target = worker_swap.Target(sizes(finds), grader_exchange(finds, writes, sent))
+    half = {"k": k.copy(), "v": v.copy()}
+    half["v"][:, -1] = 0.0  # the last position's V not written yet
+    assert not target.swap([half], None)["applied"]
+    assert not target.swap([half], None)["applied"]
+    assert sent == [k.size, v.size], "an unchanged cache was searched again"
+    half["v"][:, -1] = v[:, -1]
+    assert target.swap([half], None)["applied"]
+    np.testing.assert_array_equal(half["v"], rows(3))
+
+
 def test_a_rows_own_cell_first_finds_what_the_eight_cells_around_it_find():
     """Catches the search's shortcut (a row's own grid cell first, cache_rows.RowIndex.nearest)
     answering otherwise than comparing every row with the 8 cells around it: a row whose best
