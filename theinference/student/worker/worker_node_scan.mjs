@@ -12,7 +12,7 @@ const BEFORE_EXPRESSION = new Set(["return", "typeof", "instanceof", "in", "of",
 
 // [{kind: "word" | "punct", text, at, depth}] of the source's code, depth counting every open
 // brace, bracket and parenthesis
-export function tokens(source) {
+function tokens(source) {
   const out = [];
   const opened = []; // the open brackets, and "${" for a template's expression
   let i = 0, last = null;

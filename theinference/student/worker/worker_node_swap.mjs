@@ -4,8 +4,8 @@
 // and their new values; or with why it found no cache. Whether the swap happened is the
 // grader's to judge, by the answer alone. Float memory: Float32Array and Float64Array, Int32Array
 // and Uint32Array by their bits, ArrayBuffer and SharedArrayBuffer read as float32, DataView
-// read as float32 in either byte order (its methods' default is big-endian), and plain arrays of
-// numbers (a copy, as for a DataView: put back once written, and only then).
+// read as float32 and as float64 in either byte order (its methods' default is big-endian), and
+// plain arrays of numbers (a copy, as for a DataView: put back once written, and only then).
 //
 // The grader reads each array as rows of head_dim consecutive values (one row of one head, one
 // position's heads, one head's rows, a whole layer as [heads, N, headDim] or [N, heads *
@@ -229,7 +229,7 @@ function floatMemory(obj, hd) {
 // the reading that holds them
 const READINGS = [[4, "Float32", Float32Array], [8, "Float64", Float64Array]];
 
-const readingsOf = new WeakMap(); // a DataView -> {digest of its bytes, its readings then}
+const readingsOf = new WeakMap(); // a DataView -> {digest of its rows' first bytes, its readings then}
 
 function dataViewMemories(view, hd) {
   // the first 8 bytes of every float32 row's length: each float32 or float64 row's first values

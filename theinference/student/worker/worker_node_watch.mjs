@@ -30,7 +30,7 @@ const REGISTRY = Symbol.for("theinference.returns");
 
 const wrappers = new WeakSet(); // the functions made here: never wrapped twice
 const named = new Map(); // a wrapped function's name -> how many of that name
-const states = []; // each course module's reader of its exported bindings' values
+const states = []; // each course module's reader of its top-level bindings' values
 let current = null; // the watch of the call under way, if any
 
 // Called before any course module loads: the modules find the registry by its symbol
