@@ -54,17 +54,13 @@ def bwrap_ran(binary: str, args: list[str]) -> subprocess.CompletedProcess:
     process, named by --info-fd) comes to the grader once the outer one ends when the grader
     is a subreaper (reaper.py), and is reaped here: else a zombie until the grader exits."""
     info_read, info_write = os.pipe()
-    try:
-        argv = [binary, "--info-fd", str(info_write), *NAMESPACES, *args]
-        done = subprocess.run(argv, capture_output=True, timeout=30, pass_fds=(info_write,))
-        os.close(info_write)
-        info_write = -1
-        info = os.read(info_read, 4096)
-    finally:
-        for fd in (info_read, info_write):
-            if fd >= 0:
-                os.close(fd)
-    inner = child_pid(info)
+    with os.fdopen(info_read, "rb") as info:
+        try:
+            argv = [binary, "--info-fd", str(info_write), *NAMESPACES, *args]
+            done = subprocess.run(argv, capture_output=True, timeout=30, pass_fds=(info_write,))
+        finally:
+            os.close(info_write)
+        inner = child_pid(info.read())  # all of it: bwrap, its only other writer, has ended
     if inner is not None:
         reaper.reap_all({inner})
     return done

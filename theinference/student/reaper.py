@@ -178,7 +178,7 @@ def reap_orphans(root: int, since: int, keep: frozenset[int]) -> None:
 
 def reap_all(pids: set[int]) -> None:
     """Wait (up to REAP_WAIT) for each of pids that is the grader's child to end: a bwrap
-    probe's PID 1 too (sandbox.bwrap_ran), a zombie until the grader exits otherwise."""
+    probe's PID 1 too (bwrap_probe.bwrap_ran), a zombie until the grader exits otherwise."""
     deadline = time.monotonic() + REAP_WAIT
     waiting = set(pids)
     while waiting:

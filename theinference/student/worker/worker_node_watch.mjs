@@ -118,8 +118,11 @@ export class ReturnWatch {
     this.inNamed = 0; // of them, calls of a function named `name`
     this.target = null; // the swap, once the grader has sent it
     this.last = null; // the last moment looked at, where the plan bounds them
-    this.done = false;
     current = this;
+  }
+
+  get done() { // stopped, or its call has ended (the next call's watch is on)
+    return current !== this;
   }
 
   call(fn, self, args, name, newTarget, timing) {
@@ -152,7 +155,7 @@ export class ReturnWatch {
   }
 
   moment(out, self, args) {
-    if (this.done || current !== this) return; // done, or its call has ended
+    if (this.done) return;
     this.state.moments += 1;
     if (this.target === null && !this.begin()) return;
     if (this.last !== null && this.state.moments > this.last) {
@@ -187,7 +190,6 @@ export class ReturnWatch {
   }
 
   stop() {
-    this.done = true;
     if (current === this) current = null;
   }
 
