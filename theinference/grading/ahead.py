@@ -13,13 +13,13 @@ for it) and handed to the run, which waits for it, as for its own Planner, befor
 measured or long call.
 
 Within a run, a stage's plans are made in a thread (`Planner`) from the stage's start, in the
-cases' order: the first case's at once, the others while the student's process starts and
-answers the first ones. The grader's BLAS and the student's each take one thread (cli.py), so on
-two cores the two do not spin against each other. A measured call (a CPU-floor proof) and a
-long case's call wait until the earlier cases' plans are made (their calls' answers need
-them); a later case's plan is made beside it, and a measured call's own may still be in the
-making as it begins (pending.py: the oracle's forward beside the student's prefill of the
-same prompt).
+cases' order (but a plan a begun call waits for is made next): the first case's at once, the
+others while the student's process starts and answers the first ones. The grader's BLAS and the
+student's each take one thread (cli.py), so on two cores the two do not spin against each
+other. A measured call (a CPU-floor proof) and a long case's call wait until the earlier cases'
+plans are made (their calls' answers need them); a later case's plan is made beside it, and a
+call swapped after its prefill begins while its own is still in the making (pending.py: the
+oracle's forward beside the student's prefill of the same prompt).
 """
 
 import threading
@@ -135,15 +135,26 @@ class Planner:
     def _make(self) -> None:
         try:
             self._wait_before()
-            for check, args, seed, _ in self.todo:
-                if self.stop.is_set():
-                    break
+            left = list(self.todo)
+            while left and not self.stop.is_set():
+                check, args, seed, _ = left.pop(self.next_of(left))
                 self.answers.keep_plan(check.name, args, seed,
                                        timed_plan(check, self.answers, args, seed))
         except WeightsError:
             pass  # weights changed under the run: its case meets the error in the run's thread
         finally:  # whatever is not made, its case makes itself: no one waits for it
             self.answers.expect_none([key for *_, key in self.todo])
+
+    def next_of(self, left: list) -> int:
+        """Which plan of those `left` is made next: the first a begun call wants (a long case
+        taken beside the small ones needs its plan long before the small ones' are all
+        made), else the first in running order."""
+        wanted = self.answers.wanted
+        firsts = [wanted.index(key) for *_, key in left if key in wanted]
+        if not firsts:
+            return 0
+        first = wanted[min(firsts)]
+        return next(i for i, (*_, key) in enumerate(left) if key == first)
 
     def _wait_before(self) -> None:
         before = self.before

@@ -27,6 +27,7 @@ class Answers:
         self.bases: list[list[int]] = []  # prompts whose K/V are kept (prompt_state)
         self.ahead: dict = {}  # swap plans made before their case (ahead.py), used once
         self.making: dict = {}  # the plans being made ahead: set when made or given up
+        self.wanted: list = []  # keys of plans a begun call waits or will wait for, in order
         self.last_planner = None  # the last stage's (ahead.Planner), maybe still stopping
 
     @classmethod
@@ -84,6 +85,7 @@ class Answers:
         key = plan_key(check_name, args, seed)
         self.ahead[key] = made
         self.making.pop(key, threading.Event()).set()
+        self.unwant(key)
 
     def expect_plan(self, check_name: str, args: list, seed: int) -> tuple | None:
         """A plan to be made ahead by the caller, unless it is made or being made already:
@@ -101,19 +103,30 @@ class Answers:
             made = self.making.pop(key, None)
             if made is not None:
                 made.set()
+            self.unwant(key)
 
     def being_made(self, check_name: str, args: list, seed: int) -> bool:
         """Whether this case's plan is being made ahead, or waits its turn to be."""
         return plan_key(check_name, args, seed) in self.making
 
+    def want(self, check_name: str, args: list, seed: int) -> None:
+        """A call has begun that needs this plan: the planner makes it next (ahead.Planner)."""
+        self.wanted.append(plan_key(check_name, args, seed))
+
+    def unwant(self, key: tuple) -> None:
+        while key in self.wanted:  # (a list: a plan asked twice, by a call and its wait)
+            self.wanted.remove(key)
+
     def planned(self, check_name: str, args: list, seed: int):
         """(the swap plan made ahead for this case, as fresh as one just made: no hook heard
-        yet; the oracle's seconds making it), once, waiting while it is being made; None when
-        none was made."""
+        yet; the oracle's seconds making it), once, waiting while it is being made (made
+        next: `want`); None when none was made."""
         key = plan_key(check_name, args, seed)
         making = self.making.get(key)
         if making is not None:
+            self.wanted.append(key)
             making.wait()
+        self.unwant(key)
         made = self.ahead.pop(key, None)
         if made is None or made[0] is None:  # none made, or none drawn (generate_loop.py)
             return made

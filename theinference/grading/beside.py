@@ -86,10 +86,8 @@ class Workers:
         return start is not None and not start.done() and process.limits == limits
 
     def _have_started(self, processes: list, limits: Limits) -> None:
-        if not processes:
-            return
-        self.started()  # a process is never given limits while it starts
         for process in processes:
+            self.wait_for(process)  # a process is never given limits while it starts
             process.use_limits(limits)
             self.starting.append(self.starter.submit(process.start))
             self.starts[id(process)] = self.starting[-1]
@@ -110,9 +108,32 @@ class Workers:
         try:
             self.started()
         finally:
-            for process in self.processes:
-                process.close()
+            close_all(self.processes)
             self.starter.shutdown()
+
+
+def close_all(processes: list[StudentProcess]) -> None:
+    """Close every process at once: each close looks at its tree until it is quiet, a few
+    hundredths of a second that one after another added to every run's end. A close that
+    fails is raised here once every one has ended."""
+    failed: list[BaseException] = []
+
+    def close(process: StudentProcess) -> None:
+        try:
+            process.close()
+        except BaseException as exc:  # noqa: BLE001 (re-raised below, in the run's thread)
+            failed.append(exc)
+
+    closing = [threading.Thread(target=close, args=(p,), name="theinference-close")
+               for p in processes[1:]]
+    for thread in closing:
+        thread.start()
+    for process in processes[:1]:
+        close(process)
+    for thread in closing:
+        thread.join()
+    if failed:
+        raise failed[0]
 
 
 def long_run(cases: list[Case], start: int, config) -> int:

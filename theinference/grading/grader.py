@@ -219,7 +219,7 @@ class StageRun:
         if runs_alone(case, self.answers.recompute.config) or case_size(case) > LONG_CASE_TOKENS:
             # its CPU is measured, or it is long (its wall time nears the timeout on a busy
             # machine): the processes started ahead have started and the earlier cases'
-            # plans are made by then (a later plan, or its own measured one, is made beside)
+            # plans are made by then (a later plan, or its own, is made beside: pending.py)
             self.planner.ready_for(case)
             self.workers.started()
         if not tries_beside(case, self.answers.recompute.config):

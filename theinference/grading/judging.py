@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from theinference.curriculum.checks import CHECKS, Check, Verdict
 from theinference.curriculum.checks.floor import worth_measuring
-from theinference.curriculum.checks.swap import Seen, SwapPlan, departs
+from theinference.curriculum.checks.swap import PATIENCE, Seen, SwapPlan, departs
 from theinference.curriculum.stages import Case, Stage
 from theinference.diagnosis.errors import lesson_for
 from theinference.grading.answers import Answers
@@ -64,9 +64,10 @@ def grade_case(
     elif case.inputs.get("must_raise"):
         outcome = refusal_call(stage, case, args, process, answers)
     else:
-        on_hook = fixed.answer if isinstance(fixed, SwapPlan) else None
+        on_hook = fixed.answer if isinstance(fixed, SwapPlan | PendingPlan) else None
         probe = Probe(check.hook, check.watch, on_hook)
         outcome = process.call(check.adapter, args, stage.timeout, probe)
+        fixed = resolved(fixed, clock)
     asked = Question(stage, case, args, answers, clock)
     verdict = judge(asked, outcome, fixed, measured=measured)
     if isinstance(fixed, SwapPlan) and departs(verdict):
@@ -173,10 +174,13 @@ def fix_answer(case: Case, args: list, answers: Answers, clock: "OracleClock", m
     check = CHECKS[case.check]
     if swaps(check, case, measured):
         seed = int(case.inputs.get("swap", 0))
-        room = unlimited or room_beside(check, args, answers)
-        if measured and room and answers.being_made(case.check, args, seed):
-            wait = lambda: answers.planned(case.check, args, seed)  # noqa: E731
-            return PendingPlan(wait, answers.recompute.config, check.swap_rows(args))
+        if begins_unplanned(check, args, answers, measured, unlimited) and answers.being_made(
+            case.check, args, seed
+        ):
+            answers.want(case.check, args, seed)  # its call begins: its plan is made next
+            patience = PATIENCE if measured else None  # a floor is the fallback: swap.py
+            return PendingPlan(lambda: planned_or_made(check, args, seed, answers),
+                               answers.recompute.config, check.swap_rows(args), patience)
         made = answers.planned(case.check, args, seed)  # ahead.py: beside, or between runs
         if made is not None:
             clock.seconds += made[1]
@@ -185,6 +189,27 @@ def fix_answer(case: Case, args: list, answers: Answers, clock: "OracleClock", m
     if check.asks_own_arguments and not case.inputs.get("must_raise"):
         return clock.timed(answers.expected, case.check, args)
     return None
+
+
+def planned_or_made(check: Check, args: list, seed: int, answers: Answers) -> tuple:
+    """(the case's plan, the oracle's seconds): made ahead, else (the planner stopped before
+    it: a weights error, a closed stage) made now."""
+    made = answers.planned(check.name, args, seed)
+    if made is not None:
+        return made
+    clock = OracleClock()
+    plan = clock.timed(check.swap, answers.recompute, args, seed, answers.prompt_state)
+    return plan, clock.seconds
+
+
+def begins_unplanned(check: Check, args: list, answers: Answers, measured: bool,
+                     unlimited: bool) -> bool:
+    """Whether a swapped call may begin while its plan is still made (pending.py): a swap
+    after the prefill (its sizes fixed by the arguments: Check.swap_rows), on a call with no
+    CPU limit, or a measured one whose floor has room for the oracle beside it."""
+    if check.swap_rows is None:
+        return False
+    return not measured or unlimited or room_beside(check, args, answers)
 
 
 class OracleClock:

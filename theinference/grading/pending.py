@@ -1,15 +1,17 @@
-"""A measured call's swap plan still being made as its call begins.
+"""A swapped call's plan still being made as its call begins.
 
-A stage's plans are made in a thread from its start (ahead.Planner); a measured call whose plan
-is not made yet does not wait for it. Its watch of returns asks at its first moment, at once
+A stage's plans are made in a thread from its start (ahead.Planner); a call whose cache is
+swapped after its prefill and whose plan is not made yet does not wait for it (a measured
+call only where its floor has room: below). Its watch of returns asks at its first moment, at once
 (the adapter's own helpers return first), and is told the swap's sizes, which the arguments
 fix (Check.swap_rows); only a word about what the process holds, after the prompt's prefill,
 needs the plan itself, and waits for it there. The student's prefill of a long prompt takes
 about as long as the oracle's forward over it, so the two overlap rather than follow each
-other. Nothing about the proof changes: the plan is the one the call would have waited for.
-Only where the floor's limit holds many prefills of the prompt (measured.room_beside): the
-oracle's thread may slow the student's prefill a little, which a floor with little room
-could see.
+other (a stage's first case: the oracle's first plan reads the weights, a third of a second,
+while the student's process answers). Nothing about the proof changes: the plan is the one the
+call would have waited for. A measured call only where the floor's limit holds many prefills of
+the prompt (measured.room_beside): the oracle's thread may slow the student's prefill a little,
+which a floor with little room could see.
 """
 
 from collections.abc import Callable
@@ -21,13 +23,15 @@ NOT_DRAWN = "no swap could be drawn for this call: its cost is the evidence"
 
 
 class PendingPlan:
-    """The plan of a measured call's watch of returns (offered at its first moment, with a
-    floor the fallback: swap.PATIENCE), as the call sees it before it is made: `wait()` gives
-    (the plan or None, the oracle's seconds making it) once it is."""
+    """The plan of a call's watch of returns (offered at its first moment; `patience`: the
+    plan's, swap.PATIENCE where a floor is the fallback, else None), as the call sees it before
+    it is made: `wait()` gives (the plan or None, the oracle's seconds making it) once it is."""
 
-    def __init__(self, wait: Callable[[], tuple | None], config: ModelConfig, rows: int):
+    def __init__(self, wait: Callable[[], tuple | None], config: ModelConfig, rows: int,
+                 patience: int | None = PATIENCE):
         self.wait = wait
         self.sizes = (config.n_layer, config.n_head, HEAD_DIM, rows)
+        self.patience = patience
         self.calls, self.offered = 0, False
         self.made: tuple | None = None
 
@@ -54,7 +58,7 @@ class PendingPlan:
             if self.offered:
                 return {"swap": None, "next": None}, []
             self.offered = True
-            return {"swap": offered(*self.sizes, PATIENCE), "next": None}, []
+            return {"swap": offered(*self.sizes, self.patience), "next": None}, []
         plan: SwapPlan | None = self.resolve()[0]
         if plan is None:
             return {"write": None, "reason": NOT_DRAWN, "stop": True}, []

@@ -55,10 +55,15 @@ class Ends:
     crashed: Callable
 
 
+ANSWERING = 3
+
+
 def collect(proc, ends: Ends, output_cap: int, on_hook: HookAnswer = no_swap) -> Outcome:
     """The next reply on proc's pipe (decoded), or the outcome that ended the wait (`ends`), a
     reply too large to take or a flood of hook words."""
     deadline, crashed = ends.deadline, ends.crashed
+    # the grader's answering time the call is not charged, at most ANSWERING timeouts more
+    spare = ANSWERING * max(deadline - time.monotonic(), 0.0)
     out, err = Captured(), Captured()
     reply = bytearray()
     words = 0  # hook words answered in this call
@@ -74,7 +79,12 @@ def collect(proc, ends: Ends, output_cap: int, on_hook: HookAnswer = no_swap) ->
                 if words > MAX_HOOK_WORDS or len(proc.outgoing) > MAX_REPLY_BYTES:
                     flood = f"over {MAX_HOOK_WORDS} hooked calls, or their answers unread"
                     return finish(Outcome("bad_reply", message=flood), out, err)
+                asked = time.monotonic()
                 proc.outgoing += encode_frame(*on_hook(frame.probe or {}))
+                # the process waited on the grader's answer (a search, a plan still made):
+                # not its time
+                waited = min(time.monotonic() - asked, spare)
+                deadline, spare = deadline + waited, spare - waited
                 continue
             if isinstance(frame, Outcome):
                 drain(sel, out, err, output_cap)

@@ -36,6 +36,7 @@ def swap_after_prefill(recompute, args, seed, state):
     hook="prefill",
     watch="returns",
     swap=swap_after_prefill,
+    swap_rows=lambda args: len(args[0]),  # the prompt's
 )
 def decode_step(value, args, ask, tol, config) -> Verdict:
     """The logits of next_id decoded at position len(prompt_ids), after prefilling the prompt,
@@ -54,6 +55,7 @@ def decode_step(value, args, ask, tol, config) -> Verdict:
     hook="prefill",
     watch="returns",
     swap=swap_after_prefill,
+    swap_rows=lambda args: len(args[0]),  # the prompt's
 )
 def decode_cache_use(value, args, ask, tol, config) -> Verdict:
     """The decode reads the cache prefill filled, on arguments drawn for this run: with the

@@ -43,6 +43,7 @@ def expect_sequence(recompute, args: list) -> np.ndarray:
     swap=lambda recompute, args, seed, state: after_prefill(
         recompute, args[0], args[1], seed, state
     ),
+    swap_rows=lambda args: len(args[0]),  # the prompt's
 )
 def decode_sequence(value, args, ask, tol: Tolerance, config: ModelConfig) -> Verdict:
     """Each step's logits, decoding the continuation one token at a time after the prompt,
@@ -115,6 +116,7 @@ def steps_map(actual, expected, tol: Tolerance) -> dict | None:
     swap=lambda recompute, args, seed, state: after_prefill(
         recompute, args[0], args[1], seed, state
     ),
+    swap_rows=lambda args: len(args[0]),  # the prompt's
 )
 def decode_sequence_swap(value, args, ask, tol, config) -> Verdict:
     """Every step reads the cache, on arguments drawn for this run: with the K/V prefill left
