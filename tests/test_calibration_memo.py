@@ -6,10 +6,42 @@ from theinference.course.languages import by_name
 from theinference.student import calibration
 
 
-def fake_process(course: str, reach=()):
+def fake_process(course: str, reach=(), rates=None):
     sandbox = types.SimpleNamespace(kind="bwrap")
-    return types.SimpleNamespace(course_dir=course, setup=types.SimpleNamespace(sandbox=sandbox),
-                                 language=by_name("python"), install_reach=reach)
+    setup = types.SimpleNamespace(sandbox=sandbox, rates=rates)
+    return types.SimpleNamespace(course_dir=course, setup=setup, language=by_name("python"),
+                                 install_reach=reach)
+
+
+def test_a_rate_a_run_measured_serves_the_next_run_of_the_same_cache(monkeypatch, tmp_path):
+    """Catches every `theinference test` measuring the machine again (a second of CPU beside
+    a stage's cost proof, a save after a save), a kept rate served past FRESH_FOR or to another
+    course, and a rate memo written without the cache's secret believed (a student's process
+    that wrote a slower machine's rate would loosen every floor)."""
+    from theinference.grading.digests import RATES_FILE, SignedRates
+
+    measured = []
+    monkeypatch.setattr(calibration, "measure",
+                        lambda process: measured.append(process.course_dir) or (90e9, ""))
+    now = [1.0e9]
+    monkeypatch.setattr(calibration.time, "time", lambda: now[0])
+    for run in range(2):  # two grader processes: nothing kept in memory between them
+        monkeypatch.setattr(calibration, "_MEASURED", {})
+        rate = calibration.rate_now(fake_process("/a", rates=SignedRates(tmp_path)))
+        assert rate == (90e9, ""), run
+    assert measured == ["/a"], "the second run measured again"
+    monkeypatch.setattr(calibration, "_MEASURED", {})
+    calibration.rate_now(fake_process("/b", rates=SignedRates(tmp_path)))
+    assert measured == ["/a", "/b"], "a rate served to another course"
+    now[0] += calibration.FRESH_FOR
+    monkeypatch.setattr(calibration, "_MEASURED", {})
+    calibration.rate_now(fake_process("/a", rates=SignedRates(tmp_path)))
+    assert measured == ["/a", "/b", "/a"], "a rate served past FRESH_FOR"
+    forged = (tmp_path / RATES_FILE).read_bytes().replace(b"90000000000.0", b"10000000000.0")
+    (tmp_path / RATES_FILE).write_bytes(forged)
+    monkeypatch.setattr(calibration, "_MEASURED", {})
+    calibration.rate_now(fake_process("/a", rates=SignedRates(tmp_path)))
+    assert measured == ["/a", "/b", "/a", "/a"], "a memo changed without the secret believed"
 
 
 def test_a_rate_measured_moments_ago_serves_the_next_measured_call(monkeypatch):

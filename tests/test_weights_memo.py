@@ -105,12 +105,17 @@ def test_a_memo_not_signed_with_the_secret_is_not_believed(tmp_path, forgery):
 
 def test_a_run_whose_student_could_read_the_secret_keeps_no_memo(tmp_path, monkeypatch):
     """Would catch a memo given to a run whose student's process runs as the grader's own
-    user: it could sign a digest for weights it rewrote."""
+    user: it could sign a digest for weights it rewrote, or a slower machine's rate (which
+    would loosen every floor)."""
+    from theinference.grading.digests import SignedRates
+    from theinference.grading.session import rate_memo
+
     monkeypatch.setenv("THEINFERENCE_CACHE_DIR", str(tmp_path))
     own = types.SimpleNamespace(traits=types.SimpleNamespace(own_user=True))
     other = types.SimpleNamespace(traits=types.SimpleNamespace(own_user=False))
-    assert digest_memo(own) is None
+    assert digest_memo(own) is None and rate_memo(own) is None
     assert isinstance(digest_memo(other), SignedDigests)
+    assert isinstance(rate_memo(other), SignedRates)
 
 
 def test_a_synthetic_file_the_memo_knows_is_not_read_up_front(tmp_path, monkeypatch, weights):

@@ -14,7 +14,7 @@ from theinference import exits
 from theinference.course.directory import SETTINGS_FILE, Course, open_course
 from theinference.curriculum.stages import Stage, StageError, load_stages, select, with_hidden_cases
 from theinference.grading.answers import Answers
-from theinference.grading.digests import SignedDigests
+from theinference.grading.digests import SignedDigests, SignedRates
 from theinference.grading.grader import RunPlan, grade
 from theinference.grading.policy import EVERY_CASE, RunPolicy, selected
 from theinference.grading.provenance import provenance, with_run
@@ -112,7 +112,8 @@ def prepare(course_dir: Path, request: RunRequest,
     produced = provenance([s.slug for s in chosen],
                           settings.read_bytes() if settings.is_file() else None,
                           weights.sha256, request.seed)
-    setup = ProcessSetup(course.root, weights.path, sandbox=sandbox, language=course.language)
+    setup = ProcessSetup(course.root, weights.path, sandbox=sandbox, language=course.language,
+                         rates=rate_memo(sandbox))
     session = Session(course, chosen, every, weights, setup, answers=answers,
                       policy=request.policy, seed=request.seed.value, provenance=produced,
                       speed=request.speed, jobs=request.jobs or jobs_that_fit(chosen))
@@ -129,6 +130,13 @@ def digest_memo(sandbox) -> SignedDigests | None:
     from theinference.oracle.weights import cache_dir
 
     return None if sandbox.traits.own_user else SignedDigests(cache_dir())
+
+
+def rate_memo(sandbox) -> SignedRates | None:
+    """The machine's rate kept on disk across runs, where the digests are (above)."""
+    from theinference.oracle.weights import cache_dir
+
+    return None if sandbox.traits.own_user else SignedRates(cache_dir())
 
 
 def jobs_that_fit(stages: list[Stage]) -> int:

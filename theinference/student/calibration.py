@@ -17,6 +17,7 @@ grader's installation (reach.py), nothing is measured: the rate could be its.
 import hashlib
 import threading
 import time
+from typing import Protocol
 
 from theinference.student import reach
 from theinference.student.process import StudentProcess
@@ -28,18 +29,34 @@ def rate_now(process: StudentProcess) -> tuple[float | None, str]:
     """(FLOP per CPU-second, "") for the process's course and sandbox, measured now: beside a
     measured call, under the load that call will meet (benchmarks/floor_spread.py), or
     within the last FRESH_FOR seconds, for the same course, sandbox and language, by this
-    grader (a stage's measured calls follow each other: CPU time, which the floors compare,
-    barely moves with the load in so short a time); (None, why) when it could not be."""
+    grader or, where the run keeps rates (`setup.rates`), by an earlier run of its cache (a
+    stage's measured calls follow each other, and a student's runs a save apart: CPU time, which
+    the floors compare, barely moves with the load in so short a time); (None, why) when it
+    could not be."""
     if (refused := untrusted(process)) is not None:  # asked every time: files change
         return None, refused
     key = rate_key(process)
     kept = _MEASURED.get(key)
     if kept is not None and time.monotonic() - kept[0] < FRESH_FOR:
         return kept[1], ""
+    memo: RateMemo | None = process.setup.rates  # by an earlier run of this cache, if trusted
+    if memo is not None and (known := memo.known(key, FRESH_FOR)) is not None:
+        return known, ""
     rate, why = measure(process)
     if rate is not None:
         _MEASURED[key] = (time.monotonic(), rate)
+        if memo is not None:
+            memo.learn(key, rate)
     return rate, why
+
+
+class RateMemo(Protocol):
+    """Rates kept across runs (grading/digests.py's SignedRates: only where the student's
+    process can neither read nor write the grader's cache)."""
+
+    def known(self, key: tuple, fresh_for: float) -> float | None: ...
+
+    def learn(self, key: tuple, rate: float) -> None: ...
 
 
 def rate_key(process: StudentProcess) -> tuple:

@@ -1,7 +1,7 @@
 """What a student's process needs, as one value: the course and its language, the weights file,
-the limits, the sandbox, the cancel event, and what it runs (the adapters, or the grader's own
-calibration). A run builds it once (grading/session.py); every process of the run, and every
-sibling of one, is started from it."""
+the limits, the sandbox, the cancel event, what it runs (the adapters, or the grader's own
+calibration) and where the machine's rate measured for it is kept. A run builds it once
+(grading/session.py); every process of the run, and every sibling of one, is started from it."""
 
 import threading
 from dataclasses import dataclass, field
@@ -28,3 +28,6 @@ class ProcessSetup:
     env: dict[str, str] = field(default_factory=dict)  # for its environment (BLAS threads)
     mode: str = "adapters"  # adapters | calibrate (the grader's own code only: calibration.py)
     language: Language | None = None  # an opened course's; None: the course directory says
+    # where the rate measured for its course is kept across runs (calibration.RateMemo): a
+    # signed memo in the grader's cache; None: in this grader's memory only
+    rates: object = field(default=None, compare=False)
