@@ -194,3 +194,30 @@ def grader_exchange(finds: list, writes: list, heard: list | None = None):
         return search.answer(held, word["probe"]["about"])
 
     return exchange
+
+
+def slowed_plans(monkeypatch, adapter: str, seconds: float) -> tuple[list, list]:
+    """(when each swap plan was made, when each call of `adapter` began), the oracle's planner
+    slowed by `seconds` a plan: whether a call begins before its plan is made."""
+    import time
+
+    from theinference.grading import ahead
+    from theinference.student.process import StudentProcess
+
+    made_at, began_at = [], []
+    timed_plan, call = ahead.timed_plan, StudentProcess.call
+
+    def slow_plan(*args):
+        time.sleep(seconds)
+        made = timed_plan(*args)
+        made_at.append(time.monotonic())
+        return made
+
+    def timed_call(self, called, *args, **named):
+        if called == adapter:
+            began_at.append(time.monotonic())
+        return call(self, called, *args, **named)
+
+    monkeypatch.setattr(ahead, "timed_plan", slow_plan)
+    monkeypatch.setattr(StudentProcess, "call", timed_call)
+    return made_at, began_at

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from tests.helpers import make_course, reference_text
+from tests.helpers import make_course, reference_text, slowed_plans
 from theinference.curriculum.checks import CHECKS
 from theinference.curriculum.checks.swap import FOLLOWED, SwapPlan
 from theinference.curriculum.stages import load_stages
@@ -24,30 +24,6 @@ def decode_stage(timeout: float = 60.0):
     (stage,) = [s for s in load_stages() if s.slug == "full-decode-step"]
     cases = [c for c in stage.cases if c.check == "decode_cache_use"][:1]
     return replace(stage, cases=cases, timeout=timeout)
-
-
-def slowed_plans(monkeypatch, seconds: float = PLAN_SECONDS) -> tuple[list, list]:
-    """(when each plan was made, when each decode call began), the planner slowed."""
-    from theinference.grading import ahead
-    from theinference.student.process import StudentProcess
-
-    made_at, began_at = [], []
-    timed_plan, call = ahead.timed_plan, StudentProcess.call
-
-    def slow_plan(*args):
-        clock.sleep(seconds)
-        made = timed_plan(*args)
-        made_at.append(clock.monotonic())
-        return made
-
-    def timed_call(self, adapter, *args, **named):
-        if adapter == "run_decode_step":
-            began_at.append(clock.monotonic())
-        return call(self, adapter, *args, **named)
-
-    monkeypatch.setattr(ahead, "timed_plan", slow_plan)
-    monkeypatch.setattr(StudentProcess, "call", timed_call)
-    return made_at, began_at
 
 
 def graded(course, weights, answers, stage):
@@ -66,7 +42,7 @@ def test_a_decodes_swapped_call_begins_before_its_plan_is_made(
     begins: a stage's first case waited a third of a second for the oracle's first plan (it
     reads the weights) with the student's process idle; and a swap lost when its plan comes
     only once the call has begun."""
-    made_at, began_at = slowed_plans(monkeypatch)
+    made_at, began_at = slowed_plans(monkeypatch, "run_decode_step", PLAN_SECONDS)
     course = make_course(tmp_path / "c", reference_text())
     case = graded(course, weights, answers, decode_stage())
     assert case.status == Status.PASSED, case.message
@@ -80,7 +56,7 @@ def test_the_graders_answering_time_is_not_charged_to_the_calls_timeout(
     """Catches a call timed out while the student's process waited on the grader (its swap's
     plan still being made, a search): a correct decode of a short prompt, a timeout of two
     seconds, its plan made three seconds after the call began."""
-    made_at, began_at = slowed_plans(monkeypatch, seconds=3.0)
+    made_at, began_at = slowed_plans(monkeypatch, "run_decode_step", 3.0)
     course = make_course(tmp_path / "c", reference_text())
     case = graded(course, weights, answers, decode_stage(timeout=2.0))
     assert case.status == Status.PASSED, case.message

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.helpers import make_course, reference_text
+from tests.helpers import make_course, reference_text, slowed_plans
 from tests.solutions.slow_caches import SLOW_CACHES, slow_cache
 from theinference.curriculum.checks import CHECKS
 from theinference.curriculum.checks import generate_loop as gl
@@ -427,27 +427,10 @@ def test_a_swapped_call_begins_before_its_plan_is_made_where_nothing_limits_it(
     but correct cache near its limit was stopped there under CI's load: measured.room_beside).
     Tried beside first (swap_first.py), the call has no limit and never waits; measured alone
     (as where a decode ignored its swap), only where its floor holds 16 prefills."""
-    import time as clock
-
     from theinference.grading import ahead, grader, swap_first
-    from theinference.student.process import StudentProcess
 
-    made_at, began_at = [], []
-    timed_plan, call = ahead.timed_plan, StudentProcess.call
-
-    def slow_plan(*args):
-        clock.sleep(1.5)  # an oracle slower than the student's prefill of 240 tokens
-        made = timed_plan(*args)
-        made_at.append(clock.monotonic())
-        return made
-
-    def timed_call(self, adapter, *args, **named):
-        if adapter == "run_generate":
-            began_at.append(clock.monotonic())
-        return call(self, adapter, *args, **named)
-
-    monkeypatch.setattr(ahead, "timed_plan", slow_plan)
-    monkeypatch.setattr(StudentProcess, "call", timed_call)
+    # an oracle slower than the student's prefill of 240 tokens
+    made_at, began_at = slowed_plans(monkeypatch, "run_generate", 1.5)
     if not tried_beside:
         for module in (ahead, grader, swap_first):
             monkeypatch.setattr(module, "tries_beside", lambda case, config: False)
