@@ -183,12 +183,12 @@ def grader_exchange(finds: list, writes: list, heard: list | None = None):
     as the grader reads a hook's word (replies.held_arrays, each array's size added to
     `heard`), searched by the grader's Search."""
     from theinference.curriculum.checks.swap_search import Search
-    from theinference.student.replies import held_arrays
+    from theinference.student.replies import Blobs, held_arrays
 
     search = Search(finds, writes)
 
     def exchange(word: dict, blobs=()):
-        held = held_arrays(word["probe"]["held"], list(blobs))
+        held = held_arrays(word["probe"]["held"], Blobs(blobs))
         if heard is not None:
             heard.extend(s.array.size for s in held)
         return search.answer(held, word["probe"]["about"])

@@ -131,6 +131,21 @@ def test_what_the_worker_writes_still_decodes():
     assert (got.kind, got.message, got.traceback, got.exception) == ("raised", "boom", "tb", "E")
 
 
+def test_a_blob_named_past_the_reply_limit_is_a_bad_reply():
+    """Catches a reply whose arrays name one blob again and again (a MiB named 1025 times: a
+    GiB and more for whatever reads the arrays, from a frame of one MiB) decoded into a value:
+    the bytes named in all are held to the frame's own limit."""
+    from theinference.student.replies import MAX_REPLY_BYTES
+
+    blob = bytes(1 << 20)
+    many = {"kind": "seq", "items": [array_desc([1 << 18]) for _ in range(1025)]}
+    assert MAX_REPLY_BYTES < 1025 << 20
+    outcome = decode_reply(returned(many, [blob]))
+    assert outcome.kind == "bad_reply" and "GiB" in outcome.message, outcome.message
+    fewer = {"kind": "seq", "items": [array_desc([1 << 18]) for _ in range(24)]}
+    assert decode_reply(returned(fewer, [blob])).kind == "returned"
+
+
 def test_lone_surrogates_are_replaced_not_kept():
     """Catches text no output can encode (a lone surrogate) reaching the report writers."""
     header = b'{"outcome": "raised", "message": "a\\ud800b", "exception": "\\udfff"}'

@@ -171,6 +171,7 @@ def outcome_of(header: dict, blobs: list[memoryview]) -> Outcome:
     if kind not in REPLY_KINDS:
         raise BadReply(f"outcome {str(kind)[:40]!r} is none the worker gives")
     texts = {name: text_field(header, name) for name in TEXT_FIELDS}
+    blobs = Blobs(blobs)
     value = rebuild(header.get("value"), blobs) if kind == "returned" else None
     probe = header.get("probe") if isinstance(header.get("probe"), dict) else None
     if kind == "hooked" and probe is not None and "held" in probe:
@@ -178,7 +179,25 @@ def outcome_of(header: dict, blobs: list[memoryview]) -> Outcome:
     return Outcome(kind=kind, value=value, probe=probe, **texts)
 
 
-def held_arrays(descriptions, blobs: list) -> list[Source]:
+class Blobs(list):
+    """A frame's blobs, as the arrays of its value name them: the worker names each once, but
+    a frame is the student's process's to write, so the bytes named in all are held to
+    MAX_REPLY_BYTES, as the frame's are (a small blob named a million times would be a reply
+    of terabytes to whatever reads its arrays)."""
+
+    def __init__(self, blobs: list):
+        super().__init__(blobs)
+        self.named = 0
+
+    def name(self, index: int):
+        blob = self[index]
+        self.named += len(blob)
+        if self.named > MAX_REPLY_BYTES:
+            raise BadReply(f"its arrays name over {MAX_REPLY_BYTES >> 30} GiB of the bytes sent")
+        return blob
+
+
+def held_arrays(descriptions, blobs: "Blobs") -> list[Source]:
     """What a hook sent to be searched for the cache (worker/swap.py's sent_arrays): arrays
     of numbers, a bfloat16 one as its bits in 2-byte integers."""
     if not isinstance(descriptions, list):
@@ -203,7 +222,7 @@ def text_field(header: dict, name: str) -> str:
     raise BadReply(f"its {name} is a {type(value).__name__}, not text")
 
 
-def rebuild(desc, blobs: list, depth: int = 0):
+def rebuild(desc, blobs: Blobs, depth: int = 0):
     """A returned value from its description: None, a list of values, an array of numbers, or
     a Foreign type name. At most MAX_NESTING deep, whatever the description says."""
     if depth > MAX_NESTING:
@@ -226,7 +245,7 @@ def rebuild(desc, blobs: list, depth: int = 0):
     raise BadReply(f"a value of kind {str(kind)[:40]!r}")
 
 
-def rebuild_array(desc: dict, blobs: list):
+def rebuild_array(desc: dict, blobs: Blobs):
     """An array read from its blob: a numeric dtype, a shape that holds exactly its bytes."""
     dtype_text, shape, index = desc.get("dtype"), desc.get("shape"), desc.get("blob")
     if not isinstance(dtype_text, str) or not DTYPE_TEXT.fullmatch(dtype_text):
@@ -240,7 +259,7 @@ def rebuild_array(desc: dict, blobs: list):
         raise BadReply(f"an array's shape {shape[:4]} holds a size that is not a count")
     if not is_count(index) or index >= len(blobs):
         raise BadReply(f"an array names blob {str(index)[:20]}, of {len(blobs)} sent")
-    blob = blobs[index]
+    blob = blobs.name(index)
     if prod(shape) * dtype.itemsize != len(blob):
         raise BadReply(f"shape {shape} of {dtype} does not fit the {len(blob)} bytes sent")
     return np.frombuffer(blob, dtype=dtype).reshape(tuple(shape))
