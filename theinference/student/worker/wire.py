@@ -17,38 +17,71 @@ MAX_SEQ_DEPTH = protocol.LIMITS["max_seq_depth"]  # lists described item by item
 def encode_reply(reply: dict) -> tuple[dict, list[bytes]]:
     blobs: list[bytes] = []
     if reply["outcome"] == "returned":
-        reply = {**reply, "value": describe(reply["value"], blobs, depth=0)}
+        value = reply["value"]
+        shared = {} if isinstance(value, (list, tuple)) and repeats(value) else None
+        reply = {**reply, "value": describe(value, blobs, depth=0, shared=shared)}
     return reply, blobs
 
 
-def describe(value, blobs: list[bytes], depth: int) -> dict:
-    """A JSON-safe description of what the adapter returned; numeric arrays travel as bytes."""
+def describe(value, blobs: list[bytes], depth: int, shared: dict | None = None) -> dict:
+    """A JSON-safe description of what the adapter returned; numeric arrays travel as bytes.
+    A value whose lists hold one array object in several places (a cache whose layers share
+    one array, a classic bug) has its lists described item by item, each array sent once
+    (`shared`: its id -> (the array, kept so that its id stays its own; its description)),
+    not stacked into copies."""
     import numpy as np
 
+    if shared is not None and id(value) in shared:
+        return shared[id(value)][1]
     if value is None:
         return {"kind": "none"}
     if isinstance(value, (str, bytes, dict, set)):
         return {"kind": "other", "type": type(value).__name__}
+    whole = shared is None or not isinstance(value, (list, tuple)) or depth >= MAX_SEQ_DEPTH
     try:
-        array = np.asarray(to_numpy(value))
+        array = np.asarray(to_numpy(value)) if whole else None
     except Exception:  # noqa: BLE001 (ragged lists, exotic objects)
         array = None
     if array is not None and array.dtype.kind in "biufc":
         blobs.append(np.ascontiguousarray(array).tobytes())
-        return {
+        described = {
             "kind": "array",
             "dtype": array.dtype.str,
             "shape": list(array.shape),
             "blob": len(blobs) - 1,
             "from": type(value).__name__,
         }
+        if shared is not None and is_array(value):
+            shared[id(value)] = (value, described)
+        return described
     if isinstance(value, (list, tuple)) and depth < MAX_SEQ_DEPTH:
         # e.g. per-layer (k, v) pairs whose shapes differ: describe item by item
-        items = [describe(v, blobs, depth + 1) for v in value[:MAX_ITEMS]]
+        items = [describe(v, blobs, depth + 1, shared) for v in value[:MAX_ITEMS]]
         return {"kind": "seq", "items": items, "length": len(value)}
     if array is not None:
         return {"kind": "other", "type": f"array of dtype {array.dtype}", "shape": array.shape}
     return {"kind": "other", "type": type(value).__name__}
+
+
+def repeats(value) -> bool:
+    """Whether lists within `value` (as far as they are described item by item) hold one
+    array object in two places or more."""
+    seen, stack = set(), [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        for item in node[:MAX_ITEMS]:
+            if is_array(item):
+                if id(item) in seen:
+                    return True
+                seen.add(id(item))
+            elif isinstance(item, (list, tuple)) and depth + 1 < MAX_SEQ_DEPTH:
+                stack.append((item, depth + 1))
+    return False
+
+
+def is_array(value) -> bool:
+    """An array object (NumPy's, or a tensor's: what to_numpy reads), not a Python number."""
+    return hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, type)
 
 
 def to_numpy(value):
