@@ -3,6 +3,7 @@ the measured ones already did, the plan a begun call needs made next, the time t
 process waits on the grader's answer not charged to its timeout, and a run's processes closed
 at once."""
 
+import sys
 import threading
 import time as clock
 from dataclasses import replace
@@ -70,11 +71,51 @@ def test_the_plan_a_begun_call_wants_is_made_next():
     from theinference.grading.ahead import Planner
 
     planner = Planner.__new__(Planner)
-    planner.answers = type("Answers", (), {"wanted": [("b",), ("c",)]})()
+    planner.answers = type("Answers", (), {"wanted_now": lambda self: [("b",), ("c",)]})()
     left = [(None, [], 0, ("a",)), (None, [], 0, ("c",)), (None, [], 0, ("b",))]
     assert planner.next_of(left) == 2, "the first wanted is not made first"
     assert planner.next_of(left[:2]) == 1
     assert planner.next_of(left[:1]) == 0, "none wanted: the running order"
+
+
+def test_the_plans_wanted_change_under_the_planner_without_breaking_it():
+    """Catches the planner reading the plans wanted while calls' threads add and drop them
+    (an IndexError, a StopIteration or a ValueError in its thread: a traceback on the
+    student's screen, and every later plan made in the run's own thread)."""
+    from theinference.grading.ahead import Planner
+    from theinference.grading.answers import Answers, plan_key
+
+    answers = Answers.__new__(Answers)  # its plans' bookkeeping alone: no weights needed
+    answers.wanted, answers.wanting = [], threading.Lock()
+    planner = Planner.__new__(Planner)
+    planner.answers = answers
+    names = [f"check{n}" for n in range(64)]
+    left = [(None, [], 0, plan_key(name, [], 0)) for name in names]
+    stop, failed = threading.Event(), []
+
+    def churn():
+        while not stop.is_set():
+            for name in reversed(names):
+                answers.want(name, [], 0)
+            for name in names:
+                answers.unwant(plan_key(name, [], 0))
+
+    thread = threading.Thread(target=churn)
+    switching = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # the threads take turns often: the race, if any, shows
+    thread.start()
+    try:
+        deadline = clock.monotonic() + 1.0
+        while clock.monotonic() < deadline and not failed:
+            try:
+                assert 0 <= planner.next_of(left) < len(left)
+            except Exception as exc:  # noqa: BLE001 (what the test looks for)
+                failed.append(exc)
+    finally:
+        stop.set()
+        thread.join()
+        sys.setswitchinterval(switching)
+    assert not failed, failed
 
 
 def test_a_pending_plan_the_planner_never_made_is_made_when_needed(weights, answers):

@@ -149,6 +149,13 @@ def test_an_array_returned_in_several_places_is_sent_once():
     assert len(blobs) == 1, "a list of distinct arrays is no longer sent as one array"
     _, blobs = worker.encode_reply({"outcome": "returned", "value": [0, 0, 50256, 0]})
     assert len(blobs) == 1, "token ids (numbers, interned) are not arrays held twice"
+    token = np.int64(50256)  # a NumPy scalar returned twice: a number, not an array
+    header, _ = worker.encode_reply({"outcome": "returned", "value": [np.int64(5), token, token]})
+    assert header["value"]["kind"] == "array", "token ids came back as a list of 0-d arrays"
+    beside = [[0.5] * 5000, k, k]  # numbers beside a shared array: still one array, not cut
+    header, blobs = worker.encode_reply({"outcome": "returned", "value": beside})
+    first = header["value"]["items"][0]
+    assert first["kind"] == "array" and first["shape"] == [5000] and len(blobs) == 2, first
 
 
 def test_a_blob_named_past_the_reply_limit_is_a_bad_reply():

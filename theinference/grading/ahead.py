@@ -149,7 +149,7 @@ class Planner:
         """Which plan of those `left` is made next: the first a begun call wants (a long case
         taken beside the small ones needs its plan long before the small ones' are all
         made), else the first in running order."""
-        wanted = self.answers.wanted
+        wanted = self.answers.wanted_now()
         firsts = [wanted.index(key) for *_, key in left if key in wanted]
         if not firsts:
             return 0

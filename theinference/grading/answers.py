@@ -28,6 +28,7 @@ class Answers:
         self.ahead: dict = {}  # swap plans made before their case (ahead.py), used once
         self.making: dict = {}  # the plans being made ahead: set when made or given up
         self.wanted: list = []  # keys of plans a begun call waits or will wait for, in order
+        self.wanting = threading.Lock()  # `wanted` is changed from the calls' threads
         self.last_planner = None  # the last stage's (ahead.Planner), maybe still stopping
 
     @classmethod
@@ -111,11 +112,18 @@ class Answers:
 
     def want(self, check_name: str, args: list, seed: int) -> None:
         """A call has begun that needs this plan: the planner makes it next (ahead.Planner)."""
-        self.wanted.append(plan_key(check_name, args, seed))
+        with self.wanting:
+            self.wanted.append(plan_key(check_name, args, seed))
 
     def unwant(self, key: tuple) -> None:
-        while key in self.wanted:  # (a list: a plan asked twice, by a call and its wait)
-            self.wanted.remove(key)
+        """Its plan is made, or will not be: no longer wanted (asked twice, by a call and by
+        its wait, it is in the list twice)."""
+        with self.wanting:
+            self.wanted[:] = [k for k in self.wanted if k != key]
+
+    def wanted_now(self) -> list:
+        with self.wanting:
+            return list(self.wanted)
 
     def planned(self, check_name: str, args: list, seed: int):
         """(the swap plan made ahead for this case, as fresh as one just made: no hook heard
@@ -124,7 +132,8 @@ class Answers:
         key = plan_key(check_name, args, seed)
         making = self.making.get(key)
         if making is not None:
-            self.wanted.append(key)
+            with self.wanting:
+                self.wanted.append(key)
             making.wait()
         self.unwant(key)
         made = self.ahead.pop(key, None)

@@ -18,28 +18,43 @@ def encode_reply(reply: dict) -> tuple[dict, list[bytes]]:
     blobs: list[bytes] = []
     if reply["outcome"] == "returned":
         value = reply["value"]
-        shared = {} if isinstance(value, (list, tuple)) and repeats(value) else None
+        twice = held_twice(value) if isinstance(value, (list, tuple)) else set()
+        shared = Shared(twice) if twice else None
         reply = {**reply, "value": describe(value, blobs, depth=0, shared=shared)}
     return reply, blobs
 
 
-def describe(value, blobs: list[bytes], depth: int, shared: dict | None = None) -> dict:
+class Shared:
+    """The arrays a value's lists hold in two places or more (`twice`: their ids), and those
+    described so far (`sent`: id -> (the array, kept so that its id stays its own; its
+    description)): each is sent once, and only the lists that hold one are described item by
+    item instead of as one array of copies."""
+
+    def __init__(self, twice: set[int]):
+        self.twice, self.sent = twice, {}
+
+    def splits(self, value, depth: int) -> bool:
+        """Whether the list `value` is described item by item: it holds a shared array."""
+        if not isinstance(value, (list, tuple)) or depth >= MAX_SEQ_DEPTH:
+            return False
+        return bool(array_ids(value, depth) & self.twice)
+
+
+def describe(value, blobs: list[bytes], depth: int, shared: Shared | None = None) -> dict:
     """A JSON-safe description of what the adapter returned; numeric arrays travel as bytes.
-    A value whose lists hold one array object in several places (a cache whose layers share
-    one array, a classic bug) has its lists described item by item, each array sent once
-    (`shared`: its id -> (the array, kept so that its id stays its own; its description)),
-    not stacked into copies."""
+    A list that holds one array object in several places (a cache whose layers share one
+    array, a classic bug) is described item by item, each array sent once (Shared)."""
     import numpy as np
 
-    if shared is not None and id(value) in shared:
-        return shared[id(value)][1]
+    if shared is not None and id(value) in shared.sent:
+        return shared.sent[id(value)][1]
     if value is None:
         return {"kind": "none"}
     if isinstance(value, (str, bytes, dict, set)):
         return {"kind": "other", "type": type(value).__name__}
-    whole = shared is None or not isinstance(value, (list, tuple)) or depth >= MAX_SEQ_DEPTH
+    split = shared is not None and shared.splits(value, depth)
     try:
-        array = np.asarray(to_numpy(value)) if whole else None
+        array = None if split else np.asarray(to_numpy(value))
     except Exception:  # noqa: BLE001 (ragged lists, exotic objects)
         array = None
     if array is not None and array.dtype.kind in "biufc":
@@ -51,8 +66,8 @@ def describe(value, blobs: list[bytes], depth: int, shared: dict | None = None) 
             "blob": len(blobs) - 1,
             "from": type(value).__name__,
         }
-        if shared is not None and is_array(value):
-            shared[id(value)] = (value, described)
+        if shared is not None and id(value) in shared.twice:
+            shared.sent[id(value)] = (value, described)
         return described
     if isinstance(value, (list, tuple)) and depth < MAX_SEQ_DEPTH:
         # e.g. per-layer (k, v) pairs whose shapes differ: describe item by item
@@ -63,25 +78,42 @@ def describe(value, blobs: list[bytes], depth: int, shared: dict | None = None) 
     return {"kind": "other", "type": type(value).__name__}
 
 
-def repeats(value) -> bool:
-    """Whether lists within `value` (as far as they are described item by item) hold one
-    array object in two places or more."""
-    seen, stack = set(), [(value, 0)]
+def held_twice(value) -> set[int]:
+    """The ids of the array objects that lists within `value` (as far as they are described
+    item by item) hold in two places or more."""
+    seen: set[int] = set()
+    twice: set[int] = set()
+    for found in array_ids(value, 0, each=True):
+        (twice if found in seen else seen).add(found)
+    return twice
+
+
+def array_ids(value, depth: int, each: bool = False):
+    """The ids of the arrays within the lists of `value` from `depth` on: a set, or every
+    finding in order (`each`); none where a list cannot be read through."""
+    found, stack = [], [(value, depth)]
     while stack:
-        node, depth = stack.pop()
-        for item in node[:MAX_ITEMS]:
+        node, level = stack.pop()
+        try:
+            items = list(node[:MAX_ITEMS])
+        except Exception:  # noqa: BLE001 (a list of the student's own kind that raises)
+            return [] if each else set()
+        for item in items:
             if is_array(item):
-                if id(item) in seen:
-                    return True
-                seen.add(id(item))
-            elif isinstance(item, (list, tuple)) and depth + 1 < MAX_SEQ_DEPTH:
-                stack.append((item, depth + 1))
-    return False
+                found.append(id(item))
+            elif isinstance(item, (list, tuple)) and level + 1 < MAX_SEQ_DEPTH:
+                stack.append((item, level + 1))
+    return found if each else set(found)
 
 
 def is_array(value) -> bool:
-    """An array object (NumPy's, or a tensor's: what to_numpy reads), not a Python number."""
-    return hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, type)
+    """An array object of one dimension or more (NumPy's, or a tensor's: what to_numpy
+    reads), not a number, NumPy's scalars included."""
+    try:
+        ndim = getattr(value, "ndim", 0)
+        return isinstance(ndim, int) and ndim >= 1 and hasattr(value, "dtype")
+    except Exception:  # noqa: BLE001 (an object whose attributes raise: not one)
+        return False
 
 
 def to_numpy(value):
