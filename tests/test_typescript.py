@@ -506,10 +506,16 @@ def test_the_swap_finds_a_typescript_prefill_by_any_name(tmp_path, weights, answ
     this correct cache, "no function named prefill was found"): here the prefill is a module's
     private function, reached through a class's constructor (per-step-identity) and an
     exported const arrow function (full-decode-step)."""
+    course = ts_course(tmp_path / "c", RENAMED_TS, RENAMED_ADAPTERS)
+    assert_the_swap_followed(course, weights, answers, run_seed)
+
+
+def assert_the_swap_followed(course, weights, answers, run_seed) -> None:
+    """full-decode-step's and per-step-identity's swapped proofs pass, by the answer over the
+    swapped cache."""
     from tests.test_cache_use import grade_proofs
     from theinference.results import Status
 
-    course = ts_course(tmp_path / "c", RENAMED_TS, RENAMED_ADAPTERS)
     slugs = ["full-decode-step", "per-step-identity"]
     cases = grade_proofs(course, weights, slugs, True, answers=answers, seed=run_seed)
     for slug, case in zip(slugs, cases, strict=True):
@@ -556,16 +562,9 @@ def test_a_typescript_cache_in_any_shape_passes_the_swap(
     cache kept at module level, in a DataView of float64 values or in plain numbers; or that
     looks at so many moments that the proof times out (a module-level cache was sent to the
     grader at every helper's return: 419 s for 9 tokens)."""
-    from tests.test_cache_use import grade_proofs
-    from theinference.results import Status
-
     kvcache, adapters = ts_shapes.course_texts(ts_shapes.SHAPES[shape], storage)
     course = ts_course(tmp_path / "c", kvcache, adapters)
-    slugs = ["full-decode-step", "per-step-identity"]
-    cases = grade_proofs(course, weights, slugs, True, answers=answers, seed=run_seed)
-    for slug, case in zip(slugs, cases, strict=True):
-        assert case.status == Status.PASSED, (slug, case.message)
-        assert "followed the cache" in case.message, (slug, case.message)
+    assert_the_swap_followed(course, weights, answers, run_seed)
 
 
 def test_a_typescript_forgery_in_a_classs_methods_fails(tmp_path, weights, answers, run_seed):

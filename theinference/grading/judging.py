@@ -181,19 +181,18 @@ def fix_answer(case: Case, args: list, answers: Answers, clock: "OracleClock", m
             patience = PATIENCE if measured else None  # a floor is the fallback: swap.py
             return PendingPlan(lambda: planned_or_made(check, args, seed, answers),
                                answers.recompute.config, check.swap_rows(args), patience)
-        made = answers.planned(case.check, args, seed)  # ahead.py: beside, or between runs
-        if made is not None:
-            clock.seconds += made[1]
-            return made[0]
-        return clock.timed(check.swap, answers.recompute, args, seed, answers.prompt_state)
+        plan, seconds = planned_or_made(check, args, seed, answers)
+        clock.seconds += seconds
+        return plan
     if check.asks_own_arguments and not case.inputs.get("must_raise"):
         return clock.timed(answers.expected, case.check, args)
     return None
 
 
 def planned_or_made(check: Check, args: list, seed: int, answers: Answers) -> tuple:
-    """(the case's plan, the oracle's seconds): made ahead, else (the planner stopped before
-    it: a weights error, a closed stage) made now."""
+    """(the case's plan, the oracle's seconds): made ahead (ahead.py: beside, or between
+    runs), else (none was, or the planner stopped before it: a weights error, a closed stage)
+    made now."""
     made = answers.planned(check.name, args, seed)
     if made is not None:
         return made
