@@ -20,8 +20,9 @@ from theinference.curriculum.stages import load_stages, select, with_run_draws
 from theinference.grading import answer_cache
 from theinference.grading.ahead import drawn_stages, plan_ahead, runs_alone
 from theinference.grading.answers import Answers
-from theinference.grading.grader import RunPlan, grade, wanted_again
+from theinference.grading.grader import RunPlan, grade
 from theinference.grading.judging import UNASKED, kept_prompts
+from theinference.grading.own_cache import wanted_again
 from theinference.grading.policy import RunPolicy
 from theinference.grading.policy import plan as plan_cases
 from theinference.oracle.gpt2 import LayerKV

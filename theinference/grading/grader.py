@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
+from theinference.curriculum.checks import CHECKS
 from theinference.curriculum.stages import Stage
-from theinference.diagnosis.fingerprints import MAX_CASES, MIN_CASES
 from theinference.diagnosis.stage import Failure, catalogue_match, diagnose_stage, named_alone
 from theinference.grading.ahead import Planner, drawn_stages, runs_alone
 from theinference.grading.answers import Answers
@@ -25,6 +25,12 @@ from theinference.grading.beside import (
 )
 from theinference.grading.environment import describe
 from theinference.grading.judging import grade_case, kept_prompts
+from theinference.grading.own_cache import (
+    asks_own_first,
+    grade_own_first,
+    wanted_again,
+    wanted_first,
+)
 from theinference.grading.policy import (
     EVERY_CASE,
     LONG_CASE_TOKENS,
@@ -111,19 +117,6 @@ def grade(setup: ProcessSetup, plan: RunPlan, listener: Listener = ignore) -> Ru
     return result
 
 
-def wanted_again(case, failing: int, settled: Callable[[], bool]) -> bool:
-    """Whether an answer that departs over the swapped cache is asked again over the
-    student's own cache, for the diagnosis: the catalogue confirms a bug on MIN_CASES failing
-    answers and tells candidates apart on up to MAX_CASES of the smallest, so past MIN_CASES
-    only while it has not `settled` on one bug; a long case past the first MIN_CASES would
-    double a failing try's cost for little it does not know."""
-    if failing < MIN_CASES:
-        return True
-    if failing >= MAX_CASES or case_size(case) > LONG_CASE_TOKENS:
-        return False
-    return not settled()
-
-
 class StageRun:
     """One stage's cases, smallest first, until the policy says stop."""
 
@@ -138,6 +131,7 @@ class StageRun:
         # measured call keeps its CPU limit after its swap (it would recompute to the end)
         self.recomputes = False
         self.failed = 0  # the stage's failed cases so far, numbers or not (generate's tokens)
+        self.last_failed_own = False  # the last case recorded failed over its own cache
 
     def grade(self, limits: Limits) -> StageResult:
         started = time.monotonic()
@@ -223,8 +217,9 @@ class StageRun:
             self.planner.ready_for(case)
             self.workers.started()
         if not tries_beside(case, self.answers.recompute.config):
-            graded = grade_case(self.stage, case, process, self.answers, ask_again,
-                                lift_limit=not self.recomputes)
+            graded = self.ask_own_first(case, process, failures) or grade_case(
+                self.stage, case, process, self.answers, ask_again, lift_limit=not self.recomputes
+            )
         elif self.recomputes:  # a decode that ignores its swap: measured, its limit kept
             return Deferred(case, floor_only=False)
         else:
@@ -244,6 +239,17 @@ class StageRun:
 
         return asked
 
+    def ask_own_first(self, case, process, failures: list[Failure]) -> tuple | None:
+        """The case graded over the student's own cache first, where own_cache.py says so;
+        else None."""
+        if not asks_own_first(CHECKS[case.check], case):
+            return None
+        with self.lock:
+            failing = max(len(failures), self.failed)
+            first = wanted_first(case, failing, self.last_failed_own,
+                                 lambda: self.settled(failures))
+        return grade_own_first(self.stage, case, process, self.answers) if first else None
+
     def alone(self, deferred: Deferred, failures: list[Failure]) -> CaseResult | None:
         """A deferred case measured alone, in a fresh process (swap_first.py); None when the
         run was cancelled meanwhile."""
@@ -262,6 +268,7 @@ class StageRun:
                 failures.append(Failure(case.check, args, verdict.actual))
             self.recomputes |= verdict.suspected_bug == "decode-recomputes"
             self.failed += verdict.status == Status.FAILED
+            self.last_failed_own = verdict.actual is not None
         self.listener(CaseFinished(self.stage.slug, result))
         return result
 

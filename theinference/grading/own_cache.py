@@ -1,0 +1,106 @@
+"""When a swapped case's answer is asked over the student's own cache, for the diagnosis.
+
+A swapped case that departs is asked again over the student's own cache, where the stage's
+diagnosis can name its bug: two calls for one failing case. A classic bug fails every case, so
+right after a case that failed over its own cache the next small case is asked there first:
+wrong there, it has failed at the cost of one call; right there, it is then asked over the
+swapped cache, which a pass rests on as always (grade_own_first).
+"""
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from theinference.curriculum.checks import CHECKS, Check
+from theinference.curriculum.checks.swap import SwapPlan, departs
+from theinference.curriculum.stages import Case, Stage
+from theinference.diagnosis.fingerprints import MAX_CASES, MIN_CASES
+from theinference.grading.answers import Answers
+from theinference.grading.judging import (
+    DEPARTS,
+    OracleClock,
+    Question,
+    case_result,
+    fix_answer,
+    judge,
+    resolved,
+    swaps,
+)
+from theinference.grading.policy import LONG_CASE_TOKENS, case_size
+from theinference.results import Status
+from theinference.student.channel import Probe
+from theinference.student.process import StudentProcess
+
+
+def wanted_again(case, failing: int, settled: Callable[[], bool]) -> bool:
+    """Whether an answer that departs over the swapped cache is asked again over the
+    student's own cache, for the diagnosis: the catalogue confirms a bug on MIN_CASES failing
+    answers and tells candidates apart on up to MAX_CASES of the smallest, so past MIN_CASES
+    only while it has not `settled` on one bug; a long case past the first MIN_CASES would
+    double a failing try's cost for little it does not know."""
+    if failing < MIN_CASES:
+        return True
+    if failing >= MAX_CASES or case_size(case) > LONG_CASE_TOKENS:
+        return False
+    return not settled()
+
+
+def wanted_first(case, failing: int, last_failed_own: bool, settled: Callable[[], bool]) -> bool:
+    """Whether `case` is asked over the student's own cache before its swap: a small case,
+    right after a case whose answer failed over its own cache (a case that passes after one
+    that failed costs one call more, once), while the diagnosis still wants failing answers."""
+    if not last_failed_own or case_size(case) > LONG_CASE_TOKENS:
+        return False
+    return wanted_again(case, failing, settled)
+
+
+def asks_own_first(check: Check, case: Case) -> bool:
+    """Whether the case could be asked over its own cache first: a swapped case judged on
+    its answer alone (where a floor judges, its measured call is the evidence)."""
+    return check.flop is None and swaps(check, case, measured=False)
+
+
+def grade_own_first(stage: Stage, case: Case, process: StudentProcess, answers: Answers):
+    """grade_case's (result, arguments, verdict) of a case asked over the student's own cache
+    first (asks_own_first): wrong there, that is its verdict (over the swapped cache it would
+    depart, and be asked again there); right there, it is asked over the swapped cache, and
+    a pass rests on that call alone."""
+    check = CHECKS[case.check]
+    args = check.arguments(case, answers.recompute.config)
+    clock = OracleClock()
+    fixed = fix_answer(case, args, answers, clock, measured=False)
+    asked = Question(stage, case, args, answers, clock)
+    outcome = process.call(check.adapter, args, stage.timeout, Probe(check.hook, check.watch))
+    plan = resolved(fixed, clock)
+    if not isinstance(plan, SwapPlan):  # none could be drawn: a swap-first call had none
+        verdict = judge(asked, outcome, plan)
+    else:
+        verdict = judge(asked, outcome, plan, rerun=True)
+        if verdict.status == Status.PASSED:
+            outcome, verdict = over_the_swap(asked, process, plan)
+    return case_result(case, outcome, verdict, clock), args, verdict
+
+
+def over_the_swap(asked: Question, process: StudentProcess, plan: SwapPlan) -> tuple:
+    """(outcome, verdict) of a case right over its own cache, asked over the swapped cache. A
+    value that does not pass there is asked once more in a fresh process, as a swap-first call
+    is asked: nothing the student keeps across calls (a store of prompts' K/V) holds this
+    case's prompt there, as it did just after the call over its own cache."""
+    check, stage = CHECKS[asked.case.check], asked.stage
+    outcome = process.call(check.adapter, asked.args, stage.timeout,
+                           Probe(check.hook, check.watch, plan.answer))
+    verdict = judge(asked, outcome, plan)
+    if verdict.status != Status.PASSED and outcome.kind == "returned":
+        process.stop()
+        plan = unused(plan)
+        outcome = process.call(check.adapter, asked.args, stage.timeout,
+                               Probe(check.hook, check.watch, plan.answer))
+        verdict = judge(asked, outcome, plan)
+    if departs(verdict):  # right over its own cache, as asked first
+        verdict.message = DEPARTS.format(hook=stage.words["hook"])
+    return outcome, verdict
+
+
+def unused(plan: SwapPlan) -> SwapPlan:
+    """The plan as it was before any call heard of it (the same swap, asked again)."""
+    return replace(plan, most=0, stale=0, calls=0, offered=False, sent=False, searched="",
+                   search=None)
