@@ -6,12 +6,14 @@ from dataclasses import replace
 
 from tests.bugs import planted
 from tests.helpers import make_course, reference_text
+from theinference.curriculum.checks import Verdict
 from theinference.curriculum.stages import load_stages, select
 from theinference.grading.grader import RunPlan, grade
 from theinference.grading.judging import UNASKED
-from theinference.grading.own_cache import wanted_first
+from theinference.grading.own_cache import ASKED_FIRST, NEAR_MISS, is_bug, wanted_first
 from theinference.grading.policy import RunPolicy
 from theinference.results import Status
+from theinference.results.compare import Comparison, Tolerance
 from theinference.student.process import StudentProcess
 from theinference.student.setup import Limits, ProcessSetup
 
@@ -61,7 +63,18 @@ def decode_step(token_id, position, w, mc):
 """
 
 
-def graded_with_calls(course, weights, monkeypatch) -> tuple:
+# a cache kept a little inexact: the prompt's K a few parts in ten thousand off, so the answer
+# over its own cache misses by a few times the tolerance (the swap writes exact K/V)
+K_A_LITTLE_OFF = """
+_exact_append = append_kv
+
+
+def append_kv(cache, k, v):
+    _exact_append(cache, k if k.shape[1] == 1 else k * np.float32(1 + 3e-4), v)
+"""
+
+
+def graded_with_calls(course, weights, monkeypatch, cases=CHOSEN) -> tuple:
     """(full-decode-step's result on CHOSEN, each call's (first argument, swapped?))."""
     calls = []
     call = StudentProcess.call
@@ -74,7 +87,7 @@ def graded_with_calls(course, weights, monkeypatch) -> tuple:
     (stage,) = select(load_stages(), ["full-decode-step"])
     setup = ProcessSetup(course, weights.path, Limits(timeout=120))
     run = grade(setup, RunPlan([replace(stage, timeout=120)], weights,
-                               policy=RunPolicy(cases=CHOSEN)))
+                               policy=RunPolicy(cases=cases)))
     (result,) = run.stages
     return result, calls
 
@@ -113,6 +126,48 @@ def test_a_case_right_over_its_own_cache_after_a_failure_is_still_asked_over_the
     assert [s for _, s in calls][2:4] == [False, True], calls  # own cache, then the swap
 
 
+def test_a_retry_in_a_fresh_process_that_returns_nothing_leaves_the_first_swaps_verdict(
+        tmp_path, weights, monkeypatch):
+    """Catches the swap's finding thrown away for the retry's crash: a decode that recomputes
+    (right over its own cache, the same over the swap) and exits in a fresh process reads
+    "recomputes", not a crash in a call the student never knew of."""
+    crashes_when_fresh = """
+_calls = [0]
+_recomputing_step = decode_step
+
+
+def decode_step(token_id, position, w, mc):
+    _calls[0] += 1
+    if _calls[0] == 1 and len(mc.ids) == 2:  # the first decode of a fresh process, case two
+        import os
+
+        os._exit(3)
+    return _recomputing_step(token_id, position, w, mc)
+"""
+    code = reference_text() + WRONG_FIRST_THEN_RECOMPUTES + crashes_when_fresh
+    course = make_course(tmp_path / "course", code)
+    result, calls = graded_with_calls(course, weights, monkeypatch, CHOSEN[:2])
+    second = result.cases[1]
+    assert [s for p, s in calls if len(p) == 2] == [False, True, True], calls
+    assert second.status == Status.FAILED and "recompute" in second.message, second.message
+
+
+def test_an_answer_a_little_off_over_its_own_cache_is_judged_over_the_swap(
+        tmp_path, weights, monkeypatch):
+    """Catches a near miss over the student's own cache taken as the case's verdict: a cache
+    kept a little inexact is judged over the swapped cache, as a swap-first case is (the
+    swap's exact K/V could bring it within tolerance), its own miss then in the report."""
+    code = reference_text() + WRONG_AT_POSITION_ONE + K_A_LITTLE_OFF
+    course = make_course(tmp_path / "course", code)
+    result, calls = graded_with_calls(course, weights, monkeypatch, CHOSEN[:2])
+    first, second = result.cases
+    assert "1e+03x" in first.message, first.message  # a bug's miss: swapped, then asked again
+    assert "x the tolerance" in second.message and "1e+03x" not in second.message
+    swapped = [s for prompt, s in calls if len(prompt) == 2]
+    assert swapped[0] is False and True in swapped[1:], calls  # its own cache, then the swap
+    assert ASKED_FIRST not in second.message, second.message
+
+
 def test_only_a_small_case_right_after_a_failure_over_its_own_cache_is_asked_there_first():
     """Catches asking over the student's own cache first after a passing case or a failure
     only over the swapped cache (a cache-use bug: right over its own cache, each case would
@@ -142,3 +197,18 @@ def test_a_case_whose_answer_is_kept_after_the_call_over_its_own_cache_still_pas
         c.message for c in result.cases]
     second = [swapped for prompt, swapped in calls if len(prompt) == 2]
     assert second == [False, True, True], calls  # its own cache, the swap, a fresh one
+
+
+def test_a_bug_over_its_own_cache_is_a_rejected_value_or_a_miss_of_many_tolerances():
+    """Catches a near miss taken for a bug (a cache kept a little inexact failed without the
+    swap that could bring it within tolerance) and a bug's miss, or a rejected value, sent
+    on to the swap (a failing case asked twice)."""
+
+    def missing_by(worst: float) -> Verdict:
+        tol = Tolerance(1e-3, 1e-2)
+        c = Comparison("logits", (3,), 1, 3, 0.1, (0,), 0.1, (0,), worst, (0,), tol)
+        return Verdict(Status.FAILED, message="", comparisons=[c])
+
+    assert not is_bug(missing_by(2.0)) and not is_bug(missing_by(NEAR_MISS / 2))
+    assert is_bug(missing_by(NEAR_MISS)) and is_bug(missing_by(1e3))
+    assert is_bug(Verdict(Status.FAILED, message="the value is not an array"))

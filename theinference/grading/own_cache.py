@@ -30,6 +30,13 @@ from theinference.results import Status
 from theinference.student.channel import Probe
 from theinference.student.process import StudentProcess
 
+# an answer over the student's own cache this many times the tolerance off is a bug's
+NEAR_MISS = 10.0
+ASKED_FIRST = (
+    "(asked over your own cache first, as the case before it failed there: a wrong answer "
+    "there fails without the swap)"
+)
+
 
 def wanted_again(case, failing: int, settled: Callable[[], bool]) -> bool:
     """Whether an answer that departs over the swapped cache is asked again over the
@@ -61,9 +68,10 @@ def asks_own_first(check: Check, case: Case) -> bool:
 
 def grade_own_first(stage: Stage, case: Case, process: StudentProcess, answers: Answers):
     """grade_case's (result, arguments, verdict) of a case asked over the student's own cache
-    first (asks_own_first): wrong there, that is its verdict (over the swapped cache it would
-    depart, and be asked again there); right there, it is asked over the swapped cache, and
-    a pass rests on that call alone."""
+    first (asks_own_first): a bug there is its verdict (over the swapped cache it would
+    depart, and be asked again there); a right answer, or one that misses by little (a cache
+    kept a little inexact, which the swap's exact K/V could bring within tolerance), is asked
+    over the swapped cache, and judged there as a case asked swap first is."""
     check = CHECKS[case.check]
     args = check.arguments(case, answers.recompute.config)
     clock = OracleClock()
@@ -75,28 +83,47 @@ def grade_own_first(stage: Stage, case: Case, process: StudentProcess, answers: 
         verdict = judge(asked, outcome, plan)
     else:
         verdict = judge(asked, outcome, plan, rerun=True)
-        if verdict.status == Status.PASSED:
-            outcome, verdict = over_the_swap(asked, process, plan)
+        if verdict.status == Status.FAILED and not is_bug(verdict):
+            outcome, verdict = over_the_swap(asked, process, plan, (outcome, verdict))
+        elif verdict.status == Status.PASSED:
+            outcome, verdict = over_the_swap(asked, process, plan, None)
+        elif verdict.status == Status.FAILED:
+            verdict.message = f"{verdict.message} {ASKED_FIRST}"
     return case_result(case, outcome, verdict, clock), args, verdict
 
 
-def over_the_swap(asked: Question, process: StudentProcess, plan: SwapPlan) -> tuple:
-    """(outcome, verdict) of a case right over its own cache, asked over the swapped cache. A
-    value that does not pass there is asked once more in a fresh process, as a swap-first call
-    is asked: nothing the student keeps across calls (a store of prompts' K/V) holds this
-    case's prompt there, as it did just after the call over its own cache."""
+def is_bug(verdict) -> bool:
+    """A failure over the student's own cache that no swap could turn into a pass: a value
+    rejected (its shape, its type), or numbers NEAR_MISS times the tolerance off or more."""
+    return not verdict.comparisons or max(c.worst for c in verdict.comparisons) >= NEAR_MISS
+
+
+def over_the_swap(asked: Question, process: StudentProcess, plan: SwapPlan, own) -> tuple:
+    """(outcome, verdict) of a case asked over the swapped cache after its call over its own
+    cache, which was right (`own` None) or missed by little (`own`: its (outcome, verdict)),
+    judged as a swap-first case whose departing answer was asked again. A value that does not
+    pass over the swap is asked once more in a fresh process, as a swap-first call is asked:
+    nothing the student keeps across calls (an answer kept by its arguments) stands in there
+    for the decode it did just before, over its own cache; a retry that returns nothing
+    leaves the first answer's verdict."""
     check, stage = CHECKS[asked.case.check], asked.stage
     outcome = process.call(check.adapter, asked.args, stage.timeout,
                            Probe(check.hook, check.watch, plan.answer))
     verdict = judge(asked, outcome, plan)
     if verdict.status != Status.PASSED and outcome.kind == "returned":
         process.stop()
-        plan = unused(plan)
-        outcome = process.call(check.adapter, asked.args, stage.timeout,
-                               Probe(check.hook, check.watch, plan.answer))
-        verdict = judge(asked, outcome, plan)
-    if departs(verdict):  # right over its own cache, as asked first
+        again = unused(plan)
+        retried = process.call(check.adapter, asked.args, stage.timeout,
+                               Probe(check.hook, check.watch, again.answer))
+        if retried.kind == "returned":
+            outcome, verdict = retried, judge(asked, retried, again)
+    if not departs(verdict):
+        return outcome, verdict
+    if own is None:  # right over its own cache, as asked first
         verdict.message = DEPARTS.format(hook=stage.words["hook"])
+        return outcome, verdict
+    outcome, verdict = own
+    verdict.message = f"{verdict.message} (over the swapped cache too)"
     return outcome, verdict
 
 
