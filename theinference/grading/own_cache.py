@@ -3,8 +3,9 @@
 A swapped case that departs is asked again over the student's own cache, where the stage's
 diagnosis can name its bug: two calls for one failing case. A classic bug fails every case, so
 right after a case that failed over its own cache the next small case is asked there first:
-wrong there, it has failed at the cost of one call; right there, it is then asked over the
-swapped cache, which a pass rests on as always (grade_own_first).
+a bug's answer there has failed at the cost of one call; any other is then asked over the
+swapped cache and judged there as a swap-first case is, a pass resting on that call alone
+(grade_own_first).
 """
 
 from collections.abc import Callable
