@@ -281,3 +281,21 @@ def test_no_module_but_the_readers_indexes_a_runs_json():
 def test_the_scan_catches_a_planted_read(planted):
     """Catches the scan above going blind (it would then pass whatever the package does)."""
     assert run_json_reads(planted) and run_json_reads(planted)[0][0] == 1
+
+
+def test_a_comparison_is_numpys_allclose_rule_and_leaves_both_arrays_as_they_were():
+    """Catches the in-place work of `compare` reaching the arrays it was given (the student's
+    answer or the oracle's kept one changed for the next reader), and a count, worst case or
+    place that departs from |a - e| <= atol + rtol |e| worked out in float64."""
+    rng = np.random.default_rng(7)
+    expected = rng.standard_normal((4, 50)).astype(np.float32)
+    actual = (expected + rng.standard_normal((4, 50)) * 2e-3).astype(np.float64)
+    kept = (actual.copy(), expected.copy())
+    c = compare("logits", actual, expected, TOL, logits=True)
+    assert np.array_equal(actual, kept[0]) and np.array_equal(expected, kept[1])
+    diff = np.abs(actual - expected.astype(np.float64))
+    allowed = TOL.atol + TOL.rtol * np.abs(expected.astype(np.float64))
+    assert c.mismatched == int((diff > allowed).sum()) > 0
+    assert c.worst == float((diff / allowed).max()) and c.max_abs == float(diff.max())
+    assert c.worst_index == np.unravel_index((diff / allowed).argmax(), expected.shape)
+    assert c.argmax_actual == int(actual[-1].argmax())

@@ -57,29 +57,41 @@ class Comparison:
 def compare(
     label: str, actual: np.ndarray, expected: np.ndarray, tol: Tolerance, logits: bool = False
 ) -> Comparison:
-    """Both arrays already of the same shape and finite; differences taken in float64."""
-    a = actual.astype(np.float64)
-    e = expected.astype(np.float64)
-    diff = np.abs(a - e)
-    allowed = tol.atol + tol.rtol * np.abs(e)
-    ratio = diff / allowed
-    rel = diff / np.maximum(np.abs(e), np.finfo(np.float32).tiny)
+    """Both arrays already of the same shape and finite; differences taken in float64 (in
+    place where it can: a step's logits over a long decode are millions of values, and each
+    new array of them costs its pages)."""
+    shape = tuple(expected.shape)
+    argmax_actual = argmax_expected = None
+    if logits:  # the last row's next token, before the arrays below are worked in place
+        argmax_actual = int(actual.reshape(-1, shape[-1])[-1].argmax())
+        argmax_expected = int(expected.reshape(-1, shape[-1])[-1].argmax())
+    diff = np.subtract(actual, expected, dtype=np.float64)
+    np.abs(diff, out=diff)  # |a - e|
+    size = np.absolute(expected, dtype=np.float64)  # |e|
+    allowed = size * tol.rtol
+    allowed += tol.atol  # atol + rtol |e|
+    mismatched = int(np.count_nonzero(diff > allowed))
+    same = allowed.shape == diff.shape  # else a [1, n] answer against [n]: new arrays
+    ratio = np.divide(diff, allowed, out=allowed if same else None)
+    np.maximum(size, np.finfo(np.float32).tiny, out=size)
+    rel = np.divide(diff, size, out=size if same else None)
 
     def where(flat: int) -> tuple[int, ...]:
-        return tuple(int(i) for i in np.unravel_index(flat, e.shape))
+        return tuple(int(i) for i in np.unravel_index(flat, shape))
 
+    empty = expected.size == 0
     return Comparison(
         label=label,
-        shape=tuple(e.shape),
-        mismatched=int((diff > allowed).sum()),
-        total=int(e.size),
+        shape=shape,
+        mismatched=mismatched,
+        total=int(expected.size),
         max_abs=float(diff.max(initial=0.0)),
-        max_abs_index=where(int(diff.argmax())) if e.size else (),
+        max_abs_index=() if empty else where(int(diff.argmax())),
         max_rel=float(rel.max(initial=0.0)),
-        max_rel_index=where(int(rel.argmax())) if e.size else (),
+        max_rel_index=() if empty else where(int(rel.argmax())),
         worst=float(ratio.max(initial=0.0)),
-        worst_index=where(int(ratio.argmax())) if e.size else (),
+        worst_index=() if empty else where(int(ratio.argmax())),
         tolerance=tol,
-        argmax_actual=int(a.reshape(-1, e.shape[-1])[-1].argmax()) if logits else None,
-        argmax_expected=int(e.reshape(-1, e.shape[-1])[-1].argmax()) if logits else None,
+        argmax_actual=argmax_actual,
+        argmax_expected=argmax_expected,
     )
