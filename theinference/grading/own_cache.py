@@ -11,6 +11,8 @@ swapped cache and judged there as a swap-first case is, a pass resting on that c
 from collections.abc import Callable
 from dataclasses import replace
 
+import numpy as np
+
 from theinference.curriculum.checks import CHECKS, Check
 from theinference.curriculum.checks.swap import SwapPlan, departs
 from theinference.curriculum.stages import Case, Stage
@@ -30,6 +32,7 @@ from theinference.grading.policy import LONG_CASE_TOKENS, case_size
 from theinference.results import Status
 from theinference.student.channel import Probe
 from theinference.student.process import StudentProcess
+from theinference.student.replies import Outcome
 
 # an answer over the student's own cache this many times the tolerance off is a bug's
 NEAR_MISS = 10.0
@@ -84,10 +87,10 @@ def grade_own_first(stage: Stage, case: Case, process: StudentProcess, answers: 
         verdict = judge(asked, outcome, plan)
     else:
         verdict = judge(asked, outcome, plan, rerun=True)
-        if verdict.status == Status.FAILED and not is_bug(verdict):
+        if verdict.status == Status.PASSED or (
+            verdict.status == Status.FAILED and not is_bug(verdict)
+        ):
             outcome, verdict = over_the_swap(asked, process, plan, (outcome, verdict))
-        elif verdict.status == Status.PASSED:
-            outcome, verdict = over_the_swap(asked, process, plan, None)
         elif verdict.status == Status.FAILED:
             verdict.message = f"{verdict.message} {ASKED_FIRST}"
     return case_result(case, outcome, verdict, clock), args, verdict
@@ -95,23 +98,25 @@ def grade_own_first(stage: Stage, case: Case, process: StudentProcess, answers: 
 
 def is_bug(verdict) -> bool:
     """A failure over the student's own cache that no swap could turn into a pass: a value
-    rejected (its shape, its type), or numbers NEAR_MISS times the tolerance off or more."""
-    return not verdict.comparisons or max(c.worst for c in verdict.comparisons) >= NEAR_MISS
+    rejected (its shape, its type), or numbers NEAR_MISS times the tolerance off or more (in
+    any step of a sequence, not only the first that departs)."""
+    worst = [c.worst for c in verdict.comparisons] + list(verdict.steps or [])
+    return not verdict.comparisons or max(worst) >= NEAR_MISS
 
 
-def over_the_swap(asked: Question, process: StudentProcess, plan: SwapPlan, own) -> tuple:
-    """(outcome, verdict) of a case asked over the swapped cache after its call over its own
-    cache, which was right (`own` None) or missed by little (`own`: its (outcome, verdict)),
-    judged as a swap-first case whose departing answer was asked again. A value that does not
-    pass over the swap is asked once more in a fresh process, as a swap-first call is asked:
-    nothing the student keeps across calls (an answer kept by its arguments) stands in there
-    for the decode it did just before, over its own cache; a retry that returns nothing
-    leaves the first answer's verdict."""
+def over_the_swap(asked: Question, process: StudentProcess, plan: SwapPlan, own: tuple) -> tuple:
+    """(outcome, verdict) of a case asked over the swapped cache after `own`, the (outcome,
+    verdict) of its call over its own cache, right or a near miss: judged as a swap-first case
+    whose departing answer was asked again. An answer over the swap that does not pass and
+    is the very value returned over its own cache is asked once more in a fresh process, as a
+    swap-first call is asked: nothing the student keeps across calls (an answer kept by its
+    arguments) stands in there for the decode; a retry that returns nothing leaves the first
+    answer's verdict."""
     check, stage = CHECKS[asked.case.check], asked.stage
     outcome = process.call(check.adapter, asked.args, stage.timeout,
                            Probe(check.hook, check.watch, plan.answer))
     verdict = judge(asked, outcome, plan)
-    if verdict.status != Status.PASSED and outcome.kind == "returned":
+    if verdict.status != Status.PASSED and same_value(outcome, own[0]):
         process.stop()
         again = unused(plan)
         retried = process.call(check.adapter, asked.args, stage.timeout,
@@ -120,12 +125,23 @@ def over_the_swap(asked: Question, process: StudentProcess, plan: SwapPlan, own)
             outcome, verdict = retried, judge(asked, retried, again)
     if not departs(verdict):
         return outcome, verdict
-    if own is None:  # right over its own cache, as asked first
+    if own[1].status == Status.PASSED:  # right over its own cache, as asked first
         verdict.message = DEPARTS.format(hook=stage.words["hook"])
         return outcome, verdict
     outcome, verdict = own
     verdict.message = f"{verdict.message} (over the swapped cache too)"
     return outcome, verdict
+
+
+def same_value(swapped: Outcome, own: Outcome) -> bool:
+    """Whether both calls returned the very same numbers (what a value kept across calls
+    returns; a decode that read the swap's K/V returns others)."""
+    if swapped.kind != "returned" or own.kind != "returned":
+        return False
+    try:
+        return bool(np.array_equal(np.asarray(swapped.value), np.asarray(own.value)))
+    except (TypeError, ValueError):  # values of no one shape: not numbers to compare
+        return False
 
 
 def unused(plan: SwapPlan) -> SwapPlan:
