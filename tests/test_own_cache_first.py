@@ -110,6 +110,7 @@ def test_a_case_after_one_that_failed_over_its_own_cache_is_asked_once(
     assert rest == [[False], [True]], rest
     unasked = UNASKED.split("{")[0]
     assert [c.message.startswith(unasked) for c in result.cases] == [False, False, True]
+    assert result.cases[1].message.endswith(ASKED_FIRST)  # the report says how it was asked
 
 
 def test_a_case_right_over_its_own_cache_after_a_failure_is_still_asked_over_the_swap(
