@@ -108,15 +108,16 @@ def over_the_swap(asked: Question, process: StudentProcess, plan: SwapPlan, own:
     """(outcome, verdict) of a case asked over the swapped cache after `own`, the (outcome,
     verdict) of its call over its own cache, right or a near miss: judged as a swap-first case
     whose departing answer was asked again. An answer over the swap that does not pass and
-    is the very value returned over its own cache is asked once more in a fresh process, as a
-    swap-first call is asked: nothing the student keeps across calls (an answer kept by its
-    arguments) stands in there for the decode; a retry that returns nothing leaves the first
-    answer's verdict."""
+    could be one kept across calls (the answer with nothing swapped, no swap made, or the very
+    value returned over its own cache) is asked once more in a fresh process, as a swap-first
+    call is asked: nothing the student keeps across calls (an answer kept by its arguments,
+    in any precision) stands in there for the decode; a retry that returns nothing leaves
+    the first answer's verdict."""
     check, stage = CHECKS[asked.case.check], asked.stage
     outcome = process.call(check.adapter, asked.args, stage.timeout,
                            Probe(check.hook, check.watch, plan.answer))
     verdict = judge(asked, outcome, plan)
-    if verdict.status != Status.PASSED and same_value(outcome, own[0]):
+    if verdict.status != Status.PASSED and (not departs(verdict) or same_value(outcome, own[0])):
         process.stop()
         again = unused(plan)
         retried = process.call(check.adapter, asked.args, stage.timeout,
