@@ -160,6 +160,29 @@ def decode_step(token_id, position, w, mc):
     assert second.status == Status.FAILED and "recompute" in second.message, second.message
 
 
+def test_an_error_over_the_swap_is_not_asked_again_in_a_fresh_process(
+        tmp_path, weights, monkeypatch):
+    """Catches an error or a timeout over the swap asked once more in a fresh process (a
+    hang would cost its timeout twice; an error is the student's, whatever it kept)."""
+    raises_when_asked_again = """
+_asked = set()
+_answering_step = decode_step
+
+
+def decode_step(token_id, position, w, mc):
+    if (position, token_id) in _asked and position == 2:  # the second case's decode
+        raise RuntimeError("asked twice")
+    _asked.add((position, token_id))
+    return _answering_step(token_id, position, w, mc)
+"""
+    code = reference_text() + WRONG_AT_POSITION_ONE + raises_when_asked_again
+    course = make_course(tmp_path / "course", code)
+    result, calls = graded_with_calls(course, weights, monkeypatch, CHOSEN[:2])
+    second = result.cases[1]
+    assert [s for p, s in calls if len(p) == 2] == [False, True], calls
+    assert second.status == Status.ERROR and "asked twice" in second.traceback, second
+
+
 def test_an_answer_a_little_off_over_its_own_cache_is_judged_over_the_swap(
         tmp_path, weights, monkeypatch):
     """Catches a near miss over the student's own cache taken as the case's verdict: a cache

@@ -117,7 +117,7 @@ def over_the_swap(asked: Question, process: StudentProcess, plan: SwapPlan, own:
     outcome = process.call(check.adapter, asked.args, stage.timeout,
                            Probe(check.hook, check.watch, plan.answer))
     verdict = judge(asked, outcome, plan)
-    if verdict.status != Status.PASSED and (not departs(verdict) or same_value(outcome, own[0])):
+    if kept_across_calls(outcome, verdict, own[0]):
         process.stop()
         again = unused(plan)
         retried = process.call(check.adapter, asked.args, stage.timeout,
@@ -132,6 +132,15 @@ def over_the_swap(asked: Question, process: StudentProcess, plan: SwapPlan, own:
     outcome, verdict = own
     verdict.message = f"{verdict.message} (over the swapped cache too)"
     return outcome, verdict
+
+
+def kept_across_calls(outcome: Outcome, verdict, own: Outcome) -> bool:
+    """Whether an answer over the swap could be one kept from the call before: a value that
+    does not pass, and is the answer with nothing swapped, or came with no swap made, or is
+    the very value returned over its own cache (an error or a timeout is not asked again)."""
+    if outcome.kind != "returned" or verdict.status == Status.PASSED:
+        return False
+    return not departs(verdict) or same_value(outcome, own)
 
 
 def same_value(swapped: Outcome, own: Outcome) -> bool:
