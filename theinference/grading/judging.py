@@ -157,11 +157,18 @@ def asked_unswapped(asked: "Question", process, plan: SwapPlan):
     verdict = judge(asked, outcome, plan, rerun=True)
     if verdict.status == Status.PASSED and check.flop is not None:
         return outcome, verdict  # right over its own cache: the floor's cases prove cache use
-    if verdict.status == Status.PASSED:
-        verdict = Verdict(Status.FAILED, message=DEPARTS.format(hook=stage.words["hook"]))
-    elif verdict.status == Status.FAILED:
-        verdict.message = f"{verdict.message} (over the swapped cache too)"
-    return outcome, verdict
+    return outcome, departed(verdict, stage)
+
+
+def departed(own: Verdict, stage: Stage) -> Verdict:
+    """The verdict of an answer that departs over the swapped cache, from `own`, the one over
+    the student's own cache: its bug there, said to depart over the swap too; right there, a
+    decode that reads part of its cache and recomputes part (DEPARTS)."""
+    if own.status == Status.PASSED:
+        return Verdict(Status.FAILED, message=DEPARTS.format(hook=stage.words["hook"]))
+    if own.status == Status.FAILED:
+        own.message = f"{own.message} (over the swapped cache too)"
+    return own
 
 
 def fix_answer(case: Case, args: list, answers: Answers, clock: "OracleClock", measured: bool,

@@ -19,10 +19,10 @@ from theinference.curriculum.stages import Case, Stage
 from theinference.diagnosis.fingerprints import MAX_CASES, MIN_CASES
 from theinference.grading.answers import Answers
 from theinference.grading.judging import (
-    DEPARTS,
     OracleClock,
     Question,
     case_result,
+    departed,
     fix_answer,
     judge,
     resolved,
@@ -126,12 +126,7 @@ def over_the_swap(asked: Question, process: StudentProcess, plan: SwapPlan, own:
             outcome, verdict = retried, judge(asked, retried, again)
     if not departs(verdict):
         return outcome, verdict
-    if own[1].status == Status.PASSED:  # right over its own cache, as asked first
-        verdict.message = DEPARTS.format(hook=stage.words["hook"])
-        return outcome, verdict
-    outcome, verdict = own
-    verdict.message = f"{verdict.message} (over the swapped cache too)"
-    return outcome, verdict
+    return own[0], departed(own[1], stage)  # as a departing answer asked again is named
 
 
 def kept_across_calls(outcome: Outcome, verdict, own: Outcome) -> bool:
@@ -146,8 +141,6 @@ def kept_across_calls(outcome: Outcome, verdict, own: Outcome) -> bool:
 def same_value(swapped: Outcome, own: Outcome) -> bool:
     """Whether both calls returned the very same numbers (what a value kept across calls
     returns; a decode that read the swap's K/V returns others)."""
-    if swapped.kind != "returned" or own.kind != "returned":
-        return False
     try:
         return bool(np.array_equal(np.asarray(swapped.value), np.asarray(own.value)))
     except (TypeError, ValueError):  # values of no one shape: not numbers to compare
