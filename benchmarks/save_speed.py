@@ -16,8 +16,12 @@ one of the stage's classic bugs planted (failing), it times, side by side in one
 
 - course (--course): one cold `theinference test` of every stage against the student's own
   work on all their cases.
+- solutions (--solutions): other correct solutions of tests/solutions (their layouts, their
+  arithmetic), passing, warm against their own work: the oracle's answers are the same for
+  every correct solution, so one warm cache serves them all.
 
     python benchmarks/save_speed.py [--stages full-decode-step ...] [--no-watch] [--course]
+                                    [--solutions independent_kvcache.py paged_kvcache.py ...]
 
 `--seed` adds the stages' two hidden cases to every run alike (own work included), so the
 drawn cases are the same on both sides. The figures are seconds of wall time unless said;
@@ -143,6 +147,8 @@ def main() -> None:
     parser.add_argument("--no-watch", action="store_true")
     parser.add_argument("--course", action="store_true",
                         help="also a cold first run of the whole course against its own work")
+    parser.add_argument("--solutions", nargs="*", default=[],
+                        help="tests/solutions files timed warm, passing, against their own work")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -151,6 +157,9 @@ def main() -> None:
         os.environ["THEINFERENCE_CACHE_DIR"] = str(made)
         weights = load_weights("synthetic", Path("."))
         slugs = options.stages or list(dict.fromkeys(b.stage for b in BUGS))
+        if options.solutions:
+            other_solutions(tmp, made, weights, order(slugs), options.solutions)
+            return
         print(f"seed {SEED}; wall seconds unless said; own = the cases called directly, "
               "one BLAS thread")
         print(f"{'stage':<22}{'kind':<5}{'own':>7}{'cold':>7}{'second':>7}{'warm':>7}"
@@ -199,6 +208,27 @@ def whole_course(tmp: Path, made: Path, weights) -> None:
     print(f"whole course, one cold run: own {own['wall']:.1f} s, cold {cold['wall']:.1f} s "
           f"({cold['wall'] / own['wall']:.2f}x); student {cold['student_seconds']:.1f}, oracle "
           f"{cold['oracle_seconds']:.1f}, grader {cold['grader_seconds']:.1f}  {cold['status']}")
+
+
+def other_solutions(tmp: Path, made: Path, weights, slugs: list[str], names: list[str]) -> None:
+    """Each solution's warm passing run of each stage against its own work; the cache made
+    warm once per stage by the reference (a correct solution's answers are the oracle's)."""
+    from tests.helpers import SOLUTIONS, with_template_stubs
+
+    print(f"{'stage':<22}{'solution':<28}{'own':>7}{'warm':>7}{'warm/own':>9}  status")
+    for slug in slugs:
+        calls = stage_calls(slug, weights.config)
+        cache = fresh_cache(tmp, made, f"cache-{slug}-solutions")
+        warming = make_course(tmp / f"{slug}-warming", reference_text())
+        for _ in range(2):  # cold, then the run that reads the weights whole once
+            graded(warming, slug, cache, tmp / "warming.json")
+        for name in names:
+            text = with_template_stubs((SOLUTIONS / name).read_text())
+            course = make_course(tmp / f"{slug}-{name}", text)
+            own = own_work(course, calls, weights.path)
+            warm = graded(course, slug, cache, tmp / "warm.json")
+            print(f"{slug:<22}{name:<28}{own['wall']:>7.1f}{warm['wall']:>7.1f}"
+                  f"{warm['wall'] / own['wall']:>8.2f}x  {warm['status']}", flush=True)
 
 
 def order(slugs: list[str]) -> list[str]:

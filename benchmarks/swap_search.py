@@ -17,7 +17,7 @@ import numpy as np
 from theinference.curriculum.checks.swap import after_prefill
 from theinference.oracle.recompute import Recompute
 from theinference.oracle.weights import load_weights
-from theinference.student.replies import held_arrays
+from theinference.student.reply_arrays import Blobs, held_arrays
 from theinference.student.worker import swap
 
 
@@ -60,7 +60,7 @@ def main() -> None:
 
             def exchange(word, blobs=(), graders=graders):
                 started = time.process_time()
-                held = held_arrays(word["probe"]["held"], list(blobs))
+                held = held_arrays(word["probe"]["held"], Blobs(blobs))
                 out = plan.answer({**word["probe"], "held": held})
                 graders.append(time.process_time() - started)
                 return out

@@ -180,10 +180,10 @@ def sizes(finds: list) -> dict:
 
 def grader_exchange(finds: list, writes: list, heard: list | None = None):
     """The grader's side of a swap, in this process: what a worker's Target sends, read back
-    as the grader reads a hook's word (replies.held_arrays, each array's size added to
+    as the grader reads a hook's word (reply_arrays.held_arrays, each array's size added to
     `heard`), searched by the grader's Search."""
     from theinference.curriculum.checks.swap_search import Search
-    from theinference.student.replies import Blobs, held_arrays
+    from theinference.student.reply_arrays import Blobs, held_arrays
 
     search = Search(finds, writes)
 

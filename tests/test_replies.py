@@ -162,7 +162,7 @@ def test_a_blob_named_past_the_reply_limit_is_a_bad_reply():
     """Catches a reply whose arrays name one blob again and again (a MiB named 1025 times: a
     GiB and more for whatever reads the arrays, from a frame of one MiB) decoded into a value:
     the bytes named in all are held to the frame's own limit."""
-    from theinference.student.replies import MAX_REPLY_BYTES
+    from theinference.student.reply_arrays import MAX_REPLY_BYTES
 
     blob = bytes(1 << 20)
     many = {"kind": "seq", "items": [array_desc([1 << 18]) for _ in range(1025)]}

@@ -11,7 +11,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from theinference.student.replies import MAX_REPLY_BYTES, Captured, Outcome, decode_reply
+from theinference.student.replies import Captured, Outcome, decode_reply
+from theinference.student.reply_arrays import MAX_REPLY_BYTES
 from theinference.student.worker import protocol
 
 POLL_SECONDS = 0.05

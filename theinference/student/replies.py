@@ -14,26 +14,25 @@ import json
 import re
 from dataclasses import dataclass, field
 
-import numpy as np
-
+from theinference.student.reply_arrays import (
+    BadReply,
+    Blobs,
+    held_arrays,
+    is_count,
+    rebuild_array,
+)
 from theinference.student.worker import protocol
-from theinference.student.worker.cache_memory import Source
 from theinference.student.worker.protocol import LIMITS, OUTCOMES
 
-ALLOWED_DTYPES = protocol.DTYPE_KINDS
-MAX_REPLY_BYTES = LIMITS["max_reply_bytes"]  # a whole frame, arrays included
 # the worker describes lists at most 4 deep inside a header that is itself 2 deep (value, items)
 MAX_NESTING = LIMITS["max_nesting"]
 MAX_HEADER_BYTES = LIMITS["max_header_bytes"]  # messages, value descriptions (not the arrays)
 MAX_CONTAINERS = LIMITS["max_containers"]  # lists and objects in a header; a worker's: thousands
-MAX_DIMS = LIMITS["max_dims"]
-MAX_DIM = LIMITS["max_dim"]
 MAX_TYPE_NAME = LIMITS["max_type_name"]
 # what the worker says: ready, loaded (after the grader's go), an adapter call's outcome, and
 # hooked (mid-call: a cache-use hook's word, answered by channel.py)
 REPLY_KINDS = OUTCOMES
 TEXT_FIELDS = ("message", "traceback", "exception")
-DTYPE_TEXT = re.compile(r"[<>|=]?[biufc][0-9]{1,2}")
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -81,10 +80,6 @@ class Foreign:
     """A returned value that is not numbers: only its type name crosses over."""
 
     type: str
-
-
-class BadReply(ValueError):
-    """A frame the worker would never write; the message says what is wrong with it."""
 
 
 def decode_reply(payload: bytes) -> Outcome:
@@ -179,40 +174,6 @@ def outcome_of(header: dict, blobs: list[memoryview]) -> Outcome:
     return Outcome(kind=kind, value=value, probe=probe, **texts)
 
 
-class Blobs(list):
-    """A frame's blobs, as the arrays of its value name them: the worker names each once, but
-    a frame is the student's process's to write, so the bytes named in all are held to
-    MAX_REPLY_BYTES, as the frame's are (a small blob named a million times would be a reply
-    of terabytes to whatever reads its arrays)."""
-
-    def __init__(self, blobs: list):
-        super().__init__(blobs)
-        self.named = 0
-
-    def name(self, index: int):
-        blob = self[index]
-        self.named += len(blob)
-        if self.named > MAX_REPLY_BYTES:
-            raise BadReply(f"its arrays name over {MAX_REPLY_BYTES >> 30} GiB of the bytes sent")
-        return blob
-
-
-def held_arrays(descriptions, blobs: "Blobs") -> list[Source]:
-    """What a hook sent to be searched for the cache (worker/swap.py's sent_arrays): arrays
-    of numbers, a bfloat16 one as its bits in 2-byte integers."""
-    if not isinstance(descriptions, list):
-        raise BadReply("a hook's held arrays are not a list")
-    held = []
-    for desc in descriptions:
-        if not isinstance(desc, dict):
-            raise BadReply("a held array is not described by an object")
-        array, bf16 = rebuild_array(desc, blobs), desc.get("bf16") is True
-        if bf16 and not (array.dtype.kind in "iu" and array.dtype.itemsize == 2):
-            raise BadReply(f"a bfloat16 array's bits are {array.dtype}, not 2-byte integers")
-        held.append(Source(array, bf16=bf16))
-    return held
-
-
 def text_field(header: dict, name: str) -> str:
     value = header.get(name)
     if value is None:
@@ -243,34 +204,3 @@ def rebuild(desc, blobs: Blobs, depth: int = 0):
         name = desc.get("type", "object")
         return Foreign(type=(name if isinstance(name, str) else "object")[:MAX_TYPE_NAME])
     raise BadReply(f"a value of kind {str(kind)[:40]!r}")
-
-
-def rebuild_array(desc: dict, blobs: Blobs):
-    """An array read from its blob: a numeric dtype, a shape that holds exactly its bytes."""
-    dtype_text, shape, index = desc.get("dtype"), desc.get("shape"), desc.get("blob")
-    if not isinstance(dtype_text, str) or not DTYPE_TEXT.fullmatch(dtype_text):
-        raise BadReply(f"dtype {str(dtype_text)[:40]!r} is not a numeric type")
-    dtype = np.dtype(dtype_text)
-    if dtype.kind not in ALLOWED_DTYPES:
-        raise BadReply(f"dtype {dtype} not allowed")
-    if not isinstance(shape, list) or len(shape) > MAX_DIMS:
-        raise BadReply("an array's shape is not a list of at most 32 sizes")
-    if not all(is_count(n) and n <= MAX_DIM for n in shape):
-        raise BadReply(f"an array's shape {shape[:4]} holds a size that is not a count")
-    if not is_count(index) or index >= len(blobs):
-        raise BadReply(f"an array names blob {str(index)[:20]}, of {len(blobs)} sent")
-    blob = blobs.name(index)
-    if prod(shape) * dtype.itemsize != len(blob):
-        raise BadReply(f"shape {shape} of {dtype} does not fit the {len(blob)} bytes sent")
-    return np.frombuffer(blob, dtype=dtype).reshape(tuple(shape))
-
-
-def is_count(n) -> bool:
-    return isinstance(n, int) and not isinstance(n, bool) and n >= 0
-
-
-def prod(shape: list[int]) -> int:
-    total = 1
-    for n in shape:
-        total *= n  # Python integers: no overflow, whatever the sizes
-    return total

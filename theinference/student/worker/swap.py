@@ -36,6 +36,7 @@ def part(name: str):
 protocol = part("protocol")  # first: cache_rows reads it
 cache_memory = part("cache_memory")  # before cache_walk, which reads it
 cache_walk, cache_rows = part("cache_walk"), part("cache_rows")
+held = part("held")  # after cache_walk, which it reads
 Walk, WeightSkip = cache_walk.Walk, cache_walk.WeightSkip
 row_views = cache_rows.row_views
 
@@ -68,28 +69,28 @@ class Target:
         # array no axis of which is a multiple of head_dim (the grader reads it as no rows)
         fresh, readable = [], [s for s in walk.sources if holds_rows(s.array, self.hd)]
         if sum(s.array.size for s in readable) >= self.needed:  # else not yet there: cheap
-            fresh = self.unseen([(s, mark(s.array)) for s in readable])
-        held = sum(s.array.size for s, _ in fresh)
-        if held < self.needed:  # a cache half built, or none
+            fresh = self.unseen(readable)
+        found = sum(s.array.size for s, _ in fresh)
+        if found < self.needed:  # a cache half built, or none
             return {
                 "applied": False,
-                "reason": f"{held} values found (besides arrays found to hold no K/V before), "
+                "reason": f"{found} values found (besides arrays found to hold no K/V before), "
                 f"fewer than the {self.needed} of every layer's K and V, among "
                 f"{walk.describe()}",
                 "seen": walk.summary(),
             }
-        marks = [m for _, m in fresh]
+        marks = [seen.mark for _, seen in fresh]
         if marks == self.last_sent:  # what the grader last searched, unchanged: same answer
             return {"applied": False, "reason": "unchanged since the grader last looked",
                     "seen": walk.summary()}
         self.last_sent = marks
         sent = [s for s, _ in fresh]
-        descriptions, blobs = sent_arrays(sent)
+        descriptions, blobs = held.sent_arrays(fresh)
         word = {"outcome": "hooked", "probe": {"held": descriptions, "about": walk.describe()}}
         answer, back = self.exchange(word, blobs)
         for i in answer.get("barren") or []:
             if isinstance(i, int) and 0 <= i < len(fresh):
-                place, digest = fresh[i][1]
+                place, digest = fresh[i][1].mark
                 self.barren[place] = digest
         writes = answer.get("write")
         if not isinstance(writes, list):
@@ -102,18 +103,15 @@ class Target:
             return {"applied": False, "reason": str(exc), "seen": walk.summary()}
         return {"applied": True, "reason": "", "places": len(writes), "seen": walk.summary()}
 
-    def unseen(self, marks: list) -> list:
-        """The marked arrays that may hold a row the grader has not looked at: not found
-        barren before and unchanged since, and not all zeros (no K/V row is: a cache
-        preallocated before its prefill, kept as barren unsent until written)."""
+    def unseen(self, sources: list) -> list:
+        """(source, its Survey) of the arrays that may hold a row the grader has not looked
+        at: not all zeros (no K/V row is: a cache preallocated before its prefill), and not
+        found barren before and unchanged since."""
         fresh = []
-        for source, (place, digest) in marks:
-            if self.barren.get(place) == digest:
-                continue
-            if all_zero(source.array):
-                self.barren[place] = digest
-                continue
-            fresh.append((source, (place, digest)))
+        for source in sources:
+            seen = held.survey(source.array)
+            if seen is not None and self.barren.get(seen.mark[0]) != seen.mark[1]:
+                fresh.append((source, seen))
         return fresh
 
     def weight_skip(self, weights) -> "WeightSkip":
@@ -132,41 +130,6 @@ class Target:
 def holds_rows(a, hd: int) -> bool:
     """Whether cache_rows.row_views reads any row of head_dim values in the array."""
     return a.size >= hd and any(n % hd == 0 for n in a.shape)
-
-
-def all_zero(a) -> bool:
-    """Whether every value of the array is zero: a row of zeros has no direction, which is
-    what the grader's search matches rows by, so no K/V row is there."""
-    try:
-        return not a.any()
-    except TypeError:  # a dtype with no truth: sent, the grader reads it
-        return False
-
-
-def mark(a) -> tuple[tuple, int]:
-    """(where an array lives, a checksum of its bytes): what tells it again, unchanged."""
-    import zlib
-
-    import numpy as np
-
-    place = (cache_walk.address(a), a.shape, a.strides, a.dtype.str)
-    flat = a.reshape(-1, order="A") if a.flags.c_contiguous or a.flags.f_contiguous else None
-    data = memoryview(flat if flat is not None else np.ascontiguousarray(a)).cast("B")
-    return place, zlib.crc32(data)  # about 2 GB/s
-
-
-def sent_arrays(sources: list) -> tuple[list[dict], list[bytes]]:
-    """Each array's description (dtype, shape, its blob, whether it is bfloat16's bits) and
-    its bytes in C order, as the grader reads them back (replies.py)."""
-    import numpy as np
-
-    descriptions, blobs = [], []
-    for source in sources:
-        a = source.array
-        descriptions.append({"dtype": a.dtype.str, "shape": list(a.shape), "blob": len(blobs),
-                             "bf16": source.bf16})
-        blobs.append(np.ascontiguousarray(a).tobytes())
-    return descriptions, blobs
 
 
 def write_all(sources: list, writes: list, blobs: list, hd: int) -> None:

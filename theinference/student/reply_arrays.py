@@ -1,0 +1,128 @@
+"""The arrays of a reply, rebuilt from the frame's raw bytes without trusting a byte of it
+(replies.py decodes the rest): a returned value's, and those a hook's moment sent to be
+searched for the cache (worker/swap.py's sent_arrays), a large one without its runs of zeros.
+A frame that says what its bytes do not hold is a BadReply, never an exception."""
+
+import re
+
+import numpy as np
+
+from theinference.student.worker import protocol
+from theinference.student.worker.cache_memory import Source
+from theinference.student.worker.protocol import LIMITS
+
+ALLOWED_DTYPES = protocol.DTYPE_KINDS
+MAX_REPLY_BYTES = LIMITS["max_reply_bytes"]  # a whole frame, arrays included
+MAX_DIMS = LIMITS["max_dims"]
+MAX_DIM = LIMITS["max_dim"]
+RUN_BYTES = protocol.SWAP["run_bytes"]  # a held array sent without its runs of zeros
+DTYPE_TEXT = re.compile(r"[<>|=]?[biufc][0-9]{1,2}")
+
+
+class BadReply(ValueError):
+    """A frame the worker would never write; the message says what is wrong with it."""
+
+
+class Blobs(list):
+    """A frame's blobs, as the arrays of its value name them: the worker names each once, but
+    a frame is the student's process's to write, so the bytes named in all are held to
+    MAX_REPLY_BYTES, as the frame's are (a small blob named a million times would be a reply
+    of terabytes to whatever reads its arrays)."""
+
+    def __init__(self, blobs: list):
+        super().__init__(blobs)
+        self.named = 0
+
+    def name(self, index: int, size: int | None = None):
+        """Blob `index`, counted as `size` bytes (an array rebuilt from it holds that many;
+        by default, the blob's own)."""
+        blob = self[index]
+        self.named += len(blob) if size is None else size
+        if self.named > MAX_REPLY_BYTES:
+            raise BadReply(f"its arrays name over {MAX_REPLY_BYTES >> 30} GiB of the bytes sent")
+        return blob
+
+
+def held_arrays(descriptions, blobs: Blobs) -> list[Source]:
+    """What a hook sent to be searched for the cache (worker/swap.py's sent_arrays): arrays
+    of numbers, a bfloat16 one as its bits in 2-byte integers."""
+    if not isinstance(descriptions, list):
+        raise BadReply("a hook's held arrays are not a list")
+    held = []
+    for desc in descriptions:
+        if not isinstance(desc, dict):
+            raise BadReply("a held array is not described by an object")
+        rebuilt = rebuild_runs if "runs" in desc else rebuild_array
+        array, bf16 = rebuilt(desc, blobs), desc.get("bf16") is True
+        if bf16 and not (array.dtype.kind in "iu" and array.dtype.itemsize == 2):
+            raise BadReply(f"a bfloat16 array's bits are {array.dtype}, not 2-byte integers")
+        held.append(Source(array, bf16=bf16))
+    return held
+
+
+def rebuild_array(desc: dict, blobs: Blobs):
+    """An array read from its blob: a numeric dtype, a shape that holds exactly its bytes."""
+    dtype, shape = array_type(desc)
+    blob = blobs.name(blob_index(desc.get("blob"), blobs))
+    if prod(shape) * dtype.itemsize != len(blob):
+        raise BadReply(f"shape {shape} of {dtype} does not fit the {len(blob)} bytes sent")
+    return np.frombuffer(blob, dtype=dtype).reshape(tuple(shape))
+
+
+def rebuild_runs(desc: dict, blobs: Blobs):
+    """A held array sent without its runs of zeros (worker/swap.py's Survey): its blob holds
+    the runs of RUN_BYTES whose byte in the `runs` blob is 1, in order, the last run as long
+    as the array has bytes left; every other byte is zero."""
+    dtype, shape = array_type(desc)
+    size = prod(shape) * dtype.itemsize
+    whole, tail = divmod(size, RUN_BYTES)
+    marks = blobs.name(blob_index(desc.get("runs"), blobs))
+    if len(marks) != whole + (tail > 0):
+        raise BadReply(f"{len(marks)} runs said of an array of {size} bytes")
+    runs = np.frombuffer(marks, dtype=np.uint8)  # [whole + (tail > 0)]
+    if runs.size and runs.max() > 1:
+        raise BadReply("a run is said with a byte other than 0 or 1")
+    kept = int(runs[:whole].sum())
+    last = tail if tail and runs[-1] else 0
+    blob = blobs.name(blob_index(desc.get("blob"), blobs), size)
+    if len(blob) != kept * RUN_BYTES + last:
+        raise BadReply(f"{kept} runs of {RUN_BYTES} bytes and {last} do not fit {len(blob)} sent")
+    raw = np.zeros(size, dtype=np.uint8)  # [size]
+    data = np.frombuffer(blob, dtype=np.uint8)
+    raw[: whole * RUN_BYTES].reshape(whole, RUN_BYTES)[runs[:whole] == 1] = data[
+        : kept * RUN_BYTES
+    ].reshape(kept, RUN_BYTES)
+    raw[whole * RUN_BYTES : whole * RUN_BYTES + last] = data[kept * RUN_BYTES :]
+    return raw.view(dtype).reshape(tuple(shape))
+
+
+def array_type(desc: dict) -> tuple[np.dtype, list[int]]:
+    """An array's dtype (numeric) and shape (counts), as described."""
+    dtype_text, shape = desc.get("dtype"), desc.get("shape")
+    if not isinstance(dtype_text, str) or not DTYPE_TEXT.fullmatch(dtype_text):
+        raise BadReply(f"dtype {str(dtype_text)[:40]!r} is not a numeric type")
+    dtype = np.dtype(dtype_text)
+    if dtype.kind not in ALLOWED_DTYPES:
+        raise BadReply(f"dtype {dtype} not allowed")
+    if not isinstance(shape, list) or len(shape) > MAX_DIMS:
+        raise BadReply("an array's shape is not a list of at most 32 sizes")
+    if not all(is_count(n) and n <= MAX_DIM for n in shape):
+        raise BadReply(f"an array's shape {shape[:4]} holds a size that is not a count")
+    return dtype, shape
+
+
+def blob_index(index, blobs: Blobs) -> int:
+    if not is_count(index) or index >= len(blobs):
+        raise BadReply(f"an array names blob {str(index)[:20]}, of {len(blobs)} sent")
+    return index
+
+
+def is_count(n) -> bool:
+    return isinstance(n, int) and not isinstance(n, bool) and n >= 0
+
+
+def prod(shape: list[int]) -> int:
+    total = 1
+    for n in shape:
+        total *= n  # Python integers: no overflow, whatever the sizes
+    return total
