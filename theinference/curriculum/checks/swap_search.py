@@ -93,16 +93,14 @@ def locate(held: list, group: list[int], search: Search, reorder: bool) -> list:
     none of whose rows is a target's is tried, with `reorder`, in a fixed order of each row's
     values (`order`: a row's value j is the target's value order[j]), where there is one."""
     hd, places = search.hd, []
-    views = [row_views(held[i].array, hd) for i in group]  # alike: the same axes each
+    first = held[group[0]]  # alike: the same shape, dtype and reading, read as one
+    stacked = first.array[None] if len(group) == 1 else np.stack([held[i].array for i in group])
     runs_found = False
-    for j, (_, kind) in enumerate(views[0]):
+    for j, (view, kind) in enumerate(row_views(stacked, hd, lead=1)):  # view [G, ..., hd]
         if kind == "minor" and runs_found:
             continue
-        rows = [member_views[j][0] for member_views in views]
-        per = int(np.prod(rows[0].shape[:-1]))
-        decoded = np.concatenate(
-            [held[i].decode(r).reshape(-1, hd) for i, r in zip(group, rows, strict=True)]
-        )  # [rows, hd]
+        per = int(np.prod(view.shape[1:-1]))  # rows of each member
+        decoded = first.decode(view).reshape(-1, hd)  # [G * per, hd]
         found, order = None, None
         if not reorder:
             found = search.index.match(decoded)

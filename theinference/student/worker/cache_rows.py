@@ -19,18 +19,19 @@ AMBIGUOUS = protocol.AMBIGUITY  # a row nearer than this factor to its second-be
 CHUNK = 1 << 16  # rows matched at a time (bounds the matcher's memory)
 
 
-def row_views(a, hd: int) -> list:
+def row_views(a, hd: int, lead: int = 0) -> list:
     """Views [..., hd] of the array, each with its kind: along every axis whose length is a
     multiple of hd (axes of exactly hd first: "exact"), that axis moved last and split into
     runs of hd consecutive values ("runs": a merged [N, 768] row is 12 heads of 64; a fused K|V
     row 24), then into hd values a stride apart ("minor": a row kept head-minor, [64, 12]).
-    Views only: writing one writes the array."""
+    The first `lead` axes are never read as rows and stay first (arrays stacked on them are
+    read as each would be alone). Views only: writing one writes the array."""
     import numpy as np
 
-    if a.ndim == 0 or a.size < hd:
+    if a.ndim <= lead or a.size < hd * int(np.prod(a.shape[:lead])):
         return []
     views = []
-    exact_first = sorted(range(a.ndim), key=lambda axis: a.shape[axis] != hd)
+    exact_first = sorted(range(lead, a.ndim), key=lambda axis: a.shape[axis] != hd)
     for axis in exact_first:
         length = a.shape[axis]
         if length % hd:
