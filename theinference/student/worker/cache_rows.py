@@ -26,11 +26,15 @@ def row_views(a, hd: int, lead: int = 0) -> list:
     row 24), then into hd values a stride apart ("minor": a row kept head-minor, [64, 12]).
     The first `lead` axes are never read as rows and stay first (arrays stacked on them are
     read as each would be alone). Views only: writing one writes the array."""
+    return list(each_row_view(a, hd, lead))
+
+
+def each_row_view(a, hd: int, lead: int = 0):
+    """row_views one at a time (the swap's writes want one)."""
     import numpy as np
 
     if a.ndim <= lead or a.size < hd * int(np.prod(a.shape[:lead])):
-        return []
-    views = []
+        return
     exact_first = sorted(range(lead, a.ndim), key=lambda axis: a.shape[axis] != hd)
     for axis in exact_first:
         length = a.shape[axis]
@@ -38,13 +42,12 @@ def row_views(a, hd: int, lead: int = 0) -> list:
             continue
         moved = np.moveaxis(a, axis, -1)
         if length == hd:
-            views.append((moved, "exact"))
+            yield moved, "exact"
             continue
         # splitting one axis in two is always a view, whatever its stride
-        views.append((moved.reshape(*moved.shape[:-1], length // hd, hd), "runs"))
+        yield moved.reshape(*moved.shape[:-1], length // hd, hd), "runs"
         minor = moved.reshape(*moved.shape[:-1], hd, length // hd)
-        views.append((np.swapaxes(minor, -1, -2), "minor"))
-    return views
+        yield np.swapaxes(minor, -1, -2), "minor"
 
 
 class RowIndex:

@@ -43,12 +43,12 @@ def survey(a) -> "Survey | None":
 
     import numpy as np
 
-    place = (cache_walk.address(a), a.shape, a.strides, a.dtype.str)
     if a.nbytes < SPARSE or not a.flags.c_contiguous:
         if all_zero(a):
             return None
         flat = a.reshape(-1, order="A") if a.flags.f_contiguous else np.ascontiguousarray(a)
-        return Survey((place, zlib.crc32(memoryview(flat).cast("B"))))  # about 2 GB/s
+        return Survey((place_of(a), zlib.crc32(memoryview(flat).cast("B"))))  # about 2 GB/s
+    place = place_of(a)
     raw = a.reshape(-1).view(np.uint8)  # [nbytes]
     runs = nonzero_runs(raw)
     if not runs.any():
@@ -57,6 +57,11 @@ def survey(a) -> "Survey | None":
         return Survey((place, zlib.crc32(raw)))
     kept = kept_runs(raw, runs)
     return Survey((place, zlib.crc32(kept, zlib.crc32(runs))), runs, kept)
+
+
+def place_of(a) -> tuple:
+    """Where an array lives and how it is read there: with its checksum, what tells it again."""
+    return (cache_walk.address(a), a.shape, a.strides, a.dtype.str)
 
 
 def nonzero_runs(raw):

@@ -15,6 +15,7 @@ their first values) are never sent nor written.
 
 import importlib
 import importlib.util
+import itertools
 import os
 import sys
 
@@ -38,7 +39,7 @@ cache_memory = part("cache_memory")  # before cache_walk, which reads it
 cache_walk, cache_rows = part("cache_walk"), part("cache_rows")
 held = part("held")  # after cache_walk, which it reads
 Walk, WeightSkip = cache_walk.Walk, cache_walk.WeightSkip
-row_views = cache_rows.row_views
+each_row_view = cache_rows.each_row_view
 
 
 class Target:
@@ -141,7 +142,7 @@ def write_all(sources: list, writes: list, blobs: list, hd: int) -> None:
     places = []
     for w in writes:
         source = sources[int(w["held"])]
-        view = row_views(source.array, hd)[int(w["view"])][0]
+        view = next(itertools.islice(each_row_view(source.array, hd), int(w["view"]), None))[0]
         rows = np.frombuffer(blobs[int(w["rows"])], dtype=np.int64)
         values = np.frombuffer(blobs[int(w["values"])], dtype=np.float32).reshape(-1, hd)
         places.append((source, view, rows, values))
