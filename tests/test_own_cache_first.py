@@ -250,3 +250,95 @@ def test_a_bug_over_its_own_cache_is_a_rejected_value_or_a_miss_of_many_toleranc
     drifting = missing_by(2.0)  # its first departing step a near miss, a later one a bug's
     drifting.steps = [0.5, 2.0, 40.0]
     assert is_bug(drifting)
+
+
+def graded_after_a_failed_run(course, weights, monkeypatch, failed_before) -> tuple:
+    """(full-decode-step's result on its first case, each call's (prompt, swapped?)), the
+    course's last run having failed the stages `failed_before`."""
+    calls = []
+    call = StudentProcess.call
+
+    def counted(self, adapter, args, timeout, probe=None, *rest, **kw):
+        calls.append((tuple(args[0]), probe is not None and probe.answer is not None))
+        return call(self, adapter, args, timeout, probe, *rest, **kw)
+
+    monkeypatch.setattr(StudentProcess, "call", counted)
+    (stage,) = select(load_stages(), ["full-decode-step"])
+    setup = ProcessSetup(course, weights.path, Limits(timeout=120))
+    plan = RunPlan([replace(stage, timeout=120)], weights, policy=RunPolicy(cases=CHOSEN[:1]),
+                   failed_before=frozenset(failed_before))
+    (result,) = grade(setup, plan).stages
+    return result, calls
+
+
+@pytest.mark.parametrize("failed_before", [(), ("full-decode-step",)])
+def test_a_stage_that_failed_last_run_asks_its_first_case_over_its_own_cache_first(
+        tmp_path, weights, monkeypatch, failed_before):
+    """Catches a stage worked on over several failing saves paying its first failing case
+    twice at every save (swapped, then asked again over its own cache: per-step-identity's
+    failing save 1.05x its passing one), and the stage's first case asked over its own
+    cache first where nothing said it failed (a passing save would pay a call more)."""
+    course = make_course(tmp_path / "course", planted("decode-position-zero"))
+    result, calls = graded_after_a_failed_run(course, weights, monkeypatch, failed_before)
+    assert result.cases[0].status == Status.FAILED
+    assert [swapped for _, swapped in calls] == ([False] if failed_before else [True, False])
+    assert result.cases[0].message.endswith(ASKED_FIRST) == bool(failed_before)
+
+
+def test_a_stage_fixed_since_its_failed_run_passes_on_the_call_over_the_swap(
+        tmp_path, weights, monkeypatch):
+    """Catches a first case passed on its answer over the student's own cache because the
+    stage failed last time: a right answer there is asked over the swapped cache, whose
+    call alone passes it (a decode that recomputes is right over its own cache too)."""
+    fixed = make_course(tmp_path / "fixed", reference_text())
+    result, calls = graded_after_a_failed_run(fixed, weights, monkeypatch, ["full-decode-step"])
+    assert result.status == Status.PASSED
+    assert [swapped for _, swapped in calls] == [False, True]
+    recomputes = make_course(tmp_path / "recomputes", reference_text() + RECOMPUTES)
+    result, _ = graded_after_a_failed_run(recomputes, weights, monkeypatch, ["full-decode-step"])
+    assert result.status == Status.FAILED, result.cases[0].message
+
+
+RECOMPUTES = '''
+_filled_prefill = prefill
+
+
+def prefill(prompt_ids, w, mc):
+    mc.ids = list(prompt_ids)
+    return _filled_prefill(prompt_ids, w, mc)
+
+
+def decode_step(token_id, position, w, mc):
+    mc.ids.append(token_id)
+    return recompute_logits(mc.ids, w)[-1]
+'''
+
+
+def test_the_stages_a_course_last_failed_are_read_from_its_progress(tmp_path):
+    """Catches the stages a run starts asking over the student's own cache taken from
+    anything but a failure on numbers in the course's last recorded run (an error, a pass,
+    a todo, a damaged entry), and a damaged progress file stopping a run."""
+    from theinference.grading.progress import PROGRESS_FILE, failed_stages
+
+    (tmp_path / PROGRESS_FILE).parent.mkdir()
+    (tmp_path / PROGRESS_FILE).write_text(
+        '{"version": 1, "stages": {"a": {"status": "failed"}, "b": {"status": "passed"},'
+        ' "c": {"status": "error"}, "d": "failed", "e": {"status": ["failed"]}}}')
+    assert failed_stages(tmp_path) == frozenset({"a"})
+    (tmp_path / PROGRESS_FILE).write_text("{not json")
+    assert failed_stages(tmp_path) == frozenset()
+    assert failed_stages(tmp_path / "absent") == frozenset()
+
+
+def test_a_second_failing_save_asks_its_first_case_over_its_own_cache_first(tmp_path, weights):
+    """Catches the course's last run not reaching the next run (`theinference test` and
+    every watch rerun read it from the progress the run before recorded)."""
+    from theinference.grading.session import LimitRequest, RunRequest, prepare, run
+
+    course = make_course(tmp_path / "course", planted("decode-position-zero"))
+    request = RunRequest(stages=("full-decode-step",), policy=RunPolicy(cases=CHOSEN[:1]),
+                         limits=LimitRequest(timeout=120))
+    first, second = (run(prepare(course, request)).stages[0] for _ in range(2))
+    assert first.status == second.status == Status.FAILED
+    assert not first.cases[0].message.endswith(ASKED_FIRST)
+    assert second.cases[0].message.endswith(ASKED_FIRST), second.cases[0].message

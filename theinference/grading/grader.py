@@ -71,6 +71,7 @@ class RunPlan:
     policy: RunPolicy = EVERY_CASE
     seed: int | None = None
     jobs: int = 1  # student processes taking a stage's long cases beside each other
+    failed_before: frozenset[str] = frozenset()  # stages the course's last run failed
 
 
 def grade(setup: ProcessSetup, plan: RunPlan, listener: Listener = ignore) -> RunResult:
@@ -93,7 +94,8 @@ def grade(setup: ProcessSetup, plan: RunPlan, listener: Listener = ignore) -> Ru
             if blocker:
                 results[stage.slug] = skipped(stage, blocker)
             else:
-                run = StageRun(stage, workers, answers, policy, listener)
+                run = StageRun(stage, workers, answers, policy, listener,
+                               stage.slug in plan.failed_before)
                 results[stage.slug] = run.grade(stage_limits(stage, setup.limits))
             listener(StageFinished(results[stage.slug]))
         process = workers.first
@@ -120,7 +122,8 @@ def grade(setup: ProcessSetup, plan: RunPlan, listener: Listener = ignore) -> Ru
 class StageRun:
     """One stage's cases, smallest first, until the policy says stop."""
 
-    def __init__(self, stage, workers: Workers, answers, policy, listener):
+    def __init__(self, stage, workers: Workers, answers, policy, listener,
+                 failed_before: bool = False):
         self.stage, self.workers, self.answers = stage, workers, answers
         self.process = workers.first
         self.policy, self.listener = policy, listener
@@ -131,7 +134,9 @@ class StageRun:
         # measured call keeps its CPU limit after its swap (it would recompute to the end)
         self.recomputes = False
         self.failed = 0  # the stage's failed cases so far, numbers or not (generate's tokens)
-        self.last_failed_own = False  # the last case recorded failed over its own cache
+        # the last case recorded failed over its own cache; at the start, the stage failed
+        # in the course's last run (own_cache.wanted_first)
+        self.last_failed_own = failed_before
 
     def grade(self, limits: Limits) -> StageResult:
         started = time.monotonic()

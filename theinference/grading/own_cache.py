@@ -37,8 +37,8 @@ from theinference.student.replies import Outcome
 # an answer over the student's own cache this many times the tolerance off is a bug's
 NEAR_MISS = 10.0
 ASKED_FIRST = (
-    "(asked over your own cache first, as the case before it failed there: a wrong answer "
-    "there fails without the swap)"
+    "(asked over your own cache first, where this stage last failed: a wrong answer there "
+    "fails without the swap)"
 )
 
 
@@ -57,8 +57,9 @@ def wanted_again(case, failing: int, settled: Callable[[], bool]) -> bool:
 
 def wanted_first(case, failing: int, last_failed_own: bool, settled: Callable[[], bool]) -> bool:
     """Whether `case` is asked over the student's own cache before its swap: a small case,
-    right after a case whose answer failed over its own cache (a case that passes after one
-    that failed costs one call more, once), while the diagnosis still wants failing answers."""
+    right after a case whose answer failed over its own cache (or first in a stage that
+    failed in the course's last run: a bug is worked on over several saves), while the
+    diagnosis still wants failing answers. A case that passes then costs one call more, once."""
     if not last_failed_own or case_size(case) > LONG_CASE_TOKENS:
         return False
     return wanted_again(case, failing, settled)

@@ -20,6 +20,14 @@ def read_progress(course_root: Path) -> dict[str, dict]:
         return {}
 
 
+def failed_stages(course_root: Path) -> frozenset[str]:
+    """The stages whose last recorded result failed on its numbers: the grader asks their
+    first cases over the student's own cache first (grading/own_cache.py). Only an order of
+    asking: whatever this file says, every verdict rests on the same calls' evidence."""
+    return frozenset(slug for slug, last in read_progress(course_root).items()
+                     if isinstance(last, dict) and last.get("status") == Status.FAILED.value)
+
+
 def worth_recording(stage: StageResult) -> bool:
     """A pass on some cases only (--case, --quick, stopped early) is not a pass of the stage;
     what it found wrong still is news."""

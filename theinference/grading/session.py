@@ -184,7 +184,7 @@ def run(
 ) -> RunResult:
     """Grade (the session's renderer and `listener` both hear every event), then write every
     requested output and record progress. A cancelled run writes nothing."""
-    from theinference.grading.progress import record_progress
+    from theinference.grading.progress import failed_stages, record_progress
 
     draw = session.renderer(trigger, cancel) if session.renderer else ignore
     setup = replace(session.setup, cancel=cancel or threading.Event())
@@ -195,7 +195,8 @@ def run(
 
     try:
         plan = RunPlan(stages or session.stages, session.weights, session.answers,
-                       session.policy, session.seed, session.jobs)
+                       session.policy, session.seed, session.jobs,
+                       failed_stages(session.course.root))
         localized = session.course.language.localizing(tell)  # decodeStep in TypeScript
         result = grade(setup, plan, localized)
     finally:
