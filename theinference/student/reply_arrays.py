@@ -1,7 +1,7 @@
 """The arrays of a reply, rebuilt from the frame's raw bytes without trusting a byte of it
 (replies.py decodes the rest): a returned value's, and those a hook's moment sent to be
-searched for the cache (worker/swap.py's sent_arrays), a large one without its runs of zeros.
-A frame that says what its bytes do not hold is a BadReply, never an exception."""
+searched for the cache (worker/held.py's sent_arrays). A frame that says what its bytes do
+not hold is a BadReply, never an exception."""
 
 import re
 
@@ -15,7 +15,6 @@ ALLOWED_DTYPES = protocol.DTYPE_KINDS
 MAX_REPLY_BYTES = LIMITS["max_reply_bytes"]  # a whole frame, arrays included
 MAX_DIMS = LIMITS["max_dims"]
 MAX_DIM = LIMITS["max_dim"]
-RUN_BYTES = protocol.SWAP["run_bytes"]  # a held array sent without its runs of zeros
 DTYPE_TEXT = re.compile(r"[<>|=]?[biufc][0-9]{1,2}")
 
 
@@ -33,11 +32,9 @@ class Blobs(list):
         super().__init__(blobs)
         self.named = 0
 
-    def name(self, index: int, size: int | None = None):
-        """Blob `index`, counted as `size` bytes (an array rebuilt from it holds that many;
-        by default, the blob's own)."""
+    def name(self, index: int):
         blob = self[index]
-        self.named += len(blob) if size is None else size
+        self.named += len(blob)
         if self.named > MAX_REPLY_BYTES:
             raise BadReply(f"its arrays name over {MAX_REPLY_BYTES >> 30} GiB of the bytes sent")
         return blob
@@ -52,8 +49,7 @@ def held_arrays(descriptions, blobs: Blobs) -> list[Source]:
     for desc in descriptions:
         if not isinstance(desc, dict):
             raise BadReply("a held array is not described by an object")
-        rebuilt = rebuild_runs if "runs" in desc else rebuild_array
-        array, bf16 = rebuilt(desc, blobs), desc.get("bf16") is True
+        array, bf16 = rebuild_array(desc, blobs), desc.get("bf16") is True
         if bf16 and not (array.dtype.kind in "iu" and array.dtype.itemsize == 2):
             raise BadReply(f"a bfloat16 array's bits are {array.dtype}, not 2-byte integers")
         held.append(Source(array, bf16=bf16))
@@ -67,33 +63,6 @@ def rebuild_array(desc: dict, blobs: Blobs):
     if prod(shape) * dtype.itemsize != len(blob):
         raise BadReply(f"shape {shape} of {dtype} does not fit the {len(blob)} bytes sent")
     return np.frombuffer(blob, dtype=dtype).reshape(tuple(shape))
-
-
-def rebuild_runs(desc: dict, blobs: Blobs):
-    """A held array sent without its runs of zeros (worker/swap.py's Survey): its blob holds
-    the runs of RUN_BYTES whose byte in the `runs` blob is 1, in order, the last run as long
-    as the array has bytes left; every other byte is zero."""
-    dtype, shape = array_type(desc)
-    size = prod(shape) * dtype.itemsize
-    whole, tail = divmod(size, RUN_BYTES)
-    marks = blobs.name(blob_index(desc.get("runs"), blobs))
-    if len(marks) != whole + (tail > 0):
-        raise BadReply(f"{len(marks)} runs said of an array of {size} bytes")
-    runs = np.frombuffer(marks, dtype=np.uint8)  # [whole + (tail > 0)]
-    if runs.size and runs.max() > 1:
-        raise BadReply("a run is said with a byte other than 0 or 1")
-    kept = int(runs[:whole].sum())
-    last = tail if tail and runs[-1] else 0
-    blob = blobs.name(blob_index(desc.get("blob"), blobs), size)
-    if len(blob) != kept * RUN_BYTES + last:
-        raise BadReply(f"{kept} runs of {RUN_BYTES} bytes and {last} do not fit {len(blob)} sent")
-    raw = np.zeros(size, dtype=np.uint8)  # [size]
-    data = np.frombuffer(blob, dtype=np.uint8)
-    raw[: whole * RUN_BYTES].reshape(whole, RUN_BYTES)[runs[:whole] == 1] = data[
-        : kept * RUN_BYTES
-    ].reshape(kept, RUN_BYTES)
-    raw[whole * RUN_BYTES : whole * RUN_BYTES + last] = data[kept * RUN_BYTES :]
-    return raw.view(dtype).reshape(tuple(shape))
 
 
 def array_type(desc: dict) -> tuple[np.dtype, list[int]]:
