@@ -19,18 +19,11 @@ def all_zero(a) -> bool:
         return False
 
 
-class Survey:
-    """An array as a moment reads it: `mark`, (where it lives, a checksum of its bytes), tells
-    it again unchanged."""
-
-    def __init__(self, mark: tuple):
-        self.mark = mark
-
-
-def survey(a) -> "Survey | None":
-    """The array's Survey; None when all its values are zeros (no K/V row is there): zeros are
-    told first, as a pool allocated whole is seen at every return before its prefill, and
-    its checksum costs several times the read that finds it empty."""
+def mark(a) -> "tuple[tuple, int] | None":
+    """(where the array lives, a checksum of its bytes): what tells it again unchanged; None
+    when all its values are zeros (no K/V row is there). Zeros are told first: a pool
+    allocated whole is seen at every return before its prefill, and its checksum costs
+    several times the read that finds it empty."""
     import zlib
 
     import numpy as np
@@ -38,7 +31,7 @@ def survey(a) -> "Survey | None":
     if all_zero(a):
         return None
     flat = a.reshape(-1, order="A") if a.flags.f_contiguous else np.ascontiguousarray(a)
-    return Survey((place_of(a), zlib.crc32(memoryview(flat).cast("B"))))  # about 2 GB/s
+    return place_of(a), zlib.crc32(memoryview(flat).cast("B"))  # about 2 GB/s
 
 
 def place_of(a) -> tuple:

@@ -80,7 +80,7 @@ class Target:
                 f"{walk.describe()}",
                 "seen": walk.summary(),
             }
-        marks = [seen.mark for _, seen in fresh]
+        marks = [m for _, m in fresh]
         if marks == self.last_sent:  # what the grader last searched, unchanged: same answer
             return {"applied": False, "reason": "unchanged since the grader last looked",
                     "seen": walk.summary()}
@@ -91,7 +91,7 @@ class Target:
         answer, back = self.exchange(word, blobs)
         for i in answer.get("barren") or []:
             if isinstance(i, int) and 0 <= i < len(fresh):
-                place, digest = fresh[i][1].mark
+                place, digest = fresh[i][1]
                 self.barren[place] = digest
         writes = answer.get("write")
         if not isinstance(writes, list):
@@ -105,13 +105,13 @@ class Target:
         return {"applied": True, "reason": "", "places": len(writes), "seen": walk.summary()}
 
     def unseen(self, sources: list) -> list:
-        """(source, its Survey) of the arrays that may hold a row the grader has not looked
-        at: not all zeros (no K/V row is: a cache preallocated before its prefill), and not
-        found barren before and unchanged since."""
+        """(source, its mark) of the arrays that may hold a row the grader has not looked at:
+        not all zeros (no K/V row is: a cache preallocated before its prefill), and not found
+        barren before and unchanged since."""
         fresh = []
         for source in sources:
-            seen = held.survey(source.array)
-            if seen is not None and self.barren.get(seen.mark[0]) != seen.mark[1]:
+            seen = held.mark(source.array)
+            if seen is not None and self.barren.get(seen[0]) != seen[1]:
                 fresh.append((source, seen))
         return fresh
 
