@@ -21,9 +21,9 @@ from theinference.student.setup import Limits, ProcessSetup
 
 CHOSEN = ("one-token", "token ids", "short prompt")
 
-# right over its own cache from the second case on, but its decode never reads the cache it
-# keeps: a recompute, which only the call over the swapped cache can tell from a cached decode
-WRONG_FIRST_THEN_RECOMPUTES = '''
+# a decode that never reads the cache it keeps: a recompute, right over its own cache, which
+# only the call over the swapped cache can tell from a cached decode
+RECOMPUTES = '''
 _filled_prefill = prefill
 
 
@@ -34,8 +34,17 @@ def prefill(prompt_ids, w, mc):
 
 def decode_step(token_id, position, w, mc):
     mc.ids.append(token_id)
-    logits = recompute_logits(mc.ids, w)[-1]
-    return logits + 1.0 if len(mc.ids) == 2 else logits  # wrong after a one-token prompt
+    return recompute_logits(mc.ids, w)[-1]
+'''
+
+# the same, wrong after a one-token prompt: right over its own cache from the second case on
+WRONG_FIRST_THEN_RECOMPUTES = RECOMPUTES + '''
+_recomputed_step = decode_step
+
+
+def decode_step(token_id, position, w, mc):
+    logits = _recomputed_step(token_id, position, w, mc)
+    return logits + 1.0 if len(mc.ids) == 2 else logits
 '''
 
 
@@ -81,8 +90,9 @@ def append_kv(cache, k, v):
 """
 
 
-def graded_with_calls(course, weights, monkeypatch, cases=CHOSEN) -> tuple:
-    """(full-decode-step's result on CHOSEN, each call's (first argument, swapped?))."""
+def graded_with_calls(course, weights, monkeypatch, cases=CHOSEN, failed_before=()) -> tuple:
+    """(full-decode-step's result on `cases`, each call's (first argument, swapped?)), the
+    course's last run having failed the stages `failed_before`."""
     calls = []
     call = StudentProcess.call
 
@@ -94,7 +104,8 @@ def graded_with_calls(course, weights, monkeypatch, cases=CHOSEN) -> tuple:
     (stage,) = select(load_stages(), ["full-decode-step"])
     setup = ProcessSetup(course, weights.path, Limits(timeout=120))
     run = grade(setup, RunPlan([replace(stage, timeout=120)], weights,
-                               policy=RunPolicy(cases=cases)))
+                               policy=RunPolicy(cases=cases),
+                               failed_before=frozenset(failed_before)))
     (result,) = run.stages
     return result, calls
 
@@ -252,25 +263,6 @@ def test_a_bug_over_its_own_cache_is_a_rejected_value_or_a_miss_of_many_toleranc
     assert is_bug(drifting)
 
 
-def graded_after_a_failed_run(course, weights, monkeypatch, failed_before) -> tuple:
-    """(full-decode-step's result on its first case, each call's (prompt, swapped?)), the
-    course's last run having failed the stages `failed_before`."""
-    calls = []
-    call = StudentProcess.call
-
-    def counted(self, adapter, args, timeout, probe=None, *rest, **kw):
-        calls.append((tuple(args[0]), probe is not None and probe.answer is not None))
-        return call(self, adapter, args, timeout, probe, *rest, **kw)
-
-    monkeypatch.setattr(StudentProcess, "call", counted)
-    (stage,) = select(load_stages(), ["full-decode-step"])
-    setup = ProcessSetup(course, weights.path, Limits(timeout=120))
-    plan = RunPlan([replace(stage, timeout=120)], weights, policy=RunPolicy(cases=CHOSEN[:1]),
-                   failed_before=frozenset(failed_before))
-    (result,) = grade(setup, plan).stages
-    return result, calls
-
-
 @pytest.mark.parametrize("failed_before", [(), ("full-decode-step",)])
 def test_a_stage_that_failed_last_run_asks_its_first_case_over_its_own_cache_first(
         tmp_path, weights, monkeypatch, failed_before):
@@ -279,7 +271,7 @@ def test_a_stage_that_failed_last_run_asks_its_first_case_over_its_own_cache_fir
     failing save 1.05x its passing one), and the stage's first case asked over its own
     cache first where nothing said it failed (a passing save would pay a call more)."""
     course = make_course(tmp_path / "course", planted("decode-position-zero"))
-    result, calls = graded_after_a_failed_run(course, weights, monkeypatch, failed_before)
+    result, calls = graded_with_calls(course, weights, monkeypatch, CHOSEN[:1], failed_before)
     assert result.cases[0].status == Status.FAILED
     assert [swapped for _, swapped in calls] == ([False] if failed_before else [True, False])
     assert result.cases[0].message.endswith(ASKED_FIRST) == bool(failed_before)
@@ -291,27 +283,14 @@ def test_a_stage_fixed_since_its_failed_run_passes_on_the_call_over_the_swap(
     stage failed last time: a right answer there is asked over the swapped cache, whose
     call alone passes it (a decode that recomputes is right over its own cache too)."""
     fixed = make_course(tmp_path / "fixed", reference_text())
-    result, calls = graded_after_a_failed_run(fixed, weights, monkeypatch, ["full-decode-step"])
+    result, calls = graded_with_calls(fixed, weights, monkeypatch, CHOSEN[:1], ["full-decode-step"])
     assert result.status == Status.PASSED
     assert [swapped for _, swapped in calls] == [False, True]
     recomputes = make_course(tmp_path / "recomputes", reference_text() + RECOMPUTES)
-    result, _ = graded_after_a_failed_run(recomputes, weights, monkeypatch, ["full-decode-step"])
+    result, _ = graded_with_calls(recomputes, weights, monkeypatch, CHOSEN[:1],
+                                 ["full-decode-step"])
     assert result.status == Status.FAILED, result.cases[0].message
 
-
-RECOMPUTES = '''
-_filled_prefill = prefill
-
-
-def prefill(prompt_ids, w, mc):
-    mc.ids = list(prompt_ids)
-    return _filled_prefill(prompt_ids, w, mc)
-
-
-def decode_step(token_id, position, w, mc):
-    mc.ids.append(token_id)
-    return recompute_logits(mc.ids, w)[-1]
-'''
 
 
 def test_the_stages_a_course_last_failed_are_read_from_its_progress(tmp_path):
