@@ -183,14 +183,14 @@ def grader_exchange(finds: list, writes: list, heard: list | None = None):
     as the grader reads a hook's word (reply_arrays.held_arrays, each array's size added to
     `heard`), searched by the grader's Search."""
     from theinference.curriculum.checks.swap_search import Search
-    from theinference.student.reply_arrays import Blobs, held_arrays
+    from theinference.student.reply_arrays import Blobs, Known, held_arrays
 
     search = Search(finds, writes)
 
     def exchange(word: dict, blobs=()):
         held = held_arrays(word["probe"]["held"], Blobs(blobs))
-        if heard is not None:
-            heard.extend(s.array.size for s in held)
+        if heard is not None:  # the arrays whose bytes were sent (not those named Known)
+            heard.extend(s.array.size for s in held if not isinstance(s, Known))
         return search.answer(held, word["probe"]["about"])
 
     return exchange

@@ -6,10 +6,10 @@ import re
 from pathlib import Path
 
 from theinference.course import languages
-from theinference.curriculum.checks import swap_search
+from theinference.curriculum.checks import row_index, swap_search
 from theinference.curriculum.checks.common import CHECKS
 from theinference.student import replies
-from theinference.student.worker import cache_rows, protocol
+from theinference.student.worker import protocol
 
 WORKER = Path(protocol.__file__).parent
 NODE = sorted(WORKER.glob("worker_node*.mjs"))
@@ -25,17 +25,18 @@ def test_the_swap_tolerance_is_the_protocols_and_the_graders_alone():
     2e-3 * (1 + |x|) while the Python one matched by direction), and a worker that matches
     rows itself: the search is the grader's (swap_search.py), which a worker never sees the
     K/V to find for."""
-    assert cache_rows.TOL == protocol.TOLERANCE
-    assert cache_rows.PASSES == (protocol.FIRST_PASS, protocol.TOLERANCE)
-    assert cache_rows.AMBIGUOUS == protocol.AMBIGUITY
-    for source in [WORKER / "cache_rows.py", Path(swap_search.__file__), WORKER / "swap.py",
-                   WORKER / "worker_node_swap.mjs"]:
+    assert row_index.TOL == protocol.TOLERANCE
+    assert row_index.PASSES == (protocol.FIRST_PASS, protocol.TOLERANCE)
+    assert row_index.AMBIGUOUS == protocol.AMBIGUITY
+    for source in [Path(row_index.__file__), WORKER / "cache_rows.py", Path(swap_search.__file__),
+                   WORKER / "swap.py", WORKER / "worker_node_swap.mjs"]:
         written = set(SMALL_NUMBER.findall(source.read_text())) - GUARDS
         assert not written, (source.name, written)
     for worker_swap in [WORKER / "swap.py", WORKER / "worker_node_swap.mjs"]:
         text = worker_swap.read_text()
         assert "RowIndex" not in text and "tolerance" not in text.lower(), worker_swap.name
     assert "RowIndex" in Path(swap_search.__file__).read_text()
+    assert not any("RowIndex" in p.read_text() for p in [*PYTHON, *NODE]), "a worker matches"
 
 
 def test_every_outcome_a_worker_sends_is_one_the_grader_reads():

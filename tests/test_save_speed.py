@@ -75,12 +75,73 @@ def test_a_half_built_cache_is_not_sent_again_until_it_changes():
     np.testing.assert_array_equal(half["v"], rows(3))
 
 
+def test_an_unchanged_array_with_rows_in_it_is_named_not_sent_and_still_written():
+    """Catches an array the grader found K/V rows in sent and searched again at every later
+    moment though unchanged (a pool allocated whole, filled a layer at a time, copied to the
+    grader at every return of the prefill), and a memo that forgets where the rows were: the
+    swap must still write them once the rest of the K/V is there."""
+    k, v = rows(0), rows(1)
+    finds, writes = [LayerKV(k, v)], [LayerKV(rows(2), rows(3))]
+    sent: list[int] = []
+    target = worker_swap.Target(sizes(finds), grader_exchange(finds, writes, sent))
+    keys, values = k.copy(), np.zeros_like(v)
+    values[:, :2] = v[:, :2]  # the V half written: K is all there, V not yet
+    assert not target.swap([{"k": keys, "v": values}], None)["applied"]
+    values[:, 2:] = v[:, 2:]
+    assert target.swap([{"k": keys, "v": values}], None)["applied"]
+    assert sent == [k.size, v.size, v.size], "the unchanged K was sent again"
+    np.testing.assert_array_equal(keys, rows(2))
+    np.testing.assert_array_equal(values, rows(3))
+
+
+def test_an_array_called_known_that_was_never_searched_is_a_bad_reply_not_a_write():
+    """Catches a memo that trusts the student's process: a number the grader never found rows
+    under (or one that is no count) must fail the search with a message, never write or take
+    rows from another call's search."""
+    from theinference.curriculum.checks.swap_search import Search
+    from theinference.student.reply_arrays import BadReply, Blobs, Known, held_arrays
+
+    finds = [LayerKV(rows(0), rows(1))]
+    with pytest.raises(BadReply, match="never searched"):
+        Search(finds, finds).answer([Known(3)], "what was sent")
+    for word in ({"known": -1}, {"known": "0"}, {"known": True}):
+        with pytest.raises(BadReply, match="not a count"):
+            held_arrays([word], Blobs([]))
+
+
+def test_the_sieve_drops_no_row_the_search_would_match(monkeypatch):
+    """Catches a sieve (row_index.Sieve: a row's first values looked up among the targets'
+    cells, before the grid's pairs) that drops a row within tolerance of a target: rows moved
+    off their targets by up to the loose tolerance in every value, each exactly so in one,
+    beside rows of arrays that are no cache, must match as they do with no sieve at all."""
+    from theinference.curriculum.checks import row_index
+
+    rng = np.random.default_rng(11)
+
+    def unit(a):
+        return (a / np.linalg.norm(a, axis=-1, keepdims=True)).astype(np.float32)
+
+    targets = unit(rng.standard_normal((20000, HD)))
+    index = row_index.RowIndex(targets)
+    tol = row_index.TOL
+    moved = targets[:4000] + rng.uniform(-tol, tol, (4000, HD)).astype(np.float32) * 0.9
+    moved[np.arange(4000), rng.integers(0, 8, 4000)] += tol * 0.98  # at the edge in one value
+    scores = np.exp(rng.standard_normal((8000, HD))).astype(np.float32)  # softmax-like rows
+    queries = np.concatenate([moved * 3.5, scores, unit(rng.standard_normal((8000, HD)))])
+    sieved = index.match(queries)
+    monkeypatch.setattr(index.sieve, "passes", lambda units: np.ones(len(units), dtype=bool))
+    whole = index.match(queries)
+    for mine, theirs in zip(sieved, whole, strict=True):
+        np.testing.assert_array_equal(mine, theirs)
+    assert len(np.intersect1d(sieved[0], np.arange(4000))) > 1500, "too few rows near the edge"
+
+
 def test_a_rows_own_cell_first_finds_what_the_eight_cells_around_it_find():
     """Catches the search's shortcut (a row's own grid cell first, cache_rows.RowIndex.nearest)
     answering otherwise than comparing every row with the 8 cells around it: a row whose best
     target lies across its cell's face matched to a worse one inside, or a row with a second
     target nearly as near across the face (ambiguous: never written) matched all the same."""
-    from theinference.student.worker import cache_rows
+    from theinference.curriculum.checks import row_index as cache_rows
 
     rng = np.random.default_rng(5)
     tol = cache_rows.PASSES[0]

@@ -4,6 +4,7 @@ searched for the cache (worker/held.py's sent_arrays). A frame that says what it
 not hold is a BadReply, never an exception."""
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -40,20 +41,47 @@ class Blobs(list):
         return blob
 
 
-def held_arrays(descriptions, blobs: Blobs) -> list[Source]:
-    """What a hook sent to be searched for the cache (worker/swap.py's sent_arrays): arrays
-    of numbers, a bfloat16 one as its bits in 2-byte integers."""
+class Sent(Source):
+    """An array a hook's moment sent, with the number the worker gave it (None: none), by
+    which a later moment names it again unchanged (Known) instead of sending it."""
+
+    def __init__(self, array, bf16: bool, number: int | None):
+        super().__init__(array, bf16=bf16)
+        self.number = number
+
+
+@dataclass(frozen=True)
+class Known:
+    """An array sent at an earlier moment of the call (its number), unchanged since: the
+    grader's search of it then still stands (swap_search.Search's memo)."""
+
+    number: int
+
+
+def held_arrays(descriptions, blobs: Blobs) -> list[Sent | Known]:
+    """What a hook sent to be searched for the cache (worker/held.py's sent_arrays): arrays
+    of numbers, a bfloat16 one as its bits in 2-byte integers, or an earlier one's number."""
     if not isinstance(descriptions, list):
         raise BadReply("a hook's held arrays are not a list")
     held = []
     for desc in descriptions:
         if not isinstance(desc, dict):
             raise BadReply("a held array is not described by an object")
+        if "known" in desc:
+            held.append(Known(counted(desc["known"], "an unchanged array's number")))
+            continue
         array, bf16 = rebuild_array(desc, blobs), desc.get("bf16") is True
         if bf16 and not (array.dtype.kind in "iu" and array.dtype.itemsize == 2):
             raise BadReply(f"a bfloat16 array's bits are {array.dtype}, not 2-byte integers")
-        held.append(Source(array, bf16=bf16))
+        number = desc.get("number")
+        held.append(Sent(array, bf16, None if number is None else counted(number, "its number")))
     return held
+
+
+def counted(n, what: str) -> int:
+    if not is_count(n):
+        raise BadReply(f"{what} {str(n)[:20]} is not a count")
+    return n
 
 
 def rebuild_array(desc: dict, blobs: Blobs):

@@ -12,8 +12,10 @@ head-minor), its values in their order or in any one fixed order of their own.
 
 import numpy as np
 
+from theinference.curriculum.checks.row_index import RowIndex
 from theinference.oracle.gpt2 import LayerKV
-from theinference.student.worker.cache_rows import RowIndex, row_views
+from theinference.student.reply_arrays import BadReply, Known
+from theinference.student.worker.cache_rows import row_views
 
 SMALL = 1 << 16  # arrays up to this size are matched together with those of their shape
 
@@ -28,6 +30,9 @@ class Search:
         self.writes = np.stack([getattr(layer, kv) for layer in writes for kv in "kv"])
         self._index = self._sorted = None  # [2L, h, n, hd] each, above
         self.found = 0  # rows of the K/V the last answer found
+        # an array's number (the worker's) -> the places found in it, where there were any: a
+        # later moment names it Known while it is unchanged, and is not searched again
+        self.memo: dict[int, list] = {}
 
     @property
     def index(self) -> RowIndex:
@@ -44,22 +49,24 @@ class Search:
         return self._sorted
 
     def answer(self, held: list, about: str) -> tuple[dict, list[bytes]]:
-        """The grader's answer to what the student's process holds (`held`: Sources, as
-        worker/cache_walk.py reads them): every place to write, or why not, and which large
-        arrays held no row (not sent again while unchanged)."""
+        """The grader's answer to what the student's process holds (`held`: arrays Sent, as
+        worker/cache_walk.py reads them, or Known by their number): every place to write, or
+        why not, and which arrays held no row (not sent again while unchanged)."""
         hd = self.hd
-        places, covered = [], np.zeros(len(self.index), dtype=bool)
-        for group in alike(held):
+        places, covered = self.recalled(held), np.zeros(len(self.index), dtype=bool)
+        sent = [i for i, source in enumerate(held) if not isinstance(source, Known)]
+        for group in alike(held, sent):
             places += locate(held, group, self, reorder=False)
         for place in places:
             covered[place[3]] = True
         if not covered.all():  # rows kept in an order of their own, in each array left
             used = {place[0] for place in places}
-            for i in (i for i in range(len(held)) if i not in used):
+            for i in (i for i in sent if i not in used):
                 for place in locate(held, [i], self, reorder=True):
                     places.append(place)
                     covered[place[3]] = True
-        barren = sorted(set(range(len(held))) - {place[0] for place in places})
+        self.remember(held, sent, places)
+        barren = sorted(set(sent) - {place[0] for place in places})
         self.found = int(covered.sum())
         if not covered.all():
             rows = covered.reshape(2 * self.layers, -1)
@@ -74,12 +81,33 @@ class Search:
             blobs += [rows.astype(np.int64).tobytes(), values.tobytes()]
         return {"write": writes, "barren": barren}, blobs
 
+    def recalled(self, held: list) -> list:
+        """The places found at earlier moments in the arrays named Known now."""
+        places = []
+        for i, source in enumerate(held):
+            if isinstance(source, Known):
+                if source.number not in self.memo:
+                    raise BadReply(f"array {source.number} was never searched with rows in it")
+                places += [(i, *place) for place in self.memo[source.number]]
+        return places
 
-def alike(held: list) -> list[list[int]]:
-    """The held arrays' numbers in groups matched at once: small arrays of one shape and dtype
+    def remember(self, held: list, sent: list[int], places: list) -> None:
+        """Each numbered array's places, where it had any (the worker names it Known after)."""
+        mine: dict = {}
+        for place in places:
+            mine.setdefault(place[0], []).append(place[1:])
+        for i in sent:
+            number = getattr(held[i], "number", None)  # the Node worker's have none
+            if number is not None and i in mine:
+                self.memo[number] = mine[i]
+
+
+def alike(held: list, sent: list[int]) -> list[list[int]]:
+    """The sent arrays' numbers in groups matched at once: small arrays of one shape and dtype
     together (a thousand per-token rows are one search, not a thousand), every other alone."""
     groups: dict = {}
-    for i, source in enumerate(held):
+    for i in sent:
+        source = held[i]
         a = source.array
         key = (a.shape, a.dtype.str, source.bf16) if a.size <= SMALL else i
         groups.setdefault(key, []).append(i)

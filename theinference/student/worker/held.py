@@ -11,8 +11,16 @@ else:  # loaded by its path, as the worker loads its parts (swap.part): this fir
 
 
 def all_zero(a) -> bool:
-    """Whether every value of the array is zero: a row of zeros has no direction, which is
-    what the grader's search matches rows by, so no K/V row is there."""
+    """Whether every byte of the array is zero: a row of zeros has no direction, which is what
+    the grader's search matches rows by, so no K/V row is there. Read as 8-byte words where the
+    array is one block of memory (a pool of 75 MB in 1 ms, a quarter of a float reading's
+    time); a -0.0 is not zero here, and is sent (the grader reads it as no row)."""
+    import numpy as np
+
+    if a.flags.c_contiguous or a.flags.f_contiguous:
+        raw = memoryview(a.reshape(-1, order="A")).cast("B")
+        words = np.frombuffer(raw, dtype=np.uint64, count=len(raw) // 8)
+        return not words.max(initial=0) and not any(raw[words.size * 8 :])
     try:
         return not a.any()
     except TypeError:  # a dtype with no truth: sent, the grader reads it
@@ -24,14 +32,32 @@ def mark(a) -> "tuple[tuple, int] | None":
     when all its values are zeros (no K/V row is there). Zeros are told first: a pool
     allocated whole is seen at every return before its prefill, and its checksum costs
     several times the read that finds it empty."""
-    import zlib
-
     import numpy as np
 
     if all_zero(a):
         return None
     flat = a.reshape(-1, order="A") if a.flags.f_contiguous else np.ascontiguousarray(a)
-    return place_of(a), zlib.crc32(memoryview(flat).cast("B"))  # about 2 GB/s
+    return place_of(a), checksum(memoryview(flat).cast("B"))
+
+
+WIDTH = 1024  # words of a checksum's grid row
+
+
+def checksum(raw: memoryview) -> int:
+    """A checksum of the bytes that changes with any write of correct code: the sums (mod
+    2**64) of the 8-byte words down each column and along each row of a grid WIDTH words wide,
+    and the bytes past it, crc32'd. A value moved changes its row's or its column's sum.
+    About 9 GB/s, four times crc32's over the whole: a pool of 75 MB is looked at at every
+    return of a prefill. (A checksum the student's code sets on purpose gains nothing: an array
+    called unchanged only has its earlier rows written, and the answer judges the swap.)"""
+    import zlib
+
+    import numpy as np
+
+    words = len(raw) // (8 * WIDTH) * WIDTH
+    grid = np.frombuffer(raw, dtype=np.uint64, count=words).reshape(-1, WIDTH)
+    columns, rows = grid.sum(axis=0, dtype=np.uint64), grid.sum(axis=1, dtype=np.uint64)
+    return zlib.crc32(raw[words * 8 :], zlib.crc32(rows, zlib.crc32(columns)))
 
 
 def place_of(a) -> tuple:
@@ -39,15 +65,22 @@ def place_of(a) -> tuple:
     return (cache_walk.address(a), a.shape, a.strides, a.dtype.str)
 
 
-def sent_arrays(fresh: list) -> tuple[list[dict], list[bytes]]:
-    """Each array's description (dtype, shape, its blob, whether it is bfloat16's bits) and
-    its bytes in C order, as the grader reads them back (the grader's reply_arrays.py)."""
+def sent_arrays(fresh: list, known: dict, numbered: int) -> tuple[list[dict], list]:
+    """Each array's description (dtype, shape, its blob, whether it is bfloat16's bits, the
+    number it is given, from `numbered` on) and its bytes in C order, as the grader reads them
+    back (the grader's reply_arrays.py); or, for one the grader found rows in at an earlier
+    moment and unchanged since (`known`: its place -> (checksum, number)), its number alone."""
     import numpy as np
 
     descriptions, blobs = [], []
-    for source, _ in fresh:
+    for source, (place, digest) in fresh:
+        before = known.get(place)
+        if before is not None and before[0] == digest:
+            descriptions.append({"known": before[1]})
+            continue
         a = source.array
         descriptions.append({"dtype": a.dtype.str, "shape": list(a.shape), "blob": len(blobs),
-                             "bf16": source.bf16})
-        blobs.append(np.ascontiguousarray(a).tobytes())
+                             "bf16": source.bf16, "number": numbered})
+        blobs.append(memoryview(np.ascontiguousarray(a)).cast("B"))  # written before it changes
+        numbered += 1
     return descriptions, blobs

@@ -55,6 +55,10 @@ class Target:
         self.needed = 2 * self.layers * h * n * self.hd  # every layer's K and V: the least held
         self.exchange = exchange
         self.barren: dict = {}  # array's place -> checksum of its bytes when no row was in it
+        # array's place -> (checksum, number) when rows were: the grader keeps what it found
+        # there, and while the bytes are unchanged the array is named by its number, not sent
+        self.known: dict = {}
+        self.numbered = 0  # numbers given to arrays sent
         self.unnamed_weights = None  # the WeightSkip of a search given no weights, kept
         self.last_sent: list = []  # the places and checksums of what was sent last
 
@@ -86,13 +90,10 @@ class Target:
                     "seen": walk.summary()}
         self.last_sent = marks
         sent = [s for s, _ in fresh]
-        descriptions, blobs = held.sent_arrays(fresh)
+        descriptions, blobs = held.sent_arrays(fresh, self.known, self.numbered)
         word = {"outcome": "hooked", "probe": {"held": descriptions, "about": walk.describe()}}
         answer, back = self.exchange(word, blobs)
-        for i in answer.get("barren") or []:
-            if isinstance(i, int) and 0 <= i < len(fresh):
-                place, digest = fresh[i][1]
-                self.barren[place] = digest
+        self.learn(fresh, descriptions, answer.get("barren"))
         writes = answer.get("write")
         if not isinstance(writes, list):
             reason = str(answer.get("reason", "the grader found no cache"))
@@ -103,6 +104,24 @@ class Target:
         except PermissionError as exc:
             return {"applied": False, "reason": str(exc), "seen": walk.summary()}
         return {"applied": True, "reason": "", "places": len(writes), "seen": walk.summary()}
+
+    def learn(self, fresh: list, descriptions: list, barren) -> None:
+        """What the grader's answer tells of the arrays sent: which held no row (not sent
+        again while unchanged) and which did (named by their number while unchanged). An
+        answer with no such list (the search failed, or no swap is due) tells nothing."""
+        if not isinstance(barren, list):
+            return
+        barren = {i for i in barren if isinstance(i, int)}
+        for i, ((place, digest), description) in enumerate(zip((m for _, m in fresh),
+                                                               descriptions, strict=True)):
+            number = description.get("number")
+            if number is None:  # named Known: the grader has it
+                continue
+            self.numbered = max(self.numbered, number + 1)
+            if i in barren:
+                self.barren[place] = digest
+            else:
+                self.known[place] = (digest, number)
 
     def unseen(self, sources: list) -> list:
         """(source, its mark) of the arrays that may hold a row the grader has not looked at:
