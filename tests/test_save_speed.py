@@ -121,6 +121,7 @@ def test_the_sieve_drops_no_row_the_search_would_match(monkeypatch):
     def unit(a):
         return (a / np.linalg.norm(a, axis=-1, keepdims=True)).astype(np.float32)
 
+    monkeypatch.setattr(row_index, "SIEVE_AFTER", 0)  # sieved from the first row
     targets = unit(rng.standard_normal((20000, HD)))
     index = row_index.RowIndex(targets)
     tol = row_index.TOL

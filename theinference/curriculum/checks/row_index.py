@@ -29,28 +29,39 @@ class RowIndex:
         self.norms = np.linalg.norm(targets, axis=1)  # [T]
         self.units = targets / np.maximum(self.norms, 1e-30)[:, None]  # [T, hd]
         self.grids = {tol: Grid(self.units[:, :3], 2 * tol) for tol in PASSES}
-        self.sieve = Sieve(self.units, TOL)  # the loose pass's: the tight one's rows pass it too
+        self._sieve: Sieve | None = None  # built once it pays: SIEVE_AFTER
+        self.matched = 0  # rows matched so far
 
     def __len__(self) -> int:
         return len(self.norms)
 
+    @property
+    def sieve(self) -> "Sieve":
+        """The loose pass's sieve (the tight pass's rows pass it too)."""
+        if self._sieve is None:
+            self._sieve = Sieve(self.units, TOL)
+        return self._sieve
+
     def match(self, rows):
         """(row numbers, their targets, scales) for the rows [R, hd] that are a target's
         direction unambiguously (nearer by AMBIGUOUS than to any other), or None."""
-        found = [self._match(rows[i : i + CHUNK], i) for i in range(0, len(rows), CHUNK)]
+        self.matched += len(rows)
+        sieve = self.sieve if self.matched > SIEVE_AFTER * len(self) else None
+        found = [self._match(rows[i : i + CHUNK], i, sieve) for i in range(0, len(rows), CHUNK)]
         found = [f for f in found if f is not None]
         if not found:
             return None
         return tuple(np.concatenate(parts) for parts in zip(*found, strict=True))
 
-    def _match(self, rows, offset: int):
+    def _match(self, rows, offset: int, sieve: "Sieve | None"):
         rows = np.asarray(rows, dtype=np.float32)
         with np.errstate(all="ignore"):
             norms = np.linalg.norm(rows, axis=1)
             sieved = np.flatnonzero(np.isfinite(norms) & (norms > 0))
             # the sieve reads a row's first values alone: only the rows it lets through are
             # scaled whole (an array that is no cache is mostly dropped here)
-            sieved = sieved[self.sieve.passes(rows[sieved, :SIEVED] / norms[sieved, None])]
+            if sieve is not None:
+                sieved = sieved[sieve.passes(rows[sieved, :SIEVED] / norms[sieved, None])]
             units = rows[sieved] / norms[sieved, None]  # [S, hd]
         left = np.arange(len(sieved))
         got_rows, got_targets = [], []
@@ -161,6 +172,10 @@ SIEVE_BITS = 28  # the targets' cells hashed into 2**28 bits (32 MB): few collid
 KEY_STEPS = (1 << (9 * np.arange(SIEVED))).astype(np.int64)  # a cell's key: 9 bits a value
 HASH = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing's multiplier (2**64 / golden ratio)
 WIDER = 1.01  # the sieve's cells a little wider than 2 tol: a float's rounding never matters
+# the sieve is built once an index has matched this many times its targets' rows: its build
+# (0.14 s for a 1000-token prompt) then costs less than the rows it drops would have; a search
+# that meets little but the cache (most moments of most layouts) never builds it
+SIEVE_AFTER = 2
 
 
 class Sieve:
