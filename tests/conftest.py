@@ -70,24 +70,12 @@ def answers(weights, weights_cache):
     return Answers.cached(weights)
 
 
-# the longest tests of the default run (40 to 75 s each in CI), started first beside the slow
-# ones: one of them begun last would leave the other workers idle for its length
-LONGEST = (
-    "tests/test_cache_use.py::test_a_forger_fails_its_stage_saying_it_recomputes[generate-cached",
-    "tests/test_typescript.py::test_typescript_reference_passes_every_full_stage",
-    "tests/test_grading.py::test_reference_solution_passes_every_stage",
-    "tests/test_cache_layouts.py::test_a_correct_cache_in_any_layout_passes_every_stage[",
-    "tests/test_speed.py::test_the_reference_ranks_above_a_slower_correct_cache",
-)
-
-
 def pytest_collection_modifyitems(config, items) -> None:
-    """On pytest-xdist's workers, the slow and the LONGEST tests first (a stable sort: files
-    keep their order within each half), so the long ones are spread over the workers from the
-    start rather than left for the end. A run on one process keeps each file whole."""
+    """On pytest-xdist's workers, the slow tests first (a stable sort: files keep their order
+    within each half), so the long ones are spread over the workers from the start rather than
+    left for the end. A run on one process keeps each file whole."""
     if hasattr(config, "workerinput"):
-        items.sort(key=lambda item: item.get_closest_marker("slow") is None
-                   and not item.nodeid.startswith(LONGEST))
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(autouse=True)

@@ -6,9 +6,9 @@ import re
 from pathlib import Path
 
 from theinference.course import languages
-from theinference.curriculum.checks import row_index, swap_search
+from theinference.curriculum.checks import swap_search
 from theinference.curriculum.checks.common import CHECKS
-from theinference.student import replies
+from theinference.student import replies, row_index
 from theinference.student.worker import protocol
 
 WORKER = Path(protocol.__file__).parent

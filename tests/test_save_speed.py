@@ -114,7 +114,7 @@ def test_the_sieve_drops_no_row_the_search_would_match(monkeypatch):
     cells, before the grid's pairs) that drops a row within tolerance of a target: rows moved
     off their targets by up to the loose tolerance in every value, each exactly so in one,
     beside rows of arrays that are no cache, must match as they do with no sieve at all."""
-    from theinference.curriculum.checks import row_index
+    from theinference.student import row_index
 
     rng = np.random.default_rng(11)
 
@@ -142,7 +142,7 @@ def test_a_rows_own_cell_first_finds_what_the_eight_cells_around_it_find():
     answering otherwise than comparing every row with the 8 cells around it: a row whose best
     target lies across its cell's face matched to a worse one inside, or a row with a second
     target nearly as near across the face (ambiguous: never written) matched all the same."""
-    from theinference.curriculum.checks import row_index as cache_rows
+    from theinference.student import row_index as cache_rows
 
     rng = np.random.default_rng(5)
     tol = cache_rows.PASSES[0]

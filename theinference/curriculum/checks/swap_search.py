@@ -12,9 +12,9 @@ head-minor), its values in their order or in any one fixed order of their own.
 
 import numpy as np
 
-from theinference.curriculum.checks.row_index import RowIndex
 from theinference.oracle.gpt2 import LayerKV
 from theinference.student.reply_arrays import BadReply, Known
+from theinference.student.row_index import RowIndex
 from theinference.student.worker.cache_rows import row_views
 
 SMALL = 1 << 16  # arrays up to this size are matched together with those of their shape

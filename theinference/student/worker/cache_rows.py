@@ -1,6 +1,6 @@
 """Reading float arrays as rows of K/V, the same in the student's process (part of the worker:
 imports nothing of the grader), which writes the rows the grader names, and in the grader,
-which searches them (curriculum/checks/row_index.py): every array is read along each axis whose
+which searches them (student/row_index.py): every array is read along each axis whose
 length is a multiple of 64 as rows of 64 consecutive values.
 """
 

@@ -91,6 +91,7 @@ class Target:
         self.last_sent = marks
         sent = [s for s, _ in fresh]
         descriptions, blobs = held.sent_arrays(fresh, self.known, self.numbered)
+        self.numbered += len(blobs)  # one number an array sent, whatever the answer
         word = {"outcome": "hooked", "probe": {"held": descriptions, "about": walk.describe()}}
         answer, back = self.exchange(word, blobs)
         self.learn(fresh, descriptions, answer.get("barren"))
@@ -117,7 +118,6 @@ class Target:
             number = description.get("number")
             if number is None:  # named Known: the grader has it
                 continue
-            self.numbered = max(self.numbered, number + 1)
             if i in barren:
                 self.barren[place] = digest
             else:
