@@ -46,7 +46,8 @@ class RowIndex:
         """(row numbers, their targets, scales) for the rows [R, hd] that are a target's
         direction unambiguously (nearer by AMBIGUOUS than to any other), or None."""
         self.matched += len(rows)
-        sieve = self.sieve if self.matched > SIEVE_AFTER * len(self) else None
+        pays = self.matched > SIEVE_AFTER * len(self) and self.units.shape[1] >= SIEVED
+        sieve = self.sieve if pays else None  # (a toy model's rows may have fewer values)
         found = [self._match(rows[i : i + CHUNK], i, sieve) for i in range(0, len(rows), CHUNK)]
         found = [f for f in found if f is not None]
         if not found:
