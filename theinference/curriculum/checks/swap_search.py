@@ -97,7 +97,7 @@ class Search:
         for place in places:
             mine.setdefault(place[0], []).append(place[1:])
         for i in sent:
-            number = getattr(held[i], "number", None)  # the Node worker's have none
+            number = held[i].number  # (the Node worker gives none)
             if number is not None and i in mine:
                 self.memo[number] = mine[i]
 

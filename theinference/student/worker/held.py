@@ -65,17 +65,18 @@ def place_of(a) -> tuple:
     return (cache_walk.address(a), a.shape, a.strides, a.dtype.str)
 
 
-def sent_arrays(fresh: list, known: dict, numbered: int) -> tuple[list[dict], list]:
+def sent_arrays(fresh: list, searched: dict, numbered: int) -> tuple[list[dict], list]:
     """Each array's description (dtype, shape, its blob, whether it is bfloat16's bits, the
     number it is given, from `numbered` on) and its bytes in C order, as the grader reads them
     back (the grader's reply_arrays.py); or, for one the grader found rows in at an earlier
-    moment and unchanged since (`known`: its place -> (checksum, number)), its number alone."""
+    moment and unchanged since (`searched`: its place -> (checksum, number)), its number
+    alone."""
     import numpy as np
 
     descriptions, blobs = [], []
     for source, (place, digest) in fresh:
-        before = known.get(place)
-        if before is not None and before[0] == digest:
+        before = searched.get(place)  # (one searched barren and unchanged is not in `fresh`)
+        if before is not None and before[0] == digest and before[1] is not None:
             descriptions.append({"known": before[1]})
             continue
         a = source.array

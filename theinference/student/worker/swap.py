@@ -54,10 +54,10 @@ class Target:
         self.layers, h, self.hd, n = (int(plan[k]) for k in protocol.SWAP_PLAN)
         self.needed = 2 * self.layers * h * n * self.hd  # every layer's K and V: the least held
         self.exchange = exchange
-        self.barren: dict = {}  # array's place -> checksum of its bytes when no row was in it
-        # array's place -> (checksum, number) when rows were: the grader keeps what it found
-        # there, and while the bytes are unchanged the array is named by its number, not sent
-        self.known: dict = {}
+        # array's place -> (checksum of its bytes, its number) when the grader searched it:
+        # the number None where no row was in it (not sent again while unchanged), else the
+        # grader keeps what it found there, and the unchanged array is named, not sent
+        self.searched: dict = {}
         self.numbered = 0  # numbers given to arrays sent
         self.unnamed_weights = None  # the WeightSkip of a search given no weights, kept
         self.last_sent: list = []  # the places and checksums of what was sent last
@@ -90,7 +90,7 @@ class Target:
                     "seen": walk.summary()}
         self.last_sent = marks
         sent = [s for s, _ in fresh]
-        descriptions, blobs = held.sent_arrays(fresh, self.known, self.numbered)
+        descriptions, blobs = held.sent_arrays(fresh, self.searched, self.numbered)
         self.numbered += len(blobs)  # one number an array sent, whatever the answer
         word = {"outcome": "hooked", "probe": {"held": descriptions, "about": walk.describe()}}
         answer, back = self.exchange(word, blobs)
@@ -113,15 +113,11 @@ class Target:
         if not isinstance(barren, list):
             return
         barren = {i for i in barren if isinstance(i, int)}
-        for i, ((place, digest), description) in enumerate(zip((m for _, m in fresh),
-                                                               descriptions, strict=True)):
-            number = description.get("number")
-            if number is None:  # named Known: the grader has it
-                continue
-            if i in barren:
-                self.barren[place] = digest
-            else:
-                self.known[place] = (digest, number)
+        for i, ((_, (place, digest)), description) in enumerate(zip(fresh, descriptions,
+                                                                    strict=True)):
+            if "number" in description:  # sent (one named Known the grader has already)
+                number = None if i in barren else description["number"]
+                self.searched[place] = (digest, number)
 
     def unseen(self, sources: list) -> list:
         """(source, its mark) of the arrays that may hold a row the grader has not looked at:
@@ -130,7 +126,7 @@ class Target:
         fresh = []
         for source in sources:
             seen = held.mark(source.array)
-            if seen is not None and self.barren.get(seen[0]) != seen[1]:
+            if seen is not None and self.searched.get(seen[0]) != (seen[1], None):
                 fresh.append((source, seen))
         return fresh
 
