@@ -591,9 +591,12 @@ def test_a_forger_fails_its_stage_saying_it_recomputes(
     if cheat.get("scope") == "stage":  # graded on its stage's cases (a swap's: the short ones)
         quick = cheat["stage"] in SWAPPED
         # a floor's stage at a timeout long enough for any recompute: the floor, not the
-        # clock, must stop it (stopped inside the stage's own timeout: test_cpu_account.py)
+        # clock, must stop it (stopped inside the stage's own timeout: test_cpu_account.py);
+        # there only the cases a floor judges, where a recompute can be seen (the others'
+        # right answers, recomputed, pass whatever the floor: a minute of the suite's time)
         timeout = None if quick else 3600
-        cases = grade_stage(course, weights, cheat["stage"], 7, quick, timeout, answers)
+        cases = grade_stage(course, weights, cheat["stage"], 7, quick, timeout, answers,
+                            floors_only=not quick)
         assert any(c.status == Status.FAILED for c in cases), cases
         assert all(c.status in (Status.PASSED, Status.FAILED) for c in cases), cases
         messages = [c.message for c in cases if c.status == Status.FAILED]
@@ -606,16 +609,24 @@ def test_a_forger_fails_its_stage_saying_it_recomputes(
 
 
 def grade_stage(
-    course: Path, weights, slug: str, seed: int, quick: bool, timeout, answers=None
+    course: Path, weights, slug: str, seed: int, quick: bool, timeout, answers=None,
+    floors_only: bool = False
 ) -> list:
     """A stage's graded cases (not its proofs), as a quick run grades them (the long ones
-    left out) or every one, at the stage's own timeout (None) or another."""
+    left out) or every one, at the stage's own timeout (None) or another; `floors_only`: only
+    those a floor judges (alone, in a fresh process)."""
+    from tests.test_grading import measured
     from theinference.grading.grader import RunPlan, grade
     from theinference.grading.policy import RunPolicy
 
     (stage,) = [s for s in load_stages() if s.slug == slug]
     stage = replace(stage, timeout=timeout or stage.timeout)
-    stage = replace(stage, cases=tuple(c for c in stage.cases if not is_proof(c)))
+    kept = [c for c in stage.cases if not is_proof(c)]
+    if floors_only:
+        drawn = {c.name: c for c in with_run_draws(stage, seed).cases}
+        kept = [c for c in kept if measured(drawn[c.name])]
+        assert kept, f"no case of {slug} is judged by a floor"
+    stage = replace(stage, cases=tuple(kept))
     policy = RunPolicy(quick=quick)
     limits = Limits(timeout=stage.timeout)
     run = grade(ProcessSetup(course, weights.path, limits),
@@ -637,6 +648,53 @@ def test_a_prefill_by_any_name_is_swapped_after_it_returns(
     assert len(cases) == len(slugs)
     for case in cases:
         assert case.status == Status.PASSED, case.message
+
+
+# the reference's prefill by another name, each layer's attention reading the K/V back from
+# the cache once written, each layer given the whole cache (as the preallocated solution's:
+# its every K/V is then in memory at the return of the last layer's write)
+READ_BACK = {
+    "q @ k.transpose(0, 2, 1)": "q @ cache.k.transpose(0, 2, 1)",
+    "softmax(scores) @ v)": "softmax(scores) @ cache.v)",
+    "def prefill_layer(X, w, layer, cache):": "def prefill_layer(X, w, layer, mc):\n"
+                                              "    cache = mc.layers[layer]",
+    "prefill_layer(X, w, layer, mc.layers[layer])": "prefill_layer(X, w, layer, mc)",
+    "prefill": "fill_cache",
+}
+
+
+def test_a_prefill_that_reads_its_cache_back_is_judged_after_it_over_the_swap(
+    tmp_path, weights, answers, run_seed, monkeypatch
+):
+    """Catches a correct cache failed because its swap landed inside its prefill: a prefill by
+    another name that reads each layer's K/V back from the cache once written has every K/V
+    in memory before its last layer's attention, where the swap is made and read (the last
+    layer among those swapped here); its own output (the first token, the first prompt's
+    logits) is then its own, and every later one must be the answer over the swapped cache."""
+    from theinference.curriculum.checks import generate_loop, prefix_caching, swap
+    from theinference.curriculum.checks.swap import FOLLOWED
+
+    def last_layer_too(kv: list, seed: int) -> list:
+        out, order = swap.shuffled_cache(kv, seed), np.random.default_rng(seed).permutation
+        n = kv[0].k.shape[1]
+        out[-1] = LayerKV(k=kv[0].k[:, order(n)], v=kv[1].v[:, order(n)])
+        return out
+
+    for module in (generate_loop, prefix_caching):
+        monkeypatch.setattr(module, "shuffled_cache", last_layer_too)
+
+    text = reference_text()
+    for before, after in READ_BACK.items():
+        assert before in text, before
+        text = text.replace(before, after)
+    course = make_course(tmp_path / "c", text)
+    adapters = course / "tests" / "adapters.py"
+    adapters.write_text(adapters.read_text().replace("prefill", "fill_cache"))
+    cases = grade_proofs(course, weights, FLOORED, small=True, answers=answers, seed=run_seed)
+    assert len(cases) == len(FLOORED)
+    for case in cases:
+        assert case.status == Status.PASSED, case.message
+        assert case.message.startswith(FOLLOWED.split(":")[0]), case.message
 
 
 DEEP_PREFILL = """

@@ -117,7 +117,7 @@ def test_the_swap_is_drawn_only_where_it_moves_greedys_path(weights, answers):
     assert over_swap.shape == (12, weights.config.vocab_size)
     assert np.array_equal(over_swap[0], recompute.last_logits(prompt).astype(over_swap.dtype))
     assert gl.departure(over_swap, plain, TOL.atol, TOL.rtol) is not None
-    swapped = greedy_over(plan.along, 12)
+    swapped = greedy_over(plan.along, 12, plain[0])
     assert gl.departure(plan.along(swapped), swapped, TOL.atol, TOL.rtol) is None
 
 
@@ -128,8 +128,9 @@ def recompute_greedy(recompute, prompt: list[int], count: int) -> list[int]:
     return ids[len(prompt):]
 
 
-def greedy_over(along, count: int) -> list[int]:
-    tokens: list[int] = []
+def greedy_over(along, count: int, first: int) -> list[int]:
+    """Greedy's tokens over the swapped cache after the prefill's own `first`."""
+    tokens = [first]
     while len(tokens) < count:
         tokens.append(int(along(tokens + [0])[len(tokens)].argmax()))
     return tokens
@@ -143,7 +144,7 @@ def test_tokens_over_the_swap_are_judged_only_once_the_grader_sent_it(weights, a
     recompute = Recompute(weights.tensors, weights.config)
     prompt = random_ids(40, 9, weights.config.vocab_size)
     plan = gl.swap_after_prompt(recompute, [prompt, 6], 3, prompt_state)
-    swapped = greedy_over(plan.along, 6)
+    swapped = greedy_over(plan.along, 6, int(recompute.last_logits(prompt).argmax()))
     report = {"swap": {"applied": True}}
     measured = {"cpu_seconds": 50.0, "floor": 10.0, "limit": 6.0, "stopped": False}
     judge = CHECKS["generate_cost"].judge
@@ -155,6 +156,30 @@ def test_tokens_over_the_swap_are_judged_only_once_the_grader_sent_it(weights, a
     sent = judge((np.array(swapped), measured, Seen(plan, report)), [prompt, 6], ask, TOL,
                  weights.config)
     assert sent.status == Status.PASSED, sent
+
+
+def test_a_generation_whose_swap_landed_inside_its_prefill_is_judged_after_its_first_token(
+    weights,
+):
+    """Catches a correct generation failed for its first token over the swap: a prefill that
+    reads each layer's K/V back from the cache once written is swapped before its last layer's
+    attention reads them (tests/test_cache_use.py), which may move its own logits' argmax;
+    every later token must still be greedy's over the swapped cache, along the student's."""
+    from theinference.oracle.recompute import Recompute
+
+    recompute = Recompute(weights.tensors, weights.config)
+    prompt = random_ids(40, 9, weights.config.vocab_size)
+    plan = gl.swap_after_prompt(recompute, [prompt, 6], 3, prompt_state)
+    plan.sent = True
+    last = int(recompute.last_logits(prompt).argmin())  # far from the prefill's argmax
+    moved = greedy_over(plan.along, 6, last)
+    seen = Seen(plan, {"swap": {"applied": True}})
+    ask = lambda q: gl.expect_path(recompute, q)  # noqa: E731
+    verdict = gl.over_swapped(np.array(moved), seen, [prompt, 6], ask, TOL, weights.config)
+    assert verdict.status == Status.PASSED, verdict.message
+    wrong_later = moved[:3] + [(moved[3] + 1) % weights.config.vocab_size] + moved[4:]
+    verdict = gl.over_swapped(np.array(wrong_later), seen, [prompt, 6], ask, TOL, weights.config)
+    assert verdict.status == Status.FAILED, verdict.message
 
 
 def test_a_cpu_limit_ends_once_the_swap_is_sent():
@@ -293,6 +318,28 @@ def test_a_chain_that_ignores_its_swapped_cache_is_named_a_recompute(weights):
                                     weights.config)
     assert verdict.status == Status.FAILED, verdict.message
     assert verdict.suspected_bug == "decode-recomputes", verdict
+
+
+def test_a_chain_whose_swap_landed_inside_its_first_prefill_is_judged_after_it(weights):
+    """Catches a correct chain failed because its first prompt's logits are not the original's:
+    a prefill that reads each layer's K/V back from the cache once written is swapped before
+    its last layer's attention reads them (tests/test_cache_use.py), so its own logits move,
+    while every later prompt follows the swapped cache. The first prompt's are its own then."""
+    from theinference.oracle.recompute import Recompute
+
+    recompute = Recompute(weights.tensors, weights.config)
+    ids = random_ids(40, 9, weights.config.vocab_size)
+    args = [[ids[:30], ids[:33], ids[:40]]]
+    plan = pc.swap_after_first(recompute, args, 3)
+    plan.sent = True
+    seen = Seen(plan, {"swap": {"applied": True}})
+    moved = plan.expected.copy()
+    moved[0] = np.roll(moved[0], 1)  # the first prompt's logits, read over the swap
+    pairs = [[row, np.array(n)] for row, n in zip(moved, [0, 30, 33], strict=True)]
+    original = pc.expect_prefix(recompute, args)
+    verdict = pc.chain_over_swapped((pairs, None, seen), args, lambda _: original, TOL,
+                                    weights.config)
+    assert verdict.status == Status.PASSED, verdict.message
 
 
 def test_a_chain_no_draw_of_which_moves_its_answers_is_not_swapped(weights, monkeypatch):

@@ -117,10 +117,10 @@ def generate_cached_flop(args: list, config: ModelConfig) -> float:
 
 def swap_after_prompt(recompute, args: list, seed: int, state) -> SwapPlan | None:
     """The cache swapped right after the prompt's prefill (swap.shuffled_cache), for a
-    generation of two tokens or more (the first is the prefill's own logits', before any
-    swap); the answer: the greedy tokens over the swapped cache, along the student's own
-    (`along`). A draw is taken only if it moves greedy's path, so that the recompute's
-    tokens fail over it; None when no draw does (the floor is then the only evidence)."""
+    generation of two tokens or more (the first is the prefill's own: as_chosen); the answer:
+    the greedy tokens over the swapped cache, along the student's own (`along`). A draw is
+    taken only if it moves greedy's path, so that the recompute's tokens fail over it; None
+    when no draw does (the floor is then the only evidence)."""
     prompt, count = args
     if count < 2:
         return None
@@ -131,7 +131,7 @@ def swap_after_prompt(recompute, args: list, seed: int, state) -> SwapPlan | Non
         def along(tokens: list[int]) -> np.ndarray:  # [len(tokens), vocab]
             decoded = oracle.extend(tokens[:-1], w, layers, kv, start=n)
             rest = oracle.logits_at(decoded.hidden, w, list(range(len(tokens) - 1)))
-            return np.concatenate([first[None], rest])
+            return np.concatenate([as_chosen(first, tokens[0])[None], rest])
 
         return along
 
@@ -141,6 +141,18 @@ def swap_after_prompt(recompute, args: list, seed: int, state) -> SwapPlan | Non
             return SwapPlan("prefill", 1, finds, writes, None, lambda: None, along=over(writes),
                             patience=PATIENCE)
     return None
+
+
+def as_chosen(first: np.ndarray, token: int) -> np.ndarray:
+    """The prefill's logits ([vocab]) with `token` on top: over a swap, the first token is the
+    prefill's own, unjudged (the swap, made at the first moment every K/V is in memory, may
+    land inside a prefill that reads each layer's K/V back from the cache, and move its last
+    layer's reading); every later one is judged over the swapped cache, along it."""
+    if first[token] == first.max():
+        return first
+    row = first.copy()
+    row[token] = np.nextafter(first.max(), np.inf, dtype=first.dtype)
+    return row
 
 
 MOVED_WITHIN = 8  # steps a draw is given to move greedy's path, before the next is drawn

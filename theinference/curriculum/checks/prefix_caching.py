@@ -202,7 +202,8 @@ def chain_over_swapped(value, args, ask, tol, config) -> Verdict:
     original's logits instead: every prompt recomputed; neither: asked again, measured,
     where the floor judges (judging.grade_case)."""
     pairs, measured, seen = value
-    swapped = logits_and_reuse(pairs, args, lambda _: seen.plan.expected, tol, config)
+    over_swap = prefill_own(pairs, seen.plan.expected, len(args[0]), config)
+    swapped = logits_and_reuse(pairs, args, lambda _: over_swap, tol, config)
     if swapped.status == Status.PASSED:
         followed = FOLLOWED.format(hook=say("hook"))
         swapped.message = f"{followed} ({cost_beside(measured or {})})"
@@ -214,6 +215,20 @@ def chain_over_swapped(value, args, ask, tol, config) -> Verdict:
     if plain.message == swapped.message:  # a reuse count or a value wrong either way
         return plain
     return Verdict(Status.FAILED, message=ASK_AGAIN, comparisons=swapped.comparisons)
+
+
+def prefill_own(pairs, expected: np.ndarray, count: int, config: ModelConfig) -> np.ndarray:
+    """The answers over the swapped cache ([count, vocab]), the first prompt's logits its own:
+    they are its prefill's, and the swap, made at the first moment every K/V is in memory, may
+    land inside that prefill (one that reads each layer's K/V back from the cache reads its
+    last layer's swapped), where it moves nothing a later prompt reads."""
+    try:
+        own = as_logit_reuse_pairs(pairs, count, config)[0][0]
+    except Rejected:
+        return expected  # said by the comparison itself
+    over_swap = expected.copy()
+    over_swap[0] = own
+    return over_swap
 
 
 def expected_reuse(prompts: list[list[int]]) -> list[int]:
