@@ -48,6 +48,7 @@ NEEDS = {"torch_kvcache.py": ["torch"], "torch_module_kvcache.py": ["torch"],
 # tests/test_grading.py; the paged solution's (NumPy blocks) every case of the first three
 # stages at full size: tests/test_class_grade_slow.py
 EVERY_STAGE = ["independent_kvcache.py", "transformers_kvcache.py"]  # float64 and loops; PyTorch
+SHORT = 64  # tokens: the every-stage grade's longest case but for its swaps and refusals
 # at full size: the swaps in a buffer of the whole context, a chain of a thousand nodes and
 # PyTorch; the floors on the slowest correct cache here, transformers' (the reference's
 # every full-size proof: tests/test_grading.py)
@@ -103,17 +104,22 @@ def test_a_correct_cache_in_any_layout_passes_every_stage(
 ):
     """Catches a verdict that depends on the layout anywhere in the curriculum: every stage's
     short graded cases (every decode among them swapped) and its swap proofs, as a quick run
-    grades them."""
+    grades them, but for the cases of more than SHORT tokens (the same calls, longer: the
+    layouts' every case at full size is tests/test_class_grade_slow.py's, the paged one's)."""
     from theinference.grading.grader import RunPlan, grade
-    from theinference.grading.policy import RunPolicy
+    from theinference.grading.policy import RunPolicy, case_size, is_swap
 
     course = layout_course(tmp_path / "c", layout)
+    short = [c.name for s in load_stages() for c in s.cases
+             if case_size(c) <= SHORT or is_swap(c) or "must_raise" in c.inputs]
     stages = [replace(s, timeout=300) for s in load_stages()]
     run = grade(ProcessSetup(course, weights.path, Limits(timeout=300)),
-                RunPlan(stages, weights, answers, RunPolicy(quick=True), run_seed))
+                RunPlan(stages, weights, answers, RunPolicy(quick=True, cases=tuple(short)),
+                        run_seed))
     for stage in run.stages:
         bad = [(c.name, c.message) for c in stage.cases if c.status != Status.PASSED]
         assert stage.status == Status.PASSED and not bad, (stage.slug, bad)
+        assert sum(c.status == Status.PASSED for c in stage.cases) >= 3, stage.slug
 
 
 @pytest.mark.slow

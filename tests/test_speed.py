@@ -158,7 +158,7 @@ def test_the_reference_ranks_above_a_slower_correct_cache(tmp_path, weights):
     for name, text in (("reference", reference_text()), ("slow", slow_cache_text())):
         course = make_course(tmp_path / name, text)
         setup = ProcessSetup(course, weights.path, Limits(timeout=300), sandbox=choose("auto"))
-        figures[name] = speed_of(setup, weights, repeats=2)  # the best of two turns each
+        figures[name] = speed_of(setup, weights, repeats=1)  # one turn each: 2x apart
         assert figures[name]["status"] == "measured", figures[name]
     assert figures["reference"]["ratio"] > figures["slow"]["ratio"]
     assert 0.5 < figures["reference"]["ratio"] < 2  # the reference is about the oracle's speed
