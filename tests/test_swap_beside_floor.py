@@ -180,6 +180,15 @@ def test_a_generation_whose_swap_landed_inside_its_prefill_is_judged_after_its_f
     wrong_later = moved[:3] + [(moved[3] + 1) % weights.config.vocab_size] + moved[4:]
     verdict = gl.over_swapped(np.array(wrong_later), seen, [prompt, 6], ask, TOL, weights.config)
     assert verdict.status == Status.FAILED, verdict.message
+    # a recompute after that first token: the original's greedy path along it, never a pass
+    recomputed = [last, *recompute_greedy(recompute, [*prompt, last], 5)]
+    verdict = gl.over_swapped(np.array(recomputed), seen, [prompt, 6], ask, TOL, weights.config)
+    assert verdict.status == Status.FAILED, verdict.message
+    # ... even where the swap moves no token along that path: then it proves nothing
+    unmoved = replace(plan, along=lambda tokens: gl.expect_path(recompute, [prompt, tokens]))
+    verdict = gl.over_swapped(np.array(recomputed), Seen(unmoved, seen.report), [prompt, 6],
+                              ask, TOL, weights.config)
+    assert verdict.status == Status.FAILED, verdict.message
 
 
 def test_a_cpu_limit_ends_once_the_swap_is_sent():

@@ -117,7 +117,7 @@ def generate_cached_flop(args: list, config: ModelConfig) -> float:
 
 def swap_after_prompt(recompute, args: list, seed: int, state) -> SwapPlan | None:
     """The cache swapped right after the prompt's prefill (swap.shuffled_cache), for a
-    generation of two tokens or more (the first is the prefill's own: as_chosen); the answer:
+    generation of two tokens or more (the first is the prefill's own: over_swapped); the answer:
     the greedy tokens over the swapped cache, along the student's own (`along`). A draw is
     taken only if it moves greedy's path, so that the recompute's tokens fail over it; None
     when no draw does (the floor is then the only evidence)."""
@@ -131,7 +131,7 @@ def swap_after_prompt(recompute, args: list, seed: int, state) -> SwapPlan | Non
         def along(tokens: list[int]) -> np.ndarray:  # [len(tokens), vocab]
             decoded = oracle.extend(tokens[:-1], w, layers, kv, start=n)
             rest = oracle.logits_at(decoded.hidden, w, list(range(len(tokens) - 1)))
-            return np.concatenate([as_chosen(first, tokens[0])[None], rest])
+            return np.concatenate([first[None], rest])
 
         return along
 
@@ -143,16 +143,20 @@ def swap_after_prompt(recompute, args: list, seed: int, state) -> SwapPlan | Non
     return None
 
 
-def as_chosen(first: np.ndarray, token: int) -> np.ndarray:
-    """The prefill's logits ([vocab]) with `token` on top: over a swap, the first token is the
-    prefill's own, unjudged (the swap, made at the first moment every K/V is in memory, may
-    land inside a prefill that reads each layer's K/V back from the cache, and move its last
-    layer's reading); every later one is judged over the swapped cache, along it."""
-    if first[token] == first.max():
-        return first
-    row = first.copy()
-    row[token] = np.nextafter(first.max(), np.inf, dtype=first.dtype)
-    return row
+def first_chosen(ask, tol: Tolerance, moved: list):
+    """`ask` ([prompt, tokens] -> [count, vocab]) with the first row's top the first token,
+    where it is not a near-tie there (then added to `moved`): the first token unjudged."""
+
+    def asked(question) -> np.ndarray:
+        logits, chosen = ask(question), question[1][0]
+        if near_tie(logits[0], chosen, tol.atol, tol.rtol):
+            return logits
+        moved.append(chosen)
+        top = logits[0].copy()
+        top[chosen] = np.nextafter(top.max(), np.inf, dtype=top.dtype)
+        return np.concatenate([top[None], logits[1:]])
+
+    return asked
 
 
 MOVED_WITHIN = 8  # steps a draw is given to move greedy's path, before the next is drawn
@@ -239,15 +243,23 @@ def over_swapped(tokens, seen: Seen, args, ask, tol, config) -> Verdict:
     """Passed when the tokens are greedy's over the swapped cache (near-ties allowed): only a
     generation that reads its cache makes them, however long it takes. Greedy's over the
     original cache instead: it recomputes. Neither: asked again, measured, where the floor
-    judges it (judging.grade_case)."""
-    along = seen.plan.along
-    verdict = greedy_tokens(tokens, args, lambda question: along(question[1]), tol, config)
+    judges it (judging.grade_case). The first token is the prefill's own, not judged: the
+    swap, made at the first moment every K/V is in memory, may land inside a prefill that reads
+    each layer's K/V back from the cache, and move its last layer's reading. Where it is not
+    greedy's over the prompt, the swap was drawn to move another path: it proves the cache is
+    read only if the tokens are not also the original's greedy ones along their own path."""
+    moved: list[int] = []  # the first token, where it is not greedy's over the prompt
+    over_swap = first_chosen(lambda question: seen.plan.along(question[1]), tol, moved)
+    verdict = greedy_tokens(tokens, args, over_swap, tol, config)
+    original = first_chosen(ask, tol, [])  # after the first token, the original's greedy?
     if verdict.status == Status.PASSED:
+        if moved and greedy_tokens(tokens, args, original, tol, config).status == Status.PASSED:
+            return Verdict(Status.FAILED, message=ASK_AGAIN, tokens=verdict.tokens)
         verdict.message = FOLLOWED.format(hook=say("hook"))
         return verdict
     if verdict.tokens is None:  # not token ids at all: nothing a swap changes
         return verdict
-    if greedy_tokens(tokens, args, ask, tol, config).status == Status.PASSED:
+    if greedy_tokens(tokens, args, original, tol, config).status == Status.PASSED:
         return Verdict(Status.FAILED, message=say("recomputes_swapped"), hint=say("reads_cache"),
                        tokens=verdict.tokens, suspected_bug="decode-recomputes")
     return Verdict(Status.FAILED, message=ASK_AGAIN, tokens=verdict.tokens)
