@@ -247,13 +247,14 @@ def over_swapped(tokens, seen: Seen, args, ask, tol, config) -> Verdict:
     swap, made at the first moment every K/V is in memory, may land inside a prefill that reads
     each layer's K/V back from the cache, and move its last layer's reading. Where it is not
     greedy's over the prompt, the swap was drawn to move another path: it proves the cache is
-    read only if the tokens are not also the original's greedy ones along their own path."""
+    read only where it moves this one too (departs_apart)."""
     moved: list[int] = []  # the first token, where it is not greedy's over the prompt
     over_swap = first_chosen(lambda question: seen.plan.along(question[1]), tol, moved)
     verdict = greedy_tokens(tokens, args, over_swap, tol, config)
     original = first_chosen(ask, tol, [])  # after the first token, the original's greedy?
     if verdict.status == Status.PASSED:
-        if moved and greedy_tokens(tokens, args, original, tol, config).status == Status.PASSED:
+        if moved and not departs_apart(over_swap(verdict_path(args, verdict)),
+                                       original(verdict_path(args, verdict))):
             return Verdict(Status.FAILED, message=ASK_AGAIN, tokens=verdict.tokens)
         verdict.message = FOLLOWED.format(hook=say("hook"))
         return verdict
@@ -263,6 +264,19 @@ def over_swapped(tokens, seen: Seen, args, ask, tol, config) -> Verdict:
         return Verdict(Status.FAILED, message=say("recomputes_swapped"), hint=say("reads_cache"),
                        tokens=verdict.tokens, suspected_bug="decode-recomputes")
     return Verdict(Status.FAILED, message=ASK_AGAIN, tokens=verdict.tokens)
+
+
+def verdict_path(args: list, verdict: Verdict) -> list:
+    """[prompt, the student's tokens] of a judged generation."""
+    return [args[0], verdict.tokens["yours"]]
+
+
+def departs_apart(over_swap: np.ndarray, original: np.ndarray) -> bool:
+    """Whether, past the first, some step's original greedy token is no near-tie (APART's,
+    wider than the stage's) over the swapped cache ([count, vocab] each, along one path): the
+    swap moves that path, as a draw is checked to move the original's (moves_greedy)."""
+    return any(not near_tie(over_swap[j], int(original[j].argmax()), APART["atol"], APART["rtol"])
+               for j in range(1, len(original)))
 
 
 def as_token_ids(value, count: int, vocab: int) -> list[int]:
