@@ -253,8 +253,8 @@ def over_swapped(tokens, seen: Seen, args, ask, tol, config) -> Verdict:
     verdict = greedy_tokens(tokens, args, over_swap, tol, config)
     original = first_chosen(ask, tol, [])  # after the first token, the original's greedy?
     if verdict.status == Status.PASSED:
-        if moved and not departs_apart(over_swap(verdict_path(args, verdict)),
-                                       original(verdict_path(args, verdict))):
+        path = [args[0], verdict.tokens["yours"]]
+        if moved and not departs_apart(over_swap(path), original(path)):
             return Verdict(Status.FAILED, message=ASK_AGAIN, tokens=verdict.tokens)
         verdict.message = FOLLOWED.format(hook=say("hook"))
         return verdict
@@ -264,11 +264,6 @@ def over_swapped(tokens, seen: Seen, args, ask, tol, config) -> Verdict:
         return Verdict(Status.FAILED, message=say("recomputes_swapped"), hint=say("reads_cache"),
                        tokens=verdict.tokens, suspected_bug="decode-recomputes")
     return Verdict(Status.FAILED, message=ASK_AGAIN, tokens=verdict.tokens)
-
-
-def verdict_path(args: list, verdict: Verdict) -> list:
-    """[prompt, the student's tokens] of a judged generation."""
-    return [args[0], verdict.tokens["yours"]]
 
 
 def departs_apart(over_swap: np.ndarray, original: np.ndarray) -> bool:
