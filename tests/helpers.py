@@ -84,18 +84,22 @@ def grade_course(
     oracle=None,
     listener=None,
     seed: int | None = None,
+    quick: bool = False,
 ):
     """Grade through the same path as the CLI, returning the RunResult (`oracle`: the answers
-    to share, `seed`: the drawn cases', as the `answers` and `run_seed` fixtures give them)."""
+    to share, `seed`: the drawn cases', as the `answers` and `run_seed` fixtures give them;
+    `quick`: the long cases left out, as --quick does)."""
     from theinference.curriculum.stages import load_stages, select
     from theinference.grading.grader import RunPlan, grade
+    from theinference.grading.policy import RunPolicy
     from theinference.student.setup import Limits, ProcessSetup
 
     stages = [replace(s, timeout=timeout) for s in select(load_stages(), slugs or [])]
     from theinference.results.events import ignore
 
     return grade(ProcessSetup(course, weights.path, Limits(timeout=timeout)),
-                 RunPlan(stages, weights, oracle, seed=seed), listener or ignore)
+                 RunPlan(stages, weights, oracle, RunPolicy(quick=quick), seed=seed),
+                 listener or ignore)
 
 
 def statuses(run) -> dict[str, str]:

@@ -3,15 +3,14 @@
 from tests.helpers import grade_course
 
 
-def test_events_arrive_in_order_and_carry_the_results(reference_course, weights):
+def test_events_arrive_in_order_and_carry_the_results(reference_course, weights, answers):
     """Would catch: a listener never called, events out of order (a case finishing before it
     started, a stage finishing twice), or results reported that differ from those returned."""
     from theinference.results import events
 
     seen = []
-    run = grade_course(
-        reference_course, weights, ["single-step-attention", "build-prefill"], listener=seen.append
-    )
+    run = grade_course(reference_course, weights, ["single-step-attention", "build-prefill"],
+                       oracle=answers, listener=seen.append, quick=True)
     kinds = [type(e).__name__ for e in seen]
     assert kinds[0] == "RunStarted" and kinds[-1] == "RunFinished"
     assert seen[0].stages == ("single-step-attention", "build-prefill")

@@ -329,7 +329,7 @@ def test_a_stage_spec_sets_its_own_limits(tmp_path, weights):
 
     course = submission(
         tmp_path,
-        "sys.stdout.write('z' * 5000)\n    x = np.ones(3 * 1024**3 // 8)\n    return x[:768]",
+        "sys.stdout.write('z' * 5000)\n    x = np.empty(3 * 1024**3 // 8)\n    return x[:768]",
     )
     first = load_stages()[0]
     stage = replace(first, cases=tuple(c for c in first.cases if c.name == "two tokens"))
