@@ -313,6 +313,14 @@ def test_a_chain_that_ignores_its_swapped_cache_is_named_a_recompute(weights):
     """Catches prefix-caching's "recomputes" verdict over the swap naming no bug: the report
     then named none, and the stage's later measured calls lost the CPU limit a decode shown
     to recompute keeps (a failing try ran to its end)."""
+    verdict = judged_chain(weights, lambda plan: plan.plain())
+    assert verdict.status == Status.FAILED, verdict.message
+    assert verdict.suspected_bug == "decode-recomputes", verdict
+
+
+def judged_chain(weights, answered):
+    """The swapped chain's verdict (three prompts, each the one before and more) on the logits
+    `answered(plan)` gives ([prompts, vocab]), each reusing all but its last new tokens."""
     from theinference.oracle.recompute import Recompute
 
     recompute = Recompute(weights.tensors, weights.config)
@@ -321,12 +329,10 @@ def test_a_chain_that_ignores_its_swapped_cache_is_named_a_recompute(weights):
     plan = pc.swap_after_first(recompute, args, 3)
     plan.sent = True
     seen = Seen(plan, {"swap": {"applied": True}})
-    pairs = [[row, np.array(n)] for row, n in zip(plan.plain(), [0, 30, 33], strict=True)]
+    pairs = [[row, np.array(n)] for row, n in zip(answered(plan), [0, 30, 33], strict=True)]
     original = pc.expect_prefix(recompute, args)  # [prompts, vocab]
-    verdict = pc.chain_over_swapped((pairs, None, seen), args, lambda _: original, TOL,
-                                    weights.config)
-    assert verdict.status == Status.FAILED, verdict.message
-    assert verdict.suspected_bug == "decode-recomputes", verdict
+    return pc.chain_over_swapped((pairs, None, seen), args, lambda _: original, TOL,
+                                 weights.config)
 
 
 def test_a_chain_whose_swap_landed_inside_its_first_prefill_is_judged_after_it(weights):
@@ -334,20 +340,12 @@ def test_a_chain_whose_swap_landed_inside_its_first_prefill_is_judged_after_it(w
     a prefill that reads each layer's K/V back from the cache once written is swapped before
     its last layer's attention reads them (tests/test_cache_use.py), so its own logits move,
     while every later prompt follows the swapped cache. The first prompt's are its own then."""
-    from theinference.oracle.recompute import Recompute
+    def first_moved(plan):  # the first prompt's logits read over the swap, the rest over it
+        moved = plan.expected.copy()
+        moved[0] = np.roll(moved[0], 1)
+        return moved
 
-    recompute = Recompute(weights.tensors, weights.config)
-    ids = random_ids(40, 9, weights.config.vocab_size)
-    args = [[ids[:30], ids[:33], ids[:40]]]
-    plan = pc.swap_after_first(recompute, args, 3)
-    plan.sent = True
-    seen = Seen(plan, {"swap": {"applied": True}})
-    moved = plan.expected.copy()
-    moved[0] = np.roll(moved[0], 1)  # the first prompt's logits, read over the swap
-    pairs = [[row, np.array(n)] for row, n in zip(moved, [0, 30, 33], strict=True)]
-    original = pc.expect_prefix(recompute, args)
-    verdict = pc.chain_over_swapped((pairs, None, seen), args, lambda _: original, TOL,
-                                    weights.config)
+    verdict = judged_chain(weights, first_moved)
     assert verdict.status == Status.PASSED, verdict.message
 
 
