@@ -376,3 +376,20 @@ def test_npm_test_without_the_grader_on_path_says_how_to_fix_it(tmp_path):
     assert done.returncode == 127, done.stdout + done.stderr
     assert "activate the virtual environment" in done.stderr
     assert "pip install theinference" in done.stderr
+
+
+def test_a_stages_case_times_never_sum_past_the_stage():
+    """Catches junit.xml's per-case times summing past the session's (seen in CI): a case's
+    time is its student call's and the oracle's, which overlap (the oracle works while the
+    student's code runs); scaled to the stage's own time where they would pass it, and left
+    as they are where they do not."""
+    from theinference.commands.pytest_plugin import own_seconds
+    from theinference.results import CaseResult, StageResult, Status
+
+    cases = [CaseResult(Status.PASSED, name=str(i), student_seconds=s, oracle_seconds=o)
+             for i, (s, o) in enumerate([(1.0, 0.5), (2.0, 0.5)])]
+    overlapped = StageResult("s", "S", Status.PASSED, cases=cases, seconds=3.0)
+    assert sum(own_seconds(overlapped, c) for c in cases) == pytest.approx(3.0)
+    assert own_seconds(overlapped, cases[1]) == pytest.approx(2.5 * 3.0 / 4.0)
+    apart = StageResult("s", "S", Status.PASSED, cases=cases, seconds=5.0)
+    assert [own_seconds(apart, c) for c in cases] == [1.5, 2.5]

@@ -133,7 +133,7 @@ class CaseItem(pytest.Item):
             raise skip(f"{result.slug}: {result.reason}")
         if case is None:  # left after a first case that is todo
             raise skip(not_started_text(result))
-        self.seconds = case.student_seconds + case.oracle_seconds
+        self.seconds = own_seconds(result, case)
         if case.status != Status.PASSED:
             told_under = self.runs.told.setdefault(result.slug, case.name)
             raise CaseFailed(case_text(result, case.name, "" if told_under == case.name
@@ -147,6 +147,15 @@ class CaseItem(pytest.Item):
     def reportinfo(self):
         return self.path, self.runs.adapter_line(self.path, self.case.check), (
             f"{self.stage.slug}: {self.case.name}")
+
+
+def own_seconds(result, case) -> float:
+    """A case's time: its student call's and the oracle's, scaled so that its stage's cases
+    never sum past the stage's own time (the oracle works while the student's code runs,
+    and a stage's long cases run beside the others: their times overlap)."""
+    total = sum(c.student_seconds + c.oracle_seconds for c in result.cases)
+    scale = min(1.0, result.seconds / total) if total > 0 and result.seconds > 0 else 1.0
+    return (case.student_seconds + case.oracle_seconds) * scale
 
 
 @pytest.hookimpl(wrapper=True)
