@@ -9,7 +9,7 @@ from tests.test_swap_beside_floor import cost_stage, graded
 from theinference.curriculum.checks.common import Verdict
 from theinference.curriculum.checks.swap import ASK_AGAIN, FOLLOWED, SwapPlan
 from theinference.curriculum.stages import with_run_draws
-from theinference.grading.swap_first import needs_floor
+from theinference.grading.swap_first import floor_only, needs_floor
 from theinference.results import Status
 from theinference.student.process import StudentProcess
 from theinference.student.replies import Outcome
@@ -206,6 +206,29 @@ def test_only_the_floor_judges_what_the_swap_beside_left_open(
     outcome.probe = report
     verdict = Verdict(status, message=message)
     assert needs_floor(verdict, outcome, plan, lambda: asked) == floor
+
+
+@pytest.mark.parametrize(
+    ("kind", "most", "alone_by_floor"),
+    [
+        ("cpu_limit", 23040, False),  # its search was finding the cache: swapped alone
+        ("timeout", 23040, False),
+        ("cpu_limit", 0, True),  # a cache the search never saw: no search to pay for alone
+        ("timeout", 0, True),
+        ("returned", 23040, True),  # a right answer on no swap, or one asked again
+    ],
+)
+def test_a_try_stopped_before_the_swap_of_a_cache_it_was_finding_is_swapped_alone(
+    kind, most, alone_by_floor
+):
+    """Catches a try that ran out of its budget while its search was finding the cache,
+    before the swap was sent, judged by the floor alone: a correct cache slower than the floor
+    allows failed as a recompute (the preallocated pool's prefix-caching did, whenever the
+    search of its 75 MB pool at each layer outran the try's budget); and a cache the search
+    never saw measured alone with a search it would pay for in its CPU time."""
+    plan = swap_plan(False)
+    plan.most = most
+    assert floor_only(Outcome(kind), plan) == alone_by_floor
 
 
 def test_every_case_a_floor_may_judge_meets_it_on_inputs_drawn_for_the_run():

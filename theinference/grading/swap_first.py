@@ -8,12 +8,13 @@ from reading the cache, in a fresh process or in one that served other cases, ho
 took. So such a case is first called as an unmeasured one is, beside the other cases, with its
 swap, and a CPU budget only until the swap is sent (`try_beside`, `try_limit`). Its verdict
 stands where the answer followed the swapped cache, or failed by what it returned. Where only
-the floor can judge (no swap was made and the answer is right, the answer departs from both
-caches and the diagnosis asks again, or the call ran out of time or budget), the case is
-`Deferred`: called again alone, measured, once the cases beside it are done
-(`measure_alone`), as every measured case was before, on a prompt drawn for the run where its
-try's prompt is fixed (stages.for_floor: the fixed prompt's K/V are kept across runs, so the try
-costs the oracle a few decodes; its answers could be made ahead by code that knows the spec).
+the floor can judge (no swap was made and the answer is right, or the answer departs from both
+caches and the diagnosis asks again), or the call ran out of time or budget before its swap
+was sent, the case is `Deferred`: called again alone, measured, once the cases beside it are
+done (`measure_alone`), as every measured case was before (with its swap where its search was
+finding the cache: `floor_only`), on a prompt drawn for the run where its try's prompt is
+fixed (stages.for_floor: the fixed prompt's K/V are kept across runs, so the try costs the
+oracle a few decodes; its answers could be made ahead by code that knows the spec).
 """
 
 from collections.abc import Callable
@@ -85,7 +86,8 @@ def try_beside(stage: Stage, case: Case, process: StudentProcess, answers: Answe
     fixed = resolved(fixed, clock)
     verdict = judge(Question(stage, case, args, answers, clock), outcome, fixed)
     if needs_floor(verdict, outcome, fixed, ask_again):
-        return Deferred(case, floor_only=True, plan=fixed, oracle_seconds=clock.seconds)
+        return Deferred(case, floor_only=floor_only(outcome, fixed), plan=fixed,
+                        oracle_seconds=clock.seconds)
     if departs(verdict):  # not asked again: the stage's smaller failing cases were
         verdict.message = UNASKED.format(hook=stage.words["hook"])
     elif verdict.status == Status.PASSED:  # over the swap: what it cost, said beside (a
@@ -128,6 +130,16 @@ def needs_floor(verdict: Verdict, outcome: Outcome, plan, ask_again: Callable[[]
     if verdict.status == Status.PASSED:
         return not (isinstance(plan, SwapPlan) and Seen(plan, outcome.probe).applied)
     return departs(verdict) and ask_again()
+
+
+def floor_only(outcome: Outcome, plan) -> bool:
+    """Whether a deferred try is judged by the floor alone. Not where it ran out of time or
+    budget while its search was finding the cache, before the swap was sent: alone, the swap
+    is tried again under the floor's limit (a correct cache slower than the floor allows
+    passes by it there). A cache the search never saw meets the floor with no search to pay
+    for."""
+    seen = isinstance(plan, SwapPlan) and plan.most > 0
+    return not (seen and outcome.kind in ("timeout", "cpu_limit"))
 
 
 def measure_alone(deferred: Deferred, stage: Stage, process: StudentProcess, answers: Answers,
