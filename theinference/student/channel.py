@@ -134,7 +134,8 @@ def next_frame(reply: bytearray):
         return TOO_BIG
     if len(reply) < start + size:
         return None
-    payload = bytes(reply[start : start + size])
+    with memoryview(reply) as view, view[start : start + size] as frame:
+        payload = bytes(frame)  # one copy of a frame that may be hundreds of MB
     del reply[: start + size]
     return decode_reply(payload)
 

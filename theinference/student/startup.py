@@ -3,6 +3,7 @@ first instruction where the run's account is one, cgroups.py), placed whole and 
 confirmed guarded (worker/guard.py), before the grader lets the student's code load.
 """
 
+import fcntl
 import os
 import signal
 import subprocess
@@ -51,12 +52,28 @@ class Worker:
         return self.popen.pid
 
 
+PIPE_BYTES = 1 << 20  # Linux's default most for an unprivileged process (pipe-max-size)
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+
+
+def widen(fd: int) -> None:
+    """The reply pipe made 1 MiB wide where the system allows: the arrays a swap's moment sends
+    (hundreds of MB at a prefill's layer) cross in 16 times fewer turns of the two processes,
+    twice as fast here. Where it cannot (another system, a lower limit), the default pipe
+    serves, slower."""
+    try:
+        fcntl.fcntl(fd, F_SETPIPE_SZ, PIPE_BYTES)
+    except OSError:
+        pass
+
+
 def spawn(command: Callable, account: Account, guarded: bool) -> Worker | Outcome:
     """The worker's process, started by `command(request_fd, reply_fd)` (argv, env, user,
     folder), in a fresh cgroup where the run's account is one; or why it could not start."""
     cgroup = new_cgroup(account)
     req_read, req_write = os.pipe()
     resp_read, resp_write = os.pipe()
+    widen(resp_read)
     joining = os.open(cgroup.procs, os.O_WRONLY) if cgroup is not None else None
     try:
         argv, env, as_user, cwd = command(req_read, resp_write)
