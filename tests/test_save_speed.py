@@ -94,6 +94,41 @@ def test_an_unchanged_array_with_rows_in_it_is_named_not_sent_and_still_written(
     np.testing.assert_array_equal(values, rows(3))
 
 
+def test_arrays_of_one_sign_are_not_sent_once_the_grader_says_they_hold_no_row():
+    """Catches attention probabilities ([heads, n, n], all >= 0: the largest arrays a prefill
+    makes, new at every layer) sent and searched at each layer of a prefill into a pool
+    allocated whole; and a worker that skips them before the grader has said that no K/V row
+    is of one sign, or skips an array of both signs."""
+    k, v = rows(0), rows(1)
+    finds, writes = [LayerKV(k, v)], [LayerKV(rows(2), rows(3))]
+    sent: list[int] = []
+    target = worker_swap.Target(sizes(finds), grader_exchange(finds, writes, sent))
+    values = np.zeros_like(v)
+    probabilities = np.random.default_rng(7).random((H, 128, 128)).astype(np.float32)
+    assert not target.swap([{"k": k.copy(), "v": values}, probabilities], None)["applied"]
+    assert sorted(sent) == sorted([k.size, probabilities.size]), "sent before the grader said"
+    cache = {"k": k.copy(), "v": v.copy()}
+    scores = probabilities - 0.5  # of both signs: may hold rows, sent
+    assert target.swap([cache, probabilities * 2, -probabilities, scores], None)["applied"]
+    assert sorted(sent[2:]) == sorted([v.size, scores.size]), "an array of one sign was sent"
+    np.testing.assert_array_equal(cache["v"], rows(3))
+
+
+def test_a_cache_whose_rows_are_of_one_sign_is_still_found():
+    """Catches arrays of one sign skipped where a K/V row is of one sign (no real model's, but
+    the skip rests on the targets, not on models): the grader then says nothing of signs, and
+    searches such an array."""
+    from theinference.curriculum.checks.swap_search import Search
+
+    k, v = np.abs(rows(0)), rows(1)
+    assert not Search([LayerKV(k, v)], [LayerKV(k, v)]).one_signed_barren
+    finds, writes = [LayerKV(k, v)], [LayerKV(rows(2), rows(3))]
+    cache = {"k": k.copy(), "v": v.copy()}
+    target = worker_swap.Target(sizes(finds), grader_exchange(finds, writes))
+    assert target.swap([cache], None)["applied"]
+    np.testing.assert_array_equal(cache["k"], rows(2))
+
+
 def test_an_array_called_known_that_was_never_searched_is_a_bad_reply_not_a_write():
     """Catches a memo that trusts the student's process: a number the grader never found rows
     under (or one that is no count) must fail the search with a message, never write or take

@@ -14,7 +14,8 @@ import numpy as np
 
 from theinference.oracle.gpt2 import LayerKV
 from theinference.student.reply_arrays import BadReply, Known
-from theinference.student.row_index import RowIndex
+from theinference.student.row_index import TOL, RowIndex
+from theinference.student.worker import held as held_rules
 from theinference.student.worker.cache_rows import row_views
 
 SMALL = 1 << 16  # arrays up to this size are matched together with those of their shape
@@ -29,6 +30,7 @@ class Search:
         self.finds = np.stack([getattr(layer, kv) for layer in finds for kv in "kv"])
         self.writes = np.stack([getattr(layer, kv) for layer in writes for kv in "kv"])
         self._index = self._sorted = None  # [2L, h, n, hd] each, above
+        self._one_signed: bool | None = None  # one_signed_barren, once known
         self.found = 0  # rows of the K/V the last answer found
         # an array's number (the worker's) -> the places found in it, where there were any: a
         # later moment names it Known while it is unchanged, and is not searched again
@@ -55,7 +57,8 @@ class Search:
         hd = self.hd
         places, covered = self.recalled(held), np.zeros(len(self.index), dtype=bool)
         sent = [i for i, source in enumerate(held) if not isinstance(source, Known)]
-        for group in alike(held, sent):
+        signs = self.one_signed_barren
+        for group in alike(held, [i for i in sent if not (signs and one_signed(held[i]))]):
             places += locate(held, group, self, reorder=False)
         for place in places:
             covered[place[3]] = True
@@ -70,7 +73,8 @@ class Search:
         self.found = int(covered.sum())
         if not covered.all():
             rows = covered.reshape(2 * self.layers, -1)
-            return {"write": None, "reason": missing_reason(rows, about, hd), "barren": barren}, []
+            return {"write": None, "reason": missing_reason(rows, about, hd), "barren": barren,
+                    "one_signed": signs}, []
         flat = self.writes.reshape(-1, hd)  # [2L * h * n, hd]
         writes, blobs = [], []
         for at, view, rows, found, scale, order in places:
@@ -80,6 +84,18 @@ class Search:
             writes.append({"held": at, "view": view, "rows": len(blobs), "values": len(blobs) + 1})
             blobs += [rows.astype(np.int64).tobytes(), values.tobytes()]
         return {"write": writes, "barren": barren}, blobs
+
+    @property
+    def one_signed_barren(self) -> bool:
+        """Whether an array all of whose values are >= 0, or all <= 0, holds no row: every
+        target, at unit length, has a value below -TOL and one above TOL, which no row of one
+        sign (in any order, at any positive scale) comes within TOL of. Attention
+        probabilities are such arrays: [heads, n, n], the largest a prefill makes."""
+        if self._one_signed is None:
+            units = self.index.units  # [T, hd]
+            self._one_signed = bool((units.min(axis=1) < -TOL).all()
+                                    and (units.max(axis=1) > TOL).all())
+        return self._one_signed
 
     def recalled(self, held: list) -> list:
         """The places found at earlier moments in the arrays named Known now."""
@@ -100,6 +116,13 @@ class Search:
             number = held[i].number  # (the Node worker gives none)
             if number is not None and i in mine:
                 self.memo[number] = mine[i]
+
+
+def one_signed(source) -> bool:
+    """Whether an array of floats sent holds values of one sign alone (>= 0, or <= 0; NaN
+    neither): held.one_signed's, read here too, where a worker does not skip them."""
+    a = source.array
+    return a.dtype.kind == "f" and not source.bf16 and held_rules.one_signed(a)
 
 
 def alike(held: list, sent: list[int]) -> list[list[int]]:

@@ -1,6 +1,6 @@
 """What a swap's moment reads of an array and sends of it (part of the worker: imports nothing
-of the grader): whether it is all zeros, a checksum that tells it again unchanged, and its
-bytes."""
+of the grader): whether it is all zeros or of one sign, a checksum that tells it again
+unchanged, and its bytes."""
 
 import sys
 
@@ -25,6 +25,15 @@ def all_zero(a) -> bool:
         return not a.any()
     except TypeError:  # a dtype with no truth: sent, the grader reads it
         return False
+
+
+def one_signed(a) -> bool:
+    """Whether every value of the float array is >= 0, or every one <= 0 (NaN: neither). Where
+    the grader says so (its answer's one_signed), such an array holds no K/V row: attention
+    probabilities, [heads, n, n], the largest array a prefill makes, are never sent."""
+    if a.size == 0 or a.dtype.kind != "f":
+        return False
+    return bool(a.min() >= 0) or bool(a.max() <= 0)
 
 
 def mark(a) -> "tuple[tuple, int] | None":

@@ -61,6 +61,7 @@ class Target:
         self.numbered = 0  # numbers given to arrays sent
         self.unnamed_weights = None  # the WeightSkip of a search given no weights, kept
         self.last_sent: list = []  # the places and checksums of what was sent last
+        self.one_signed = False  # the grader said an array of one sign holds no row
 
     def swap(self, roots: list, weights, classes: frozenset = frozenset()) -> dict:
         """Send what `roots` reach (through the attributes of `classes`, the course's own, too)
@@ -95,6 +96,7 @@ class Target:
         word = {"outcome": "hooked", "probe": {"held": descriptions, "about": walk.describe()}}
         answer, back = self.exchange(word, blobs)
         self.learn(fresh, descriptions, answer.get("barren"))
+        self.one_signed = self.one_signed or answer.get("one_signed") is True
         writes = answer.get("write")
         if not isinstance(writes, list):
             reason = str(answer.get("reason", "the grader found no cache"))
@@ -121,13 +123,21 @@ class Target:
 
     def unseen(self, sources: list) -> list:
         """(source, its mark) of the arrays that may hold a row the grader has not looked at:
-        not all zeros (no K/V row is: a cache preallocated before its prefill), and not found
-        barren before and unchanged since."""
+        not all zeros (no K/V row is: a cache preallocated before its prefill), not found
+        barren before and unchanged since, and, once the grader has said so, not of one sign
+        (held.one_signed: attention probabilities)."""
         fresh = []
         for source in sources:
             seen = held.mark(source.array)
-            if seen is not None and self.searched.get(seen[0]) != (seen[1], None):
-                fresh.append((source, seen))
+            if seen is None or self.searched.get(seen[0]) == (seen[1], None):
+                continue
+            before = self.searched.get(seen[0])
+            known = before is not None and before[0] == seen[1]  # named, not read again
+            if not known and self.one_signed and not source.bf16 and held.one_signed(
+                    source.array):
+                self.searched[seen[0]] = (seen[1], None)  # no row, as the grader would find
+                continue
+            fresh.append((source, seen))
         return fresh
 
     def weight_skip(self, weights) -> "WeightSkip":
