@@ -104,7 +104,7 @@ def test_arrays_of_one_sign_are_not_sent_once_the_grader_says_they_hold_no_row()
     sent: list[int] = []
     target = worker_swap.Target(sizes(finds), grader_exchange(finds, writes, sent))
     values = np.zeros_like(v)
-    probabilities = np.random.default_rng(7).random((H, 128, 128)).astype(np.float32)
+    probabilities = np.random.default_rng(7).random((H, 256, 256)).astype(np.float32)
     assert not target.swap([{"k": k.copy(), "v": values}, probabilities], None)["applied"]
     assert sorted(sent) == sorted([k.size, probabilities.size]), "sent before the grader said"
     cache = {"k": k.copy(), "v": v.copy()}
