@@ -129,6 +129,45 @@ def test_a_cache_whose_rows_are_of_one_sign_is_still_found():
     np.testing.assert_array_equal(cache["k"], rows(2))
 
 
+def test_an_arena_read_along_its_last_axis_is_not_gathered_along_the_other_once_found(
+    monkeypatch,
+):
+    """Catches a merged-heads arena ([positions, heads * 64], every layer's K and V in it)
+    gathered and matched along its first axis too after its rows were found along its last
+    (75 MB gathered twice at every swap: full-decode-step on the arena layout took 1.85x its
+    own work)."""
+    from theinference.curriculum.checks import swap_search
+    from theinference.student.reply_arrays import Sent
+
+    k, v = rows(0), rows(1)  # [H, N, HD]
+    arena = np.zeros((128, H * HD), dtype=np.float32)  # K at positions 0.., V at 64..
+    arena[:N] = k.transpose(1, 0, 2).reshape(N, -1)
+    arena[64 : 64 + N] = v.transpose(1, 0, 2).reshape(N, -1)
+    search = swap_search.Search([LayerKV(k, v)], [LayerKV(rows(2), rows(3))])
+    matched: list[int] = []
+    match = type(search.index).match
+    monkeypatch.setattr(type(search.index), "match",
+                        lambda index, rows_: matched.append(len(rows_)) or match(index, rows_))
+    answer, _ = search.answer([Sent(arena, False, None)], "an arena")
+    assert answer["write"] is not None, answer["reason"]
+    assert matched == [128 * H], f"views matched after the rows were found: {matched}"
+
+
+def test_rows_along_two_axes_of_one_array_are_all_found():
+    """Catches a search of an array that stops at the first view holding K/V rows though the
+    array holds values that view's rows do not (here the V rows, kept a column each)."""
+    from theinference.curriculum.checks.swap_search import Search
+    from theinference.student.reply_arrays import Sent
+
+    k, v = rows(0), rows(1)
+    both = np.zeros((128, 128), dtype=np.float32)
+    both[: H * N, :HD] = k.reshape(-1, HD)  # K rows along the last axis
+    both[64:, HD : HD + H * N] = v.reshape(-1, HD).T  # V rows down the first
+    answer, _ = Search([LayerKV(k, v)], [LayerKV(rows(2), rows(3))]).answer(
+        [Sent(both, False, None)], "K one way, V the other")
+    assert answer["write"] is not None, answer["reason"]
+
+
 def test_an_array_called_known_that_was_never_searched_is_a_bad_reply_not_a_write():
     """Catches a memo that trusts the student's process: a number the grader never found rows
     under (or one that is no count) must fail the search with a message, never write or take

@@ -139,16 +139,23 @@ def alike(held: list, sent: list[int]) -> list[list[int]]:
 
 def locate(held: list, group: list[int], search: Search, reorder: bool) -> list:
     """(held number, row view number, row numbers, targets, scales, order) for every row of the
-    group's arrays that is a target's, along the views row_views reads: none past an axis of
-    exactly 64 that held rows, nor an axis read head-minor whose runs of 64 held rows. A view
-    none of whose rows is a target's is tried, with `reorder`, in a fixed order of each row's
-    values (`order`: a row's value j is the target's value order[j]), where there is one."""
+    group's arrays that is a target's, along the views row_views reads (those along the
+    array's last axis first, where most caches keep their rows): none past an axis of exactly
+    64 that held rows, nor an axis read head-minor whose runs of 64 held rows, nor, in an
+    array alone, past a view whose rows found hold every value of the array that is not zero
+    (no other row of 64 values there is a K/V row: it would share values with one found, or
+    hold a zero). A view none of whose rows is a target's is tried, with `reorder`, in a fixed
+    order of each row's values (`order`: a row's value j is the target's value order[j]),
+    where there is one."""
     hd, places = search.hd, []
     first = held[group[0]]  # alike: the same shape, dtype and reading, read as one
     stacked = first.array[None] if len(group) == 1 else np.stack([held[i].array for i in group])
-    runs_found = False
-    for j, (view, kind) in enumerate(row_views(stacked, hd, lead=1)):  # view [G, ..., hd]
-        if kind == "minor" and runs_found:
+    views = list(enumerate(row_views(stacked, hd, lead=1)))  # (j, (view [G, ..., hd], ...))
+    last = stacked.ndim - 1
+    views.sort(key=lambda v: (v[1][1] != "exact", v[1][2] != last))  # stable: else in order
+    runs_found: set[int] = set()  # the axes whose runs held rows
+    for j, (view, kind, axis) in views:
+        if kind == "minor" and axis in runs_found:
             continue
         per = int(np.prod(view.shape[1:-1]))  # rows of each member
         decoded = first.decode(view).reshape(-1, hd)  # [G * per, hd]
@@ -158,17 +165,23 @@ def locate(held: list, group: list[int], search: Search, reorder: bool) -> list:
         elif kind != "minor":  # the first pass found none of these rows in their own order
             order = fixed_order(decoded, search)
             found = None if order is None else search.index.match(decoded[:, np.argsort(order)])
-        runs_found = kind == "runs" and found is not None
         if found is None:
             continue
+        runs_found |= {axis} if kind == "runs" else set()
         member, at = np.divmod(found[0], per)
         sort = np.argsort(member, kind="stable")  # each member's rows together
         members, starts = np.unique(member[sort], return_index=True)
         for m, part in zip(members, np.split(sort, starts[1:]), strict=True):
             places.append((group[m], j, at[part], found[1][part], found[2][part], order))
-        if kind == "exact":
+        if kind == "exact" or (len(group) == 1 and holds_all(stacked, decoded[found[0]])):
             break  # rows along an axis of exactly 64: the other axes hold none
     return places
+
+
+def holds_all(array: np.ndarray, rows: np.ndarray) -> bool:
+    """Whether the rows found (one view's: apart in memory) hold every value of the array
+    that is not zero (a bfloat16 array's bits: its -0.0 counted, so never too soon)."""
+    return np.count_nonzero(array) <= np.count_nonzero(rows)
 
 
 SAMPLED = 64  # rows a fixed order is looked for in

@@ -6,7 +6,7 @@ length is a multiple of 64 as rows of 64 consecutive values.
 
 
 def row_views(a, hd: int, lead: int = 0) -> list:
-    """Views [..., hd] of the array, each with its kind: along every axis whose length is a
+    """Views [..., hd] of the array, each with its kind and axis: along every axis whose length is a
     multiple of hd (axes of exactly hd first: "exact"), that axis moved last and split into
     runs of hd consecutive values ("runs": a merged [N, 768] row is 12 heads of 64; a fused K|V
     row 24), then into hd values a stride apart ("minor": a row kept head-minor, [64, 12]).
@@ -28,9 +28,9 @@ def each_row_view(a, hd: int, lead: int = 0):
             continue
         moved = np.moveaxis(a, axis, -1)
         if length == hd:
-            yield moved, "exact"
+            yield moved, "exact", axis
             continue
         # splitting one axis in two is always a view, whatever its stride
-        yield moved.reshape(*moved.shape[:-1], length // hd, hd), "runs"
+        yield moved.reshape(*moved.shape[:-1], length // hd, hd), "runs", axis
         minor = moved.reshape(*moved.shape[:-1], hd, length // hd)
-        yield np.swapaxes(minor, -1, -2), "minor"
+        yield np.swapaxes(minor, -1, -2), "minor", axis
