@@ -168,6 +168,21 @@ def test_rows_along_two_axes_of_one_array_are_all_found():
     assert answer["write"] is not None, answer["reason"]
 
 
+def test_a_swap_writes_only_the_rows_it_changes():
+    """Catches a swap that writes back every K/V row found, the layers it leaves as they are
+    included (a full 1000-token arena's 75 MB sent back and written at every swap, where the
+    drawn layers are a few), and one that leaves a changed row unwritten: the layer left keeps
+    its own values to the bit (here keys kept pre-scaled by 0.3), the other takes the new."""
+    kept, changed = LayerKV(rows(0), rows(1)), LayerKV(rows(2), rows(3))
+    finds, writes = [kept, changed], [kept, LayerKV(rows(4), rows(5))]
+    cache = [{"k": 0.3 * layer.k, "v": layer.v.copy()} for layer in finds]
+    report = worker_swap.Target(sizes(finds), grader_exchange(finds, writes)).swap([cache], None)
+    assert report["applied"] and report["places"] == 2, report  # layer 1's K and V alone
+    np.testing.assert_array_equal(cache[0]["k"], (0.3 * rows(0)).astype(np.float32))
+    np.testing.assert_allclose(cache[1]["k"], 0.3 * rows(4), rtol=1e-5)
+    np.testing.assert_array_equal(cache[1]["v"], rows(5))
+
+
 def test_an_array_called_known_that_was_never_searched_is_a_bad_reply_not_a_write():
     """Catches a memo that trusts the student's process: a number the grader never found rows
     under (or one that is no count) must fail the search with a message, never write or take

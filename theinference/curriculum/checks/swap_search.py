@@ -1,8 +1,8 @@
 """The swap's search, in the grader: the arrays the student's process holds at a moment after
 its prefill (sent whole by worker/swap.py, each in its own dtype) are read as rows of 64 values
 (worker/cache_rows.py) and matched by direction with the prompt's K/V, which never leave the
-grader; when every row of every layer's K and V is found, the answer names the rows to write and
-their new values, each in its place's own scale (keys kept pre-scaled included).
+grader; when every row of every layer's K and V is found, the answer names the rows the swap
+changes and their new values, each in its place's own scale (keys kept pre-scaled included).
 
 Fused K|V, paged pools, arenas, one array per token or per head, interleaved heads, transposed
 keys, read-only arrays and linked nodes are all rows: a row is 64 consecutive values along any
@@ -29,6 +29,8 @@ class Search:
         self.layers, self.hd = len(finds), finds[0].k.shape[-1]
         self.finds = np.stack([getattr(layer, kv) for layer in finds for kv in "kv"])
         self.writes = np.stack([getattr(layer, kv) for layer in writes for kv in "kv"])
+        # [2L * h * n]: the rows the swap changes (the layers it leaves are not written back)
+        self.moved = (self.finds != self.writes).reshape(-1, self.hd).any(axis=1)
         self._index = self._sorted = None  # [2L, h, n, hd] each, above
         self._one_signed: bool | None = None  # one_signed_barren, once known
         self.found = 0  # rows of the K/V the last answer found
@@ -78,6 +80,10 @@ class Search:
         flat = self.writes.reshape(-1, hd)  # [2L * h * n, hd]
         writes, blobs = [], []
         for at, view, rows, found, scale, order in places:
+            moved = self.moved[found]
+            if not moved.any():
+                continue  # a place of layers the swap leaves as they are
+            rows, found, scale = rows[moved], found[moved], scale[moved]
             values = (scale[:, None] * flat[found]).astype(np.float32)  # [rows, hd]
             if order is not None:  # kept in a fixed order of its own: written in it
                 values = values[:, order]
