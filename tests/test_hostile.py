@@ -63,7 +63,8 @@ SUBMISSIONS = {
         "outside tolerance",
     ),
     "uses weights of its own": (
-        "w = {k: v * 1.01 for k, v in w.items()}\n    " + GOOD,
+        # the layer the step reads, scaled (all 500 MB copied outran the 3 s timeout under load)
+        "w = {k: v * 1.01 if k.startswith('h.0.') else v for k, v in w.items()}\n    " + GOOD,
         "failed",
         "outside tolerance",
     ),
