@@ -180,7 +180,7 @@ def locate(held: list, group: list[int], search: Search, reorder: bool) -> list:
         for m, part in zip(members, np.split(sort, starts[1:]), strict=True):
             places.append((group[m], j, at[part], found[1][part], found[2][part], order))
         if kind == "exact" or (len(group) == 1 and holds_all(stacked, decoded[found[0]])):
-            break  # rows along an axis of exactly 64: the other axes hold none
+            break  # along an axis of exactly 64, or holding all there is: no other rows
     return places
 
 
