@@ -127,8 +127,7 @@ class Search:
 def one_signed(source) -> bool:
     """Whether an array of floats sent holds values of one sign alone (>= 0, or <= 0; NaN
     neither): held.one_signed's, read here too, where a worker does not skip them."""
-    a = source.array
-    return a.dtype.kind == "f" and not source.bf16 and held_rules.one_signed(a)
+    return not source.bf16 and held_rules.one_signed(source.array)
 
 
 def alike(held: list, sent: list[int]) -> list[list[int]]:

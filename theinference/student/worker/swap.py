@@ -129,12 +129,14 @@ class Target:
         fresh = []
         for source in sources:
             seen = held.mark(source.array)
-            if seen is None or self.searched.get(seen[0]) == (seen[1], None):
+            if seen is None:
                 continue
             before = self.searched.get(seen[0])
-            known = before is not None and before[0] == seen[1]  # named, not read again
-            if not known and self.one_signed and not source.bf16 and held.one_signed(
-                    source.array):
+            if before is not None and before[0] == seen[1]:  # unchanged since searched:
+                if before[1] is not None:  # rows were found in it, named by its number
+                    fresh.append((source, seen))
+                continue
+            if self.one_signed and not source.bf16 and held.one_signed(source.array):
                 self.searched[seen[0]] = (seen[1], None)  # no row, as the grader would find
                 continue
             fresh.append((source, seen))
