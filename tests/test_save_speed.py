@@ -103,11 +103,11 @@ def test_arrays_of_one_sign_are_not_sent_once_the_grader_says_they_hold_no_row()
     finds, writes = [LayerKV(k, v)], [LayerKV(rows(2), rows(3))]
     sent: list[int] = []
     target = worker_swap.Target(sizes(finds), grader_exchange(finds, writes, sent))
-    values = np.zeros_like(v)
+    keys, values = k.copy(), np.zeros_like(v)  # K kept: named, not sent, at the next moment
     probabilities = np.random.default_rng(7).random((H, 256, 256)).astype(np.float32)
-    assert not target.swap([{"k": k.copy(), "v": values}, probabilities], None)["applied"]
+    assert not target.swap([{"k": keys, "v": values}, probabilities], None)["applied"]
     assert sorted(sent) == sorted([k.size, probabilities.size]), "sent before the grader said"
-    cache = {"k": k.copy(), "v": v.copy()}
+    cache = {"k": keys, "v": v.copy()}
     scores = probabilities - 0.5  # of both signs: may hold rows, sent
     assert target.swap([cache, probabilities * 2, -probabilities, scores], None)["applied"]
     assert sorted(sent[2:]) == sorted([v.size, scores.size]), "an array of one sign was sent"
