@@ -225,7 +225,12 @@ def other_solutions(tmp: Path, made: Path, weights, slugs: list[str], names: lis
         for name in names:
             text = with_template_stubs((SOLUTIONS / name).read_text())
             course = make_course(tmp / f"{slug}-{name}", text)
-            own = own_work(course, calls, weights.path)
+            try:
+                own = own_work(course, calls, weights.path)
+            except subprocess.CalledProcessError as failed:  # not a course on its own
+                last = (failed.stderr.strip().splitlines() or ["no output"])[-1]
+                print(f"{slug:<22}{name:<28}  its own work failed: {last}", flush=True)
+                continue
             warm = graded(course, slug, cache, tmp / "warm.json")
             print(f"{slug:<22}{name:<28}{own['wall']:>7.1f}{warm['wall']:>7.1f}"
                   f"{warm['wall'] / own['wall']:>8.2f}x  {warm['status']}", flush=True)

@@ -732,3 +732,61 @@ def test_a_chain_swapped_over_kept_kv_is_the_chain_swapped_over_a_fresh_forward(
     monkeypatch.setattr(later.recompute, "forward", lambda ids: pytest.fail("a forward again"))
     again = swap_after_first(later.recompute, args, 7, later.prompt_state)
     np.testing.assert_allclose(again.expected, kept.expected, atol=1e-6)
+
+
+def test_the_search_keeps_no_copy_of_the_plans_kv():
+    """Catches the search stacking its own copies of the prompt's K/V and of the swapped K/V
+    (a 1023-token prompt's are 151 MB each in float64, every page of them first touched at
+    each save), and rows of the swapped K/V read from the wrong layer, head or position once
+    they are read in place."""
+    from theinference.curriculum.checks.swap_search import Search, rows_of
+
+    finds = [LayerKV(rows(2 * i), rows(2 * i + 1)) for i in range(3)]
+    writes = [finds[0], LayerKV(rows(7), finds[1].v), finds[2]]
+    search = Search(finds, writes)
+    parts = [a for layer in finds + writes for a in (layer.k, layer.v)]
+    assert all(any(p is a for a in parts) for p in search.finds + search.writes), "copied"
+    assert search.moved.sum() == H * N, "only layer 1's K moves"
+    stacked = np.stack([a for layer in writes for a in (layer.k, layer.v)]).reshape(-1, HD)
+    numbers = np.random.default_rng(0).permutation(len(stacked))[:17]
+    np.testing.assert_array_equal(rows_of(search.writes, numbers), stacked[numbers])
+    assert search.index.units.dtype == np.float32
+
+
+def test_a_large_reply_is_read_into_one_buffer_of_its_size():
+    """Catches a reply of many MB (the arrays a swap's moment sends) gathered in a growing
+    buffer and copied out again: two first touches of each of its pages, each tens of
+    microseconds on a machine whose idle memory goes back to its host; and a frame cut
+    anywhere by the pipe (its length included), or a small one right behind a large one, not
+    read back whole."""
+    import io
+    import threading
+
+    from theinference.student.channel import OWN_BUFFER, Incoming
+    from theinference.student.worker import worker
+
+    big = np.arange(OWN_BUFFER, dtype=np.float32)  # 4 MiB
+    out = io.BytesIO()
+    for value in (big, 7):
+        worker.write_message(out, *worker.encode_reply({"outcome": "returned", "value": value}))
+    data = out.getvalue()
+    read_end, write_end = os.pipe()
+    cuts = [0, 5, 1001, 3_000_000, len(data) - 3, len(data)]
+
+    def write() -> None:
+        for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+            os.write(write_end, data[a:b])
+            time.sleep(0.01)
+        os.close(write_end)
+
+    threading.Thread(target=write, daemon=True).start()
+    incoming, outcomes, most_pending = Incoming(), [], 0
+    while incoming.read(read_end):
+        most_pending = max(most_pending, len(incoming.pending))
+        while (frame := incoming.next_frame()) is not None:
+            outcomes.append(frame)
+    os.close(read_end)
+    assert [o.kind for o in outcomes] == ["returned", "returned"], outcomes
+    np.testing.assert_array_equal(outcomes[0].value, big)
+    assert outcomes[1].value == 7
+    assert most_pending <= 1 << 20, f"{most_pending} bytes of a frame gathered before its buffer"

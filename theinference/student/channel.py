@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from theinference.student.replies import Captured, Outcome, decode_reply
 from theinference.student.reply_arrays import MAX_REPLY_BYTES
 from theinference.student.worker import protocol
@@ -66,7 +68,7 @@ def collect(proc, ends: Ends, output_cap: int, on_hook: HookAnswer = no_swap) ->
     # the grader's answering time the call is not charged, at most ANSWERING timeouts more
     spare = ANSWERING * max(deadline - time.monotonic(), 0.0)
     out, err = Captured(), Captured()
-    reply = bytearray()
+    reply = Incoming()
     words = 0  # hook words answered in this call
     sel = selectors.DefaultSelector()
     sel.register(proc.replies, selectors.EVENT_READ, "reply")
@@ -74,7 +76,7 @@ def collect(proc, ends: Ends, output_cap: int, on_hook: HookAnswer = no_swap) ->
     sel.register(proc.popen.stderr, selectors.EVENT_READ, err)
     try:
         while True:
-            frame = next_frame(reply)
+            frame = reply.next_frame()
             if isinstance(frame, Outcome) and frame.kind == "hooked":
                 words += 1
                 if words > MAX_HOOK_WORDS or len(proc.outgoing) > MAX_REPLY_BYTES:
@@ -102,42 +104,85 @@ def collect(proc, ends: Ends, output_cap: int, on_hook: HookAnswer = no_swap) ->
         sel.close()
 
 
-def read_some(proc, sel, deadline: float, output_cap: int, reply: bytearray) -> bool:
+def read_some(proc, sel, deadline: float, output_cap: int, reply: "Incoming") -> bool:
     """One wait on the pipes (at most POLL_SECONDS): the request written as far as the pipe
     takes it, output captured, reply bytes added. False when the reply pipe has closed."""
     want_writing(sel, proc)
     for key, _ in sel.select(min(max(deadline - time.monotonic(), 0), POLL_SECONDS)):
         if key.data == "request":
             write_some(proc)
-            continue
-        chunk = os.read(key.fd, 1 << 20)
-        if key.data != "reply":
-            if chunk:
-                key.data.add(chunk, output_cap)
-            else:
-                sel.unregister(key.fileobj)
-        elif not chunk:
-            return False
+        elif key.data == "reply":
+            if not reply.read(key.fd):
+                return False
+        elif chunk := os.read(key.fd, 1 << 20):
+            key.data.add(chunk, output_cap)
         else:
-            reply += chunk
+            sel.unregister(key.fileobj)
     return True
 
 
-def next_frame(reply: bytearray):
-    """The first whole frame in `reply` (its length, then the payload), removed from it and
-    decoded; TOO_BIG for a frame over the cap; None while it is incomplete."""
-    start = protocol.LENGTH.size
-    if len(reply) < start:
-        return None
-    size = protocol.LENGTH.unpack(reply[:start])[0]
-    if size > MAX_REPLY_BYTES:
-        return TOO_BIG
-    if len(reply) < start + size:
-        return None
-    with memoryview(reply) as view, view[start : start + size] as frame:
-        payload = bytes(frame)  # one copy of a frame that may be hundreds of MB
-    del reply[: start + size]
-    return decode_reply(payload)
+OWN_BUFFER = 1 << 20  # bytes: a frame this large is read into memory of its own size
+
+
+class Incoming:
+    """The reply pipe's bytes, cut into frames (each its length, then its payload). A large
+    frame (the arrays a swap's moment sends, up to hundreds of MB) is read straight into one
+    buffer of its size, never grown or copied: on a machine that gives memory back to its host
+    while idle, every page first touched costs tens of microseconds."""
+
+    def __init__(self):
+        self.pending = bytearray()  # bytes read and not yet framed
+        self.body: np.ndarray | None = None  # [size] uint8: a large frame's payload, filling
+        self.filled = 0  # its bytes read so far
+
+    def read(self, fd: int) -> bool:
+        """The bytes the pipe has now, at most 1 MiB; False when it has closed."""
+        if self.body is None:
+            chunk = os.read(fd, 1 << 20)
+            self.pending += chunk
+            return bool(chunk)
+        with memoryview(self.body) as view:
+            got = os.readv(fd, [view[self.filled : self.filled + (1 << 20)]])
+        self.filled += got
+        return bool(got)
+
+    def next_frame(self):
+        """The first whole frame's payload, decoded; TOO_BIG for a frame over the cap; None
+        while it is incomplete."""
+        if self.body is None and not self.framed():
+            return self.small_frame()
+        if self.body is None or self.filled < len(self.body):
+            return None
+        payload, self.body = memoryview(self.body).toreadonly(), None
+        return decode_reply(payload)
+
+    def framed(self) -> bool:
+        """Whether the pending bytes begin a frame of OWN_BUFFER or more under the cap: then
+        its payload is moved to a buffer of its own size, where the rest is read."""
+        start = protocol.LENGTH.size
+        if len(self.pending) < start:
+            return False
+        size = protocol.LENGTH.unpack(self.pending[:start])[0]
+        if not OWN_BUFFER <= size <= MAX_REPLY_BYTES:
+            return False
+        self.body = np.empty(size, dtype=np.uint8)  # (untouched until read into)
+        self.filled = min(len(self.pending) - start, size)
+        self.body[: self.filled] = np.frombuffer(self.pending, np.uint8, self.filled, start)
+        del self.pending[: start + self.filled]
+        return True
+
+    def small_frame(self):
+        start = protocol.LENGTH.size
+        if len(self.pending) < start:
+            return None
+        size = protocol.LENGTH.unpack(self.pending[:start])[0]
+        if size > MAX_REPLY_BYTES:
+            return TOO_BIG
+        if len(self.pending) < start + size:
+            return None
+        payload = bytes(self.pending[start : start + size])
+        del self.pending[: start + size]
+        return decode_reply(payload)
 
 
 def want_writing(sel, proc) -> None:

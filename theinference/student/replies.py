@@ -107,7 +107,7 @@ def split_frame(payload: bytes) -> tuple[dict, list[memoryview]]:
         raise BadReply(f"its header claims {text_len} bytes, past the end of the frame")
     if text_len > MAX_HEADER_BYTES:
         raise BadReply(f"its header is over {MAX_HEADER_BYTES >> 20} MiB")
-    header = parse_header(payload[start : start + text_len])
+    header = parse_header(bytes(payload[start : start + text_len]))
     sizes = header.get(protocol.BLOB_SIZES, [])
     if not isinstance(sizes, list) or not all(is_count(n) for n in sizes):
         raise BadReply("blob_sizes is not a list of byte counts")

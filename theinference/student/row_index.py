@@ -24,10 +24,12 @@ class RowIndex:
     float64 rows of a correct cache meet with almost no false candidates, then a loose one
     (float16 storage) for the rows left over."""
 
-    def __init__(self, targets):
+    def __init__(self, targets, owned: bool = False):
         targets = np.asarray(targets, dtype=np.float32)  # [T, hd]
         self.norms = np.linalg.norm(targets, axis=1)  # [T]
-        self.units = targets / np.maximum(self.norms, 1e-30)[:, None]  # [T, hd]
+        scale = np.maximum(self.norms, 1e-30)[:, None]
+        # [T, hd]: in the targets' own memory where the caller gave them up (`owned`)
+        self.units = np.divide(targets, scale, out=targets if owned else None)
         self.grids = {tol: Grid(self.units[:, :3], 2 * tol) for tol in PASSES}
         self._sieve: Sieve | None = None  # built once it pays: SIEVE_AFTER
         self.matched = 0  # rows matched so far

@@ -27,11 +27,14 @@ class Search:
 
     def __init__(self, finds: list[LayerKV], writes: list[LayerKV]):
         self.layers, self.hd = len(finds), finds[0].k.shape[-1]
-        self.finds = np.stack([getattr(layer, kv) for layer in finds for kv in "kv"])
-        self.writes = np.stack([getattr(layer, kv) for layer in writes for kv in "kv"])
+        # the plan's own arrays, not copies (a 1023-token prompt's K/V are 151 MB in float64,
+        # and the layers the swap leaves are the same arrays in both): rows are read from them
+        self.finds, self.writes = parts_of(finds), parts_of(writes)
         # [2L * h * n]: the rows the swap changes (the layers it leaves are not written back)
-        self.moved = (self.finds != self.writes).reshape(-1, self.hd).any(axis=1)
-        self._index = self._sorted = None  # [2L, h, n, hd] each, above
+        self.moved = np.concatenate([np.zeros(f.shape[:2], bool).reshape(-1) if f is w else
+                                     (f != w).any(axis=-1).reshape(-1)
+                                     for f, w in zip(self.finds, self.writes, strict=True)])
+        self._index = self._sorted = None
         self._one_signed: bool | None = None  # one_signed_barren, once known
         self.found = 0  # rows of the K/V the last answer found
         # an array's number (the worker's) -> the places found in it, where there were any: a
@@ -41,7 +44,9 @@ class Search:
     @property
     def index(self) -> RowIndex:
         if self._index is None:
-            self._index = RowIndex(self.finds.reshape(-1, self.hd))
+            # [2L * h * n, hd], float32 from the start: the index's own copy
+            targets = np.concatenate([f.reshape(-1, self.hd) for f in self.finds], dtype=np.float32)
+            self._index = RowIndex(targets, owned=True)
         return self._index
 
     @property
@@ -49,7 +54,7 @@ class Search:
         """The rows to find with each row's values sorted: what a row kept in a shuffled order
         of its 64 values still matches (fixed_order)."""
         if self._sorted is None:
-            self._sorted = RowIndex(np.sort(self.index.units, axis=1))
+            self._sorted = RowIndex(np.sort(self.index.units, axis=1), owned=True)
         return self._sorted
 
     def answer(self, held: list, about: str) -> tuple[dict, list[bytes]]:
@@ -77,14 +82,13 @@ class Search:
             rows = covered.reshape(2 * self.layers, -1)
             return {"write": None, "reason": missing_reason(rows, about, hd), "barren": barren,
                     "one_signed": signs}, []
-        flat = self.writes.reshape(-1, hd)  # [2L * h * n, hd]
         writes, blobs = [], []
         for at, view, rows, found, scale, order in places:
             moved = self.moved[found]
             if not moved.any():
                 continue  # a place of layers the swap leaves as they are
             rows, found, scale = rows[moved], found[moved], scale[moved]
-            values = (scale[:, None] * flat[found]).astype(np.float32)  # [rows, hd]
+            values = (scale[:, None] * rows_of(self.writes, found)).astype(np.float32)  # [rows, hd]
             if order is not None:  # kept in a fixed order of its own: written in it
                 values = values[:, order]
             writes.append({"held": at, "view": view, "rows": len(blobs), "values": len(blobs) + 1})
@@ -122,6 +126,23 @@ class Search:
             number = held[i].number  # (the Node worker gives none)
             if number is not None and i in mine:
                 self.memo[number] = mine[i]
+
+
+def parts_of(layers: list[LayerKV]) -> list[np.ndarray]:
+    """Each layer's K then V ([h, n, hd] each), in the order their rows are numbered: row r of
+    part p is target p * h * n + r."""
+    return [getattr(layer, kv) for layer in layers for kv in "kv"]
+
+
+def rows_of(parts: list[np.ndarray], numbers: np.ndarray) -> np.ndarray:
+    """[len(numbers), hd]: the rows so numbered (parts_of's numbering), read in place."""
+    h, n, hd = parts[0].shape
+    part, within = np.divmod(numbers, h * n)
+    out = np.empty((len(numbers), hd), dtype=np.result_type(*parts))
+    for p in np.unique(part):
+        here = part == p
+        out[here] = parts[p][within[here] // n, within[here] % n]
+    return out
 
 
 def one_signed(source) -> bool:
