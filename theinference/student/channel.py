@@ -165,7 +165,10 @@ class Incoming:
         size = protocol.LENGTH.unpack(self.pending[:start])[0]
         if not OWN_BUFFER <= size <= MAX_REPLY_BYTES:
             return False
-        self.body = np.empty(size, dtype=np.uint8)  # (untouched until read into)
+        try:
+            self.body = np.empty(size, dtype=np.uint8)  # (untouched until read into)
+        except MemoryError:  # no room for it at once: gathered as it comes, as a small one
+            return False
         self.filled = min(len(self.pending) - start, size)
         self.body[: self.filled] = np.frombuffer(self.pending, np.uint8, self.filled, start)
         del self.pending[: start + self.filled]
