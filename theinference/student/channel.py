@@ -159,26 +159,28 @@ class Incoming:
     def framed(self) -> bool:
         """Whether the pending bytes begin a frame of OWN_BUFFER or more under the cap: then
         its payload is moved to a buffer of its own size, where the rest is read."""
-        start = protocol.LENGTH.size
-        if len(self.pending) < start:
-            return False
-        size = protocol.LENGTH.unpack(self.pending[:start])[0]
-        if not OWN_BUFFER <= size <= MAX_REPLY_BYTES:
+        size = self.size()
+        if size is None or not OWN_BUFFER <= size <= MAX_REPLY_BYTES:
             return False
         try:
             self.body = np.empty(size, dtype=np.uint8)  # (untouched until read into)
         except MemoryError:  # no room for it at once: gathered as it comes, as a small one
             return False
+        start = protocol.LENGTH.size
         self.filled = min(len(self.pending) - start, size)
         self.body[: self.filled] = np.frombuffer(self.pending, np.uint8, self.filled, start)
         del self.pending[: start + self.filled]
         return True
 
-    def small_frame(self):
+    def size(self) -> int | None:
+        """The pending frame's payload size, once its length has come whole."""
         start = protocol.LENGTH.size
-        if len(self.pending) < start:
+        return None if len(self.pending) < start else protocol.LENGTH.unpack_from(self.pending)[0]
+
+    def small_frame(self):
+        start, size = protocol.LENGTH.size, self.size()
+        if size is None:
             return None
-        size = protocol.LENGTH.unpack(self.pending[:start])[0]
         if size > MAX_REPLY_BYTES:
             return TOO_BIG
         if len(self.pending) < start + size:
