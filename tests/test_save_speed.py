@@ -790,3 +790,29 @@ def test_a_large_reply_is_read_into_one_buffer_of_its_size():
     np.testing.assert_array_equal(outcomes[0].value, big)
     assert outcomes[1].value == 7
     assert most_pending <= 1 << 20, f"{most_pending} bytes of a frame gathered before its buffer"
+
+
+def test_an_answer_read_from_disk_is_not_copied_on_its_way(tmp_path):
+    """Catches a kept answer (a long prompt's K/V: 150 MB) copied between the disk and its
+    arrays (the signature's part cut off, joined to the key to be signed, handed to the
+    archive reader: four first touches of every page at each save, where one read and one set
+    of arrays are two); and a byte changed after the signature still read as the answer."""
+    import tracemalloc
+
+    from theinference.grading.answer_cache import MAC_BYTES, AnswerCache
+
+    kv = [LayerKV(k=np.ones((12, 1024, 64)), v=np.full((12, 1024, 64), 2.0))]  # 12 MB
+    AnswerCache("ab" * 32, tmp_path).get_or_compute("kv", [[1]], lambda: kv)
+    (file,) = (tmp_path / "answers").rglob("*.answer")
+    size = file.stat().st_size
+    tracemalloc.start()
+    back = AnswerCache("ab" * 32, tmp_path).get_or_compute("kv", [[1]], lambda: None)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert back[0].v[0, 0, 0] == 2.0
+    assert peak < 2.5 * size, f"{peak / size:.1f}x the answer's size held at once"
+    blob = bytearray(file.read_bytes())
+    blob[MAC_BYTES + size // 2] ^= 1
+    file.write_bytes(bytes(blob))
+    again = AnswerCache("ab" * 32, tmp_path).get_or_compute("kv", [[1]], lambda: np.zeros(1))
+    assert isinstance(again, np.ndarray) and again.shape == (1,), "a changed answer was read"
