@@ -70,7 +70,7 @@ import os, time
 def spin(seconds):
     end = time.process_time() + seconds
     while time.process_time() < end:
-        pass
+        sum(range(20000))  # arithmetic: user time, as a recompute's
 
 def helper(seconds):
     # fork, setsid, fork again: the grandchild does the work outside the worker's session

@@ -27,7 +27,7 @@ import os, signal, sys, threading, time
 def burn(seconds):
     end = time.process_time() + seconds
     while time.process_time() < end:
-        pass
+        sum(range(20000))  # arithmetic: user time, as a recompute's
 
 def auto_reaped(seconds):
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps it: no counter keeps it
@@ -56,7 +56,7 @@ def execd(seconds):
     done, tell = os.pipe()
     os.set_inheritable(tell, True)
     code = f"import time\\nend = time.process_time() + {seconds}\\n"
-    code += "while time.process_time() < end: pass"
+    code += "while time.process_time() < end: sum(range(20000))"
     if os.fork() == 0:
         os.execv(sys.executable, [sys.executable, "-c", code])
     os.close(tell)
@@ -67,7 +67,7 @@ def threads(seconds):
     def spin():
         end = time.thread_time() + seconds
         while time.thread_time() < end:
-            pass
+            sum(range(20000))  # arithmetic: user time, as a recompute's
     workers = [threading.Thread(target=spin) for _ in range(2)]
     for t in workers:
         t.start()

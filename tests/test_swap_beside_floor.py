@@ -20,6 +20,7 @@ from theinference.curriculum.checks.swap import FOLLOWED, Seen, prompt_state, ra
 from theinference.curriculum.stages import load_stages
 from theinference.results import Status
 from theinference.results.compare import Tolerance
+from theinference.student.cpu import CpuTime
 from theinference.student.setup import Limits, ProcessSetup
 from theinference.student.watchdog import Watchdog
 
@@ -37,7 +38,7 @@ def decode_step(token_id, position, w, mc):
 
     until = _time.process_time() + 1.0
     while _time.process_time() < until:
-        pass
+        sum(range(20000))  # arithmetic: user time, as a recompute's
     return _fast_decode_step(token_id, position, w, mc)
 '''
 
@@ -195,7 +196,7 @@ def test_a_cpu_limit_ends_once_the_swap_is_sent():
     """Catches a measured call stopped at its floor's budget after the swap proved its cache
     use (a slow correct generation would be failed), and a limit lifted before it."""
     sent = [False]
-    dog = Watchdog(lambda: (9.0, set()), cpu_limit=1.0, lifted=lambda: sent[0])
+    dog = Watchdog(lambda: (CpuTime(9.0), set()), cpu_limit=1.0, lifted=lambda: sent[0])
     dog.next_look = 0.0
     breach = dog.poll()
     assert breach is not None and breach.kind == "cpu_limit", breach
@@ -265,7 +266,7 @@ class PrefixCache(_FastPrefixCache):
         if getattr(self, "_burn", False):
             until = _time.process_time() + 1.0
             while _time.process_time() < until:
-                pass
+                sum(range(20000))  # arithmetic: user time, as a recompute's
         self._burn = True
         return super().process(prompt_ids)
 '''

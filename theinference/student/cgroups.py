@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from theinference.student.cpu import CpuTime
+
 PREFIX = "theinference-"
 EMPTY_WAIT = 2.0  # seconds for killed processes to leave the cgroup before it is removed
 FREEZE_WAIT = 1.0  # seconds for every task of a cgroup to stop (one in a syscall may take a moment)
@@ -118,7 +120,7 @@ def probe(place: Home) -> str:
     except OSError as exc:
         return f"cannot make a cgroup in {place.path} ({exc.strerror or exc})"
     try:
-        made.cpu_seconds()
+        made.cpu_time()
     except (OSError, ValueError) as exc:
         return f"its CPU account cannot be read ({exc})"
     finally:
@@ -158,14 +160,23 @@ class Cgroup:
     def procs(self) -> Path:
         return self.path / "cgroup.procs"
 
-    def cpu_seconds(self) -> float:
-        """CPU time charged to this cgroup and its descendants since it was made."""
+    def cpu_time(self) -> CpuTime:
+        """CPU time charged to this cgroup and its descendants since it was made, in user
+        mode and in the kernel; all of it as user time where the account does not split it
+        (the stricter reading: kernel time is forgiven only up to a share, cpu.py)."""
         if self.place.version == 2:
-            for line in (self.path / "cpu.stat").read_text().splitlines():
-                if line.startswith("usage_usec "):
-                    return int(line.split()[1]) / 1e6
-            raise ValueError("cpu.stat has no usage_usec")
-        return int((self.path / "cpuacct.usage").read_text()) / 1e9
+            stat = dict(line.split() for line in (self.path / "cpu.stat").read_text().splitlines()
+                        if line.count(" ") == 1)
+            if "user_usec" in stat and "system_usec" in stat:
+                return CpuTime(int(stat["user_usec"]) / 1e6, int(stat["system_usec"]) / 1e6)
+            if "usage_usec" not in stat:
+                raise ValueError("cpu.stat has no usage_usec")
+            return CpuTime(int(stat["usage_usec"]) / 1e6)
+        try:  # cgroup v1's split, nanoseconds (Linux 4.7 on)
+            user, kernel = ((self.path / f"cpuacct.usage_{k}").read_text() for k in ("user", "sys"))
+            return CpuTime(int(user) / 1e9, int(kernel) / 1e9)
+        except FileNotFoundError:
+            return CpuTime(int((self.path / "cpuacct.usage").read_text()) / 1e9)
 
     def add(self, pid: int) -> None:
         """Move a process (all its threads) into this cgroup; OSError when that is refused."""

@@ -18,6 +18,7 @@ from theinference.student.cgroups import Cgroup
 from theinference.student.cpu import (
     STARTING,
     WORKER_ROOTS,
+    CpuTime,
     cpu_seconds_between,
     read_stat,
     tree_cpu,
@@ -30,7 +31,7 @@ from theinference.student.worker.protocol import LENGTH
 STARTUP_TIMEOUT = 60.0  # a cold interpreter and NumPy import on a loaded machine
 PLACING_ROUNDS = 50  # looks at the fresh tree until every process of it is in its cgroup
 GO = LENGTH.pack(2) + b"{}"  # the grader's go: the student's code may load now
-Look = Callable[[], tuple[float, set[int]]]  # CPU seconds since the call began, live pids
+Look = Callable[[], tuple[CpuTime, set[int]]]  # CPU time since the call began, live pids
 
 
 @dataclass
@@ -153,14 +154,14 @@ def account_for(account: Account, proc: Worker) -> str:
 
 
 def meter(proc: Worker) -> Look:
-    """From now on: the CPU seconds the worker's processes have used, and their live pids,
+    """From now on: the CPU time the worker's processes have used, and their live pids,
     read from outside: its cgroup's account where it holds them all, else its /proc tree."""
     if proc.counted and proc.cgroup is not None:
-        cgroup, start = proc.cgroup, proc.cgroup.cpu_seconds()
-        return lambda: (cgroup.cpu_seconds() - start, cgroup.pids())
+        cgroup, start = proc.cgroup, proc.cgroup.cpu_time()
+        return lambda: (cgroup.cpu_time().since(start), cgroup.pids())
     before = tree_cpu(proc.root, proc.since)
 
-    def look() -> tuple[float, set[int]]:
+    def look() -> tuple[CpuTime, set[int]]:
         snapshot, pids = tree_look(proc.root, proc.since)
         return cpu_seconds_between(before, snapshot), pids
 

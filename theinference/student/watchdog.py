@@ -1,6 +1,7 @@
 """Limits watched from outside while an adapter call runs: the CPU time the student's process
-has used since the call started (its cgroup's account, cgroups.py, or its /proc tree, cpu.py),
-and the memory its tree holds. Read by the grader, so nothing the student's code does can hide
+has used since the call started (its cgroup's account, cgroups.py, or its /proc tree, cpu.py;
+its kernel time charged past a share of the limit only: cpu.KERNEL_SHARE), and the memory its
+tree holds. Read by the grader, so nothing the student's code does can hide
 from it.
 
 Memory is the tree's anonymous and shared resident memory (RssAnon + RssShmem of every process:
@@ -13,6 +14,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from theinference.student.cpu import CpuTime
 
 CHECK_EVERY = 0.1  # seconds between two looks at /proc: a few ms of the grader's time each
 FILES_EVERY = 0.5  # files are counted less often: a folder walk costs more
@@ -34,7 +37,7 @@ class Watchdog:
     a limit is broken. `look` gives the CPU seconds used since the call started and the tree's
     live pids now; `files` the bytes its files hold in memory-backed folders."""
 
-    look: Callable[[], tuple[float, set[int]]]
+    look: Callable[[], tuple[CpuTime, set[int]]]
     cpu_limit: float | Callable[[], float | None] | None = None  # a callable: None, none yet
     memory_limit: int | None = None
     files: Callable[[], int] = lambda: 0
@@ -52,8 +55,9 @@ class Watchdog:
         if (self.cpu_limit is None and self.memory_limit is None) or now < self.next_look:
             return None
         self.next_look = now + CHECK_EVERY
-        used, pids = self.look()
+        cpu_time, pids = self.look()
         cpu_limit = self.cpu_limit() if callable(self.cpu_limit) else self.cpu_limit
+        used = cpu_time.charged(cpu_limit)  # its kernel time in part only (cpu.KERNEL_SHARE)
         if cpu_limit is not None and used > cpu_limit and not self.lifted():
             return cpu_breach(cpu_limit, used)
         if self.memory_limit is not None:

@@ -6,7 +6,9 @@ process started like the student's, in the same sandbox and limits, that never l
 student's code: student/calibration.py), as floating-point operations per CPU-second, just
 before each measured call: a machine whose rate moves (other work on its host) moves both
 alike. The call's CPU time is read from its CPU account (student/account.py), which counts
-every process the call starts, or forbids it to start one. The work
+every process the call starts, or forbids it to start one; its kernel time is charged only
+past a share of the limit (student/cpu.py's KERNEL_SHARE: page faults are not arithmetic). The
+work
 a recompute of the measured call needs is counted from below: the projections and MLP
 products of every row of every forward it must run, no attention, no layer norms, no unembed,
 and the last layer only for the keys and values of the rows before the last. floor = work /
