@@ -158,7 +158,9 @@ def test_the_reference_ranks_above_a_slower_correct_cache(tmp_path, weights):
     for name, text in (("reference", reference_text()), ("slow", slow_cache_text())):
         course = make_course(tmp_path / name, text)
         setup = ProcessSetup(course, weights.path, Limits(timeout=300), sandbox=choose("auto"))
-        figures[name] = speed_of(setup, weights, repeats=1)  # one turn each: 2x apart
+        # two turns each (the best of them): 2-3x apart, where one turn on a busy machine
+        # once read the reference 2.7x slower than usual, the copying cache as fast as it
+        figures[name] = speed_of(setup, weights, repeats=2)
         assert figures[name]["status"] == "measured", figures[name]
     assert figures["reference"]["ratio"] > figures["slow"]["ratio"]
     assert 0.5 < figures["reference"]["ratio"] < 2  # the reference is about the oracle's speed

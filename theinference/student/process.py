@@ -116,9 +116,8 @@ class StudentProcess:
             watchdog = self._watchdog(proc, look, cpu_limit, probe.swapped)
         outcome = self._receive(started, timeout, watchdog, probe.answer)
         outcome.exception = self.language.grader_exception(outcome.exception)
-        if look is not None and proc is not None and self._proc is proc:
-            limit = cpu_limit() if callable(cpu_limit) else cpu_limit
-            outcome.cpu_seconds = look()[0].charged(limit)  # as the watchdog charges it
+        if watchdog is not None and self._proc is proc:
+            outcome.cpu_seconds = watchdog.charged(watchdog.look()[0])
             # nothing the call started outlives it (where only a stop makes sure, a stop)
             if reaper.end_of_call(proc.root, proc.since, proc.keep, proc.cgroup, self.uid):
                 self.stop()

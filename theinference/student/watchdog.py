@@ -56,7 +56,7 @@ class Watchdog:
             return None
         self.next_look = now + CHECK_EVERY
         cpu_time, pids = self.look()
-        cpu_limit = self.cpu_limit() if callable(self.cpu_limit) else self.cpu_limit
+        cpu_limit = self.limit_now()
         used = cpu_time.charged(cpu_limit)  # its kernel time in part only (cpu.KERNEL_SHARE)
         if cpu_limit is not None and used > cpu_limit and not self.lifted():
             return cpu_breach(cpu_limit, used)
@@ -67,6 +67,14 @@ class Watchdog:
             if held > self.memory_limit:
                 return memory_breach(self.memory_limit, held, used)
         return None
+
+    def limit_now(self) -> float | None:
+        return self.cpu_limit() if callable(self.cpu_limit) else self.cpu_limit
+
+    def charged(self, cpu_time: CpuTime) -> float:
+        """The seconds the call is charged for `cpu_time` under its limit: its kernel time in
+        part only (cpu.KERNEL_SHARE)."""
+        return cpu_time.charged(self.limit_now())
 
 
 def resident_bytes(pid: int) -> int:
