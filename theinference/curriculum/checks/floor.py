@@ -8,8 +8,7 @@ before each measured call: a machine whose rate moves (other work on its host) m
 alike. The call's CPU time is read from its CPU account (student/account.py), which counts
 every process the call starts, or forbids it to start one; its kernel time is charged only
 past a share of the limit (student/cpu.py's KERNEL_SHARE: page faults are not arithmetic). The
-work
-a recompute of the measured call needs is counted from below: the projections and MLP
+work a recompute of the measured call needs is counted from below: the projections and MLP
 products of every row of every forward it must run, no attention, no layer norms, no unembed,
 and the last layer only for the keys and values of the rows before the last. floor = work /
 rate. A cache does a small part of that work; the call must cost under a fraction of the floor
