@@ -34,7 +34,7 @@ class Breach:
 @dataclass
 class Watchdog:
     """Looks at the call's process tree every CHECK_EVERY seconds (when polled), and says when
-    a limit is broken. `look` gives the CPU seconds used since the call started and the tree's
+    a limit is broken. `look` gives the CPU time used since the call started and the tree's
     live pids now; `files` the bytes its files hold in memory-backed folders."""
 
     look: Callable[[], tuple[CpuTime, set[int]]]
@@ -57,7 +57,7 @@ class Watchdog:
         self.next_look = now + CHECK_EVERY
         cpu_time, pids = self.look()
         cpu_limit = self.limit_now()
-        used = cpu_time.charged(cpu_limit)  # its kernel time in part only (cpu.KERNEL_SHARE)
+        used = self.charged(cpu_time)
         if cpu_limit is not None and used > cpu_limit and not self.lifted():
             return cpu_breach(cpu_limit, used)
         if self.memory_limit is not None:
