@@ -28,6 +28,7 @@ def all_zero(a) -> bool:
 
 
 SIGNED_LEAST = 1 << 16  # values: a smaller array costs more to read for its signs than to send
+SIGNED_PEEK = 1 << 12  # values read first: where both signs are among them, the array is not one
 
 
 def one_signed(a) -> bool:
@@ -36,6 +37,9 @@ def one_signed(a) -> bool:
     array holds no K/V row: attention probabilities, [heads, n, n], the largest array a
     prefill makes, are never sent. (A cache of a thousand small arrays is read as before.)"""
     if a.size < SIGNED_LEAST or a.dtype.kind != "f":
+        return False
+    first = a.flat[:SIGNED_PEEK]  # a K/V array shows both signs here: not read whole
+    if first.min() < 0 < first.max():
         return False
     return bool(a.min() >= 0) or bool(a.max() <= 0)
 
