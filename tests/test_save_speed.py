@@ -259,7 +259,7 @@ def test_a_rows_own_cell_first_finds_what_the_eight_cells_around_it_find():
     live = np.arange(len(units))
     for tol in cache_rows.PASSES:
         got = index.nearest(units, live, tol)
-        whole = index.clear(units, *index.grid(tol).pairs(units[:, :3], live), tol)[:2]
+        whole = index.clear(units, *index.grids[tol].pairs(units[:, :3], live), tol)[:2]
         for mine, theirs in zip(got, whole, strict=True):
             np.testing.assert_array_equal(mine, theirs)
     rows, found = index.nearest(units, live, cache_rows.PASSES[0])

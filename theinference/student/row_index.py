@@ -30,18 +30,12 @@ class RowIndex:
         scale = np.maximum(self.norms, 1e-30)[:, None]
         # [T, hd]: in the targets' own memory where the caller gave them up (`owned`)
         self.units = np.divide(targets, scale, out=targets if owned else None)
-        self._grids: dict[float, Grid] = {}  # per pass, built when first asked (grid())
+        self.grids = {tol: Grid(self.units[:, :3], 2 * tol) for tol in PASSES}
         self._sieve: Sieve | None = None  # built once it pays: SIEVE_AFTER
         self.matched = 0  # rows matched so far
 
     def __len__(self) -> int:
         return len(self.norms)
-
-    def grid(self, tol: float) -> "Grid":
-        """The pass's grid (the loose pass's is built only where the tight one leaves rows)."""
-        if tol not in self._grids:
-            self._grids[tol] = Grid(self.units[:, :3], 2 * tol)
-        return self._grids[tol]
 
     @property
     def sieve(self) -> "Sieve":
@@ -92,7 +86,7 @@ class RowIndex:
         AMBIGUOUS times it, lies nearer than the cell's faces has no other candidate that
         could change its answer (every value of a row within e of the query is within e of
         it); only the rest are compared with the 8 cells around them."""
-        grid = self.grid(tol)
+        grid = self.grids[tol]
         rows, targets = grid.pairs(units[live, :3], live, own=True)
         rows, targets, err = self.clear(units, rows, targets, tol)
         sure = AMBIGUOUS * np.maximum(err, 1e-7) < grid.margin(units[rows, :3])
