@@ -56,8 +56,8 @@ class Watchdog:
             return None
         self.next_look = now + CHECK_EVERY
         cpu_time, pids = self.look()
-        cpu_limit = self.limit_now()
-        used = self.charged(cpu_time)
+        cpu_limit = self.limit_now()  # read once: the limit charged against is the one compared
+        used = cpu_time.charged(cpu_limit)  # as `charged` does
         if cpu_limit is not None and used > cpu_limit and not self.lifted():
             return cpu_breach(cpu_limit, used)
         if self.memory_limit is not None:
