@@ -17,6 +17,11 @@ from safetensors.torch import load_file
 from src.gpt2 import HEAD_DIM, load_weights
 from transformers import DynamicCache, GPT2Config, GPT2LMHeadModel
 
+try:  # built empty: every weight is then loaded (a random init would cost 2 s a process)
+    from transformers.initialization import no_init_weights  # transformers 5
+except ImportError:
+    from transformers.modeling_utils import no_init_weights  # 4.x
+
 # one thread, as NumPy's BLAS gets: idle OpenMP threads spin on a busy machine, and CPU time is
 # what the grader measures
 torch.set_num_threads(1)
@@ -46,7 +51,8 @@ def load_model(path: str | None = None) -> GPT2LMHeadModel:
         attn_pdrop=0.0,
         tie_word_embeddings=True,
     )
-    model = GPT2LMHeadModel(config)
+    with no_init_weights():
+        model = GPT2LMHeadModel(config)
     # transformers' GPT-2 uses Conv1D, weights [in, out] like the checkpoint: no transpose
     missing, unexpected = model.transformer.load_state_dict(state, strict=False)
     buffers = (".attn.bias", ".attn.masked_bias")  # masks older versions keep, not weights
