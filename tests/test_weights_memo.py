@@ -118,6 +118,24 @@ def test_a_run_whose_student_could_read_the_secret_keeps_no_memo(tmp_path, monke
     assert isinstance(rate_memo(other), SignedRates)
 
 
+def test_a_class_runs_warm_up_reads_through_the_memo_its_submissions_read(tmp_path, monkeypatch):
+    """Would catch `theinference grade` reading and hashing the whole checkpoint before every
+    class run (its warm-up blind to the memo each submission's run reads), or given a memo
+    where the class's student processes could read its secret."""
+    from theinference.classroom.class_run import warm_weights
+
+    monkeypatch.setenv("THEINFERENCE_CACHE_DIR", str(tmp_path / "cache"))
+    path = small_file(tmp_path)
+    other = types.SimpleNamespace(traits=types.SimpleNamespace(own_user=False))
+    own = types.SimpleNamespace(traits=types.SimpleNamespace(own_user=True))
+    private_copy._LAST_READ.clear()
+    assert warm_weights(str(path), tmp_path, print, other).tensors.read  # read: learned now
+    private_copy._LAST_READ.clear()
+    assert not warm_weights(str(path), tmp_path, print, other).tensors.read  # known: not read
+    private_copy._LAST_READ.clear()
+    assert warm_weights(str(path), tmp_path, print, own).tensors.read  # no memo for its own user
+
+
 def test_a_synthetic_file_the_memo_knows_is_not_read_up_front(tmp_path, monkeypatch, weights):
     """Would catch the default weights still read whole by every warm `theinference test`."""
     import shutil

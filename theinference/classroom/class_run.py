@@ -70,6 +70,7 @@ def build(options: ClassOptions, notice: Callable[[str], None]) -> ClassRun:
     settings, toml = instructor_settings(options.course_dir)
     spec = options.weights or settings.weights
     memory_gb = settings.grading.memory_gb or DEFAULT_MEMORY_GB
+    chosen = grading_sandbox(settings.grading.sandbox)  # refused before any weights are made
     plan = Plan(
         weights=spec,
         points=stage_points(settings, list(options.stages)),
@@ -79,9 +80,8 @@ def build(options: ClassOptions, notice: Callable[[str], None]) -> ClassRun:
         memory_bytes=int(memory_gb * 2**30),
         settings_toml=toml,
         submission_timeout=options.submission_timeout,
-        weights_sha256=warm_weights(spec, options.course_dir, notice).sha256,
+        weights_sha256=warm_weights(spec, options.course_dir, notice, chosen).sha256,
     )
-    chosen = grading_sandbox(settings.grading.sandbox)
     found, skipped = submissions_in(options.submissions)
     allocation = read_allocation(options.cpus, parse_size(options.memory) if options.memory
                                  else None)
@@ -183,11 +183,16 @@ def plan_seed(option: int | None, setting):
         raise exits.Abort(str(exc), exits.USAGE) from None
 
 
-def warm_weights(spec: str, course_dir: Path | None, notice: Callable[[str], None]):
-    """Make or check the weights once, before any submission waits on them."""
+def warm_weights(spec: str, course_dir: Path | None, notice: Callable[[str], None],
+                 sandbox: Sandbox):
+    """Make or check the weights once, before any submission waits on them: through the
+    digests' memo every submission's run reads (where `sandbox` allows one), so a file the
+    memo knows is not read and hashed again, and a file read here teaches it."""
+    from theinference.grading.session import digest_memo
     from theinference.oracle.weights import WeightsError, load_weights
 
+    folder = (course_dir or Path.cwd()).expanduser().resolve()
     try:
-        return load_weights(spec, (course_dir or Path.cwd()).expanduser().resolve(), notice)
+        return load_weights(spec, folder, notice, digest_memo(sandbox))
     except WeightsError as exc:
         raise exits.Abort(str(exc), exits.WEIGHTS) from None
