@@ -341,7 +341,7 @@ def test_the_answers_on_disk_keep_their_bound_least_recently_used_first(tmp_path
     assert cache._load(cache.key("c", [1])) is None
 
 
-def test_a_failing_stage_asks_again_only_what_its_diagnosis_reads(tmp_path, weights):
+def test_a_failing_stage_asks_again_only_what_its_diagnosis_reads(tmp_path, weights, answers):
     """Catches a failing try that asks every departing case again over the student's own
     cache (a failing save cost more than a passing one), one that goes on asking once the
     catalogue has named the bug on the first two, and a limit that costs the stage its
@@ -350,7 +350,7 @@ def test_a_failing_stage_asks_again_only_what_its_diagnosis_reads(tmp_path, weig
     (stage,) = select(load_stages(), ["full-decode-step"])
     chosen = ("one-token", "token ids", "short prompt", "repeated", "(1023)")
     setup = ProcessSetup(course, weights.path, Limits(timeout=120))
-    run = grade(setup, RunPlan([replace(stage, timeout=120)], weights,
+    run = grade(setup, RunPlan([replace(stage, timeout=120)], weights, answers,
                                policy=RunPolicy(cases=chosen)))
     (result,) = run.stages
     assert result.status == Status.FAILED and result.suspected_bug == "position-zero"
@@ -361,7 +361,7 @@ def test_a_failing_stage_asks_again_only_what_its_diagnosis_reads(tmp_path, weig
 
 
 def test_a_long_case_beside_the_small_ones_is_asked_again_only_if_still_wanted(
-        tmp_path, weights):
+        tmp_path, weights, answers):
     """Catches whether to ask a departing answer again decided when its case began: in a run
     whose cases go beside each other, the long case begins with the stage's first cases and
     was asked again (a failing try cost a long case twice: full-decode-step's failing save
@@ -371,7 +371,7 @@ def test_a_long_case_beside_the_small_ones_is_asked_again_only_if_still_wanted(
     (stage,) = select(load_stages(), ["full-decode-step"])
     chosen = ("one-token", "token ids", "short prompt", "repeated", "(1023)")
     setup = ProcessSetup(course, weights.path, Limits(timeout=120))
-    run = grade(setup, RunPlan([replace(stage, timeout=120)], weights,
+    run = grade(setup, RunPlan([replace(stage, timeout=120)], weights, answers,
                                policy=RunPolicy(cases=chosen), jobs=2))
     (result,) = run.stages
     assert result.status == Status.FAILED and result.suspected_bug == "position-zero"
