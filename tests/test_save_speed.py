@@ -301,6 +301,28 @@ def test_a_drawn_decode_proof_begins_the_prompt_whose_kv_are_kept(slug, weights)
     assert 1 <= len(prompt) <= len(longest) and longest[: len(prompt)] == prompt
 
 
+def test_a_run_given_its_seed_keeps_its_drawn_prompts_kv_and_a_fresh_seeds_run_does_not(
+    template_course, weights
+):
+    """Catches a drawn proof's prompt computed again by every run given the same seed (a class
+    graded with one seed: a forward over a thousand tokens for each submission), and a fresh
+    seed's prompts (none given, or a watch's drawn for its next run) kept in the answer cache,
+    where no run will ever ask for them again."""
+    (stage,) = select(load_stages(), ["full-decode-step"])
+    proof = replace(stage, cases=tuple(c for c in stage.cases if "draw" in c.inputs))
+    assert proof.cases  # the stage's drawn cache-use proof alone: no fixed prompt to begin
+    for seed, fresh in ((12345, False), (None, False), (12345, True)):
+        answers = Answers(weights)
+        grade(ProcessSetup(template_course, weights.path),
+              RunPlan([proof], weights, answers, seed=seed, fresh_seed=fresh))
+        if seed is None or fresh:
+            assert answers.bases == []
+            continue
+        (case,) = with_run_draws(proof, seed).cases
+        check = CHECKS[case.check]
+        assert answers.bases == [check.kept_prompt(check.arguments(case, weights.config))]
+
+
 def test_a_swap_over_kept_kv_is_the_swap_over_a_fresh_forward(weights, tmp_path, monkeypatch):
     """Catches kept K/V sliced or decoded wrong (a verdict would then change with the cache's
     state), and a kept prompt that is computed again in a later process."""

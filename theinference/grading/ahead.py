@@ -44,16 +44,17 @@ def drawn_stages(stages: list[Stage], policy: RunPolicy, seed: int) -> list[Stag
 
 
 def plan_ahead(stages: list[Stage], answers: Answers, policy: RunPolicy, seed: int,
-               stop: threading.Event) -> int:
+               stop: threading.Event, seed_given: bool = False) -> int:
     """Make the swap plans of a run of `stages` with `seed` and `policy`, in running order
     (the smallest case first: the first verdict needs it first), into `answers` (for
     Answers.planned), until `stop` is set. Plans made for an earlier seed are dropped first.
+    `seed_given`: the run's seed is the session's (--seed), not a fresh one (kept_prompts).
     Returns how many were made."""
     answers.ahead.clear()
     config, made = answers.recompute.config, 0
     for stage in drawn_stages(stages, policy, seed):
         # (a run started meanwhile sets its own; a prompt's K/V are right from either)
-        answers.bases = kept_prompts(stage, config)
+        answers.bases = kept_prompts(stage, config, drawn=seed_given)
         for _, check, args, swap_seed in swap_plans(plan_cases(stage, policy).cases, config):
             if stop.is_set():
                 return made

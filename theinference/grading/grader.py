@@ -17,12 +17,7 @@ from theinference.curriculum.stages import Stage
 from theinference.diagnosis.stage import Failure, catalogue_match, diagnose_stage, named_alone
 from theinference.grading.ahead import Planner, drawn_stages, runs_alone
 from theinference.grading.answers import Answers
-from theinference.grading.beside import (
-    Workers,
-    beside_count,
-    goes_beside,
-    grade_beside,
-)
+from theinference.grading.beside import Workers, beside_count, goes_beside, grade_beside
 from theinference.grading.environment import describe
 from theinference.grading.judging import grade_case, kept_prompts
 from theinference.grading.own_cache import (
@@ -72,6 +67,7 @@ class RunPlan:
     seed: int | None = None
     jobs: int = 1  # student processes taking a stage's long cases beside each other
     failed_before: frozenset[str] = frozenset()  # stages the course's last run failed
+    fresh_seed: bool = False  # `seed` was drawn for this run alone (a watch's next run's)
 
 
 def grade(setup: ProcessSetup, plan: RunPlan, listener: Listener = ignore) -> RunResult:
@@ -95,7 +91,8 @@ def grade(setup: ProcessSetup, plan: RunPlan, listener: Listener = ignore) -> Ru
                 results[stage.slug] = skipped(stage, blocker)
             else:
                 run = StageRun(stage, workers, answers, policy, listener,
-                               stage.slug in plan.failed_before)
+                               stage.slug in plan.failed_before,
+                               plan.seed is not None and not plan.fresh_seed)
                 results[stage.slug] = run.grade(stage_limits(stage, setup.limits))
             listener(StageFinished(results[stage.slug]))
         process = workers.first
@@ -120,13 +117,14 @@ def grade(setup: ProcessSetup, plan: RunPlan, listener: Listener = ignore) -> Ru
 
 
 class StageRun:
-    """One stage's cases, smallest first, until the policy says stop."""
+    """One stage's cases, smallest first, until the policy says stop (`seed_given`: the run's
+    seed was given, its drawn prompts' K/V are kept: kept_prompts)."""
 
     def __init__(self, stage, workers: Workers, answers, policy, listener,
-                 failed_before: bool = False):
+                 failed_before: bool = False, seed_given: bool = False):
         self.stage, self.workers, self.answers = stage, workers, answers
-        self.process = workers.first
-        self.policy, self.listener = policy, listener
+        self.process, self.policy, self.listener = workers.first, policy, listener
+        self.seed_given = seed_given
         self.cancel = self.process.cancel  # the run's: set from another thread
         self.language = self.process.language.name  # the diagnosis speaks it
         self.lock = threading.Lock()  # the stage's failures, told from threads
@@ -148,9 +146,10 @@ class StageRun:
             result = skipped(self.stage, "the run's case filter selects none of its cases")
             return replace(result, partial=True, not_run=list(cases.left_out))
         self.planner = Planner(cases.cases, self.answers, threading.Event())
-        self.answers.bases = kept_prompts(self.stage, self.answers.recompute.config)
+        config = self.answers.recompute.config
+        self.answers.bases = kept_prompts(self.stage, config, self.seed_given)
         self.listener(StageStarted(self.stage.slug, self.stage.title, len(cases.cases)))
-        if not runs_alone(cases.cases[0], self.answers.recompute.config):  # else its own
+        if not runs_alone(cases.cases[0], config):  # else its own
             self.workers.start_first(limits)  # while the planner makes the first case's plan
         self.planner.start()
         try:

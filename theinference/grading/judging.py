@@ -117,13 +117,17 @@ def case_result(case: Case, outcome: Outcome, verdict: Verdict, clock: "OracleCl
     return result
 
 
-def kept_prompts(stage: Stage, config) -> list[list[int]]:
-    """The prompts of the stage's fixed cases that swap a cache, longest first: the K/V the
-    oracle keeps, of which each drawn prompt is a beginning (its spec draws a length alone)."""
+def kept_prompts(stage: Stage, config, drawn: bool = False) -> list[list[int]]:
+    """The prompts of the stage's cases that swap a cache, longest first: the K/V the oracle
+    keeps, of which each drawn prompt is a beginning (its spec draws a length alone). A prompt
+    the run drew (a cache-use proof's) only where `drawn`: a run whose seed was given, so that
+    every run given it draws the same prompt (a class graded with one seed); a fresh seed's
+    are never drawn again, and are not kept."""
     prompts = [
         CHECKS[c.check].kept_prompt(CHECKS[c.check].arguments(c, config))
         for c in stage.cases
-        if CHECKS[c.check].swap is not None and "draw" not in c.inputs and "drawn" not in c.inputs
+        if CHECKS[c.check].swap is not None and "draw" not in c.inputs
+        and (drawn or "drawn" not in c.inputs)
     ]
     return sorted(prompts, key=len, reverse=True)
 

@@ -78,6 +78,7 @@ class Session:
     renderer: Renderer | None = None  # draws each run (the terminal); None: nothing drawn
     writer: Writer | None = None  # writes the requested outputs; None: nothing written
     seed: int | None = None  # --seed: hidden cases and the cache-use proofs' arguments
+    fresh_seed: bool = False  # `seed` is not --seed's but drawn for one run (watching.py)
     provenance: dict = field(default_factory=dict)  # what produces the grade (provenance.py)
     speed: bool = False
     jobs: int = 1  # student processes taking a stage's cases beside each other (beside.py)
@@ -196,7 +197,7 @@ def run(
     try:
         plan = RunPlan(stages or session.stages, session.weights, session.answers,
                        session.policy, session.seed, session.jobs,
-                       failed_stages(session.course.root))
+                       failed_stages(session.course.root), session.fresh_seed)
         localized = session.course.language.localizing(tell)  # decodeStep in TypeScript
         result = grade(setup, plan, localized)
     finally:

@@ -212,7 +212,8 @@ class WatchLoop:
     def _grade(self, stages: list[Stage], cancel: threading.Event, ran: threading.Event,
                trigger: str, seed: int | None) -> None:
         result = None
-        session = self.quiet if seed is None else replace(self.quiet, seed=seed)
+        session = self.quiet if seed is None else replace(
+            self.quiet, seed=seed, fresh_seed=self.session.seed is None)
         try:
             result = run(session, stages, cancel, trigger, self.view.drawing(trigger, cancel))
         except Exception as exc:  # the watcher outlives anything, its own surprises included
@@ -247,7 +248,8 @@ class WatchLoop:
         try:
             if previous is not None:  # the last stage's planner, maybe finishing a plan
                 previous.done()
-            plan_ahead(self.focus, answers, self.session.policy, seed, stop)
+            plan_ahead(self.focus, answers, self.session.policy, seed, stop,
+                       seed_given=self.session.seed is not None)
         except Exception:  # the run makes what is missing itself, and says what fails
             answers.ahead.clear()
 
