@@ -33,6 +33,7 @@ class StandInSession:
     renderer: object = None
     answers: object = None  # none kept across runs: no swap plans made ahead
     seed: int | None = None
+    fresh_seed: bool = False
     policy: object = None
 
 
@@ -219,16 +220,21 @@ def loop_with_plans(tmp_path, monkeypatch, plans, stand_in) -> tuple:
 
 def test_the_next_run_grades_with_the_seed_its_plans_were_made_for_once(tmp_path, monkeypatch):
     """Catches swap plans made ahead (between runs) for a seed the next run does not draw, so
-    made for nothing, and a seed graded by two runs (each run's swaps must be its own)."""
-    planned_for, graded_with = [], queue.Queue()
+    made for nothing, and a seed graded by two runs (each run's swaps must be its own); and a
+    seed drawn for one run taken for one given (--seed), whose drawn prompts' K/V would be
+    kept on disk at every save though no run draws them again (judging.kept_prompts)."""
+    planned_for, graded_with, given = [], queue.Queue(), []
 
     def stand_in(session, stages, cancel, trigger, listener):
         graded_with.put(session.seed)
+        given.append(session.seed is not None and not session.fresh_seed)
         return all_passed(stages)
 
-    view, typed, thread = loop_with_plans(
-        tmp_path, monkeypatch,
-        lambda stages, answers, policy, seed, stop: planned_for.append(seed), stand_in)
+    def plans(stages, answers, policy, seed, stop, seed_given=False):
+        planned_for.append(seed)
+        given.append(seed_given)
+
+    view, typed, thread = loop_with_plans(tmp_path, monkeypatch, plans, stand_in)
     seeds = [graded_with.get(timeout=WAIT)]
     for _ in range(2):
         view.next("ended")
@@ -239,6 +245,7 @@ def test_the_next_run_grades_with_the_seed_its_plans_were_made_for_once(tmp_path
     thread.join(WAIT)
     assert seeds[0] is None, "the first run has no plans made ahead: it draws its own seed"
     assert seeds[1:] == planned_for[:2] and planned_for[0] != planned_for[1]
+    assert not any(given), given
 
 
 def test_a_save_while_the_next_runs_plans_are_made_starts_its_run_at_once(tmp_path, monkeypatch):
@@ -247,7 +254,7 @@ def test_a_save_while_the_next_runs_plans_are_made_starts_its_run_at_once(tmp_pa
     The run's planner waits for it instead (ahead.Between), before any measured call."""
     planning, release = threading.Event(), threading.Event()
 
-    def slow_plans(stages, answers, policy, seed, stop):
+    def slow_plans(stages, answers, policy, seed, stop, seed_given=False):
         planning.set()
         release.wait(WAIT)  # one plan, longer than the save's wait
 
@@ -282,7 +289,7 @@ def test_where_blas_has_threads_a_save_waits_for_the_plan_being_made(tmp_path, m
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
     planning, release, order = threading.Event(), threading.Event(), []
 
-    def slow_plans(stages, answers, policy, seed, stop):
+    def slow_plans(stages, answers, policy, seed, stop, seed_given=False):
         planning.set()
         release.wait(WAIT)
         order.append("plan over")

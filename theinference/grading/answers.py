@@ -25,6 +25,8 @@ class Answers:
         self.recompute = Recompute(weights.tensors, weights.config)
         self.cache = cache or AnswerCache(weights.sha256, None)
         self.bases: list[list[int]] = []  # prompts whose K/V are kept (prompt_state)
+        # the run's seed was given, so the prompts it draws are drawn again (kept_prompts)
+        self.keeps_draws = False
         self.ahead: dict = {}  # swap plans made before their case (ahead.py), used once
         self.making: dict = {}  # the plans being made ahead: set when made or given up
         self.wanted: list = []  # keys of plans a begun call waits or will wait for, in order

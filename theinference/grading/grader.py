@@ -79,6 +79,7 @@ def grade(setup: ProcessSetup, plan: RunPlan, listener: Listener = ignore) -> Ru
     run_seed = plan.seed if plan.seed is not None else secrets.randbits(63)
     stages = drawn_stages(plan.stages, policy, run_seed)
     answers = plan.answers or Answers(weights)
+    answers.keeps_draws = plan.seed is not None and not plan.fresh_seed  # kept_prompts
     results: dict[str, StageResult] = {}
     listener(RunStarted(tuple(s.slug for s in stages)))
     listener = serialized(listener)  # long cases beside each other tell it from threads
@@ -91,8 +92,7 @@ def grade(setup: ProcessSetup, plan: RunPlan, listener: Listener = ignore) -> Ru
                 results[stage.slug] = skipped(stage, blocker)
             else:
                 run = StageRun(stage, workers, answers, policy, listener,
-                               stage.slug in plan.failed_before,
-                               plan.seed is not None and not plan.fresh_seed)
+                               stage.slug in plan.failed_before)
                 results[stage.slug] = run.grade(stage_limits(stage, setup.limits))
             listener(StageFinished(results[stage.slug]))
         process = workers.first
@@ -117,14 +117,12 @@ def grade(setup: ProcessSetup, plan: RunPlan, listener: Listener = ignore) -> Ru
 
 
 class StageRun:
-    """One stage's cases, smallest first, until the policy says stop (`seed_given`: the run's
-    seed was given, its drawn prompts' K/V are kept: kept_prompts)."""
+    """One stage's cases, smallest first, until the policy says stop."""
 
     def __init__(self, stage, workers: Workers, answers, policy, listener,
-                 failed_before: bool = False, seed_given: bool = False):
+                 failed_before: bool = False):
         self.stage, self.workers, self.answers = stage, workers, answers
         self.process, self.policy, self.listener = workers.first, policy, listener
-        self.seed_given = seed_given
         self.cancel = self.process.cancel  # the run's: set from another thread
         self.language = self.process.language.name  # the diagnosis speaks it
         self.lock = threading.Lock()  # the stage's failures, told from threads
@@ -147,7 +145,7 @@ class StageRun:
             return replace(result, partial=True, not_run=list(cases.left_out))
         self.planner = Planner(cases.cases, self.answers, threading.Event())
         config = self.answers.recompute.config
-        self.answers.bases = kept_prompts(self.stage, config, self.seed_given)
+        self.answers.bases = kept_prompts(self.stage, config, self.answers.keeps_draws)
         self.listener(StageStarted(self.stage.slug, self.stage.title, len(cases.cases)))
         if not runs_alone(cases.cases[0], config):  # else its own
             self.workers.start_first(limits)  # while the planner makes the first case's plan
