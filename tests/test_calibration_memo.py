@@ -83,7 +83,7 @@ def test_a_rate_measured_in_the_callers_thread_keeps_no_other_course_waiting(mon
     release, asked = threading.Event(), []
     monkeypatch.setattr(calibration, "_SOON", {})
 
-    def slow_for_a(process):
+    def slow_for_a(process, fresh_for=calibration.FRESH_FOR):
         asked.append(process.course_dir)
         if process.course_dir == "/a":
             release.wait(timeout=30)
@@ -102,3 +102,34 @@ def test_a_rate_measured_in_the_callers_thread_keeps_no_other_course_waiting(mon
     finally:
         release.set()
         first.join(timeout=10)
+
+
+def test_a_rate_minutes_old_bounds_a_try_and_never_judges_a_floor(monkeypatch, tmp_path):
+    """Catches a floor's verdict taking a rate older than FRESH_FOR (the load a measured call
+    meets has moved since), and a try's budget (rate_soon with BOUNDS_FOR) measuring the
+    machine again within BOUNDS_FOR, from this grader's memory or the cache's memo."""
+    from theinference.grading.digests import SignedRates
+
+    measured = []
+    monkeypatch.setattr(calibration, "measure",
+                        lambda process: measured.append(process.course_dir) or (90e9, ""))
+    monkeypatch.setattr(calibration, "_MEASURED", {})
+    monkeypatch.setattr(calibration, "_SOON", {})
+    clock, now = [1000.0], [1.0e9]
+    monkeypatch.setattr(calibration.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(calibration.time, "time", lambda: now[0])
+    process = fake_process("/a", rates=SignedRates(tmp_path))
+    calibration.rate_now(process)
+    clock[0] += 5 * calibration.FRESH_FOR
+    now[0] += 5 * calibration.FRESH_FOR
+    soon = calibration.rate_soon(process, False, fresh_for=calibration.BOUNDS_FOR)
+    assert soon.wait() == 90e9 and measured == ["/a"], "a try measured again"
+    monkeypatch.setattr(calibration, "_MEASURED", {})  # the next run: the memo alone
+    soon = calibration.rate_soon(process, False, fresh_for=calibration.BOUNDS_FOR)
+    assert soon.wait() == 90e9 and measured == ["/a"], "a try measured despite the memo"
+    calibration.rate_now(process)
+    assert measured == ["/a", "/a"], "a floor took a rate past FRESH_FOR"
+    clock[0] += calibration.BOUNDS_FOR
+    now[0] += calibration.BOUNDS_FOR
+    calibration.rate_soon(process, False, fresh_for=calibration.BOUNDS_FOR).wait()
+    assert measured == ["/a", "/a", "/a"], "a try took a rate past BOUNDS_FOR"

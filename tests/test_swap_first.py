@@ -79,6 +79,37 @@ def test_a_generation_that_follows_its_swap_is_never_measured_alone(
     assert alone_calls == []
 
 
+def test_a_try_beside_takes_a_rate_minutes_old_and_measures_none(
+    tmp_path, weights, answers, monkeypatch
+):
+    """Catches the try's CPU budget and its pass's cost figure asking for the machine's rate
+    within the floors' minute (FRESH_FOR): a student saving minutes apart paid a calibration
+    process, a second of CPU, beside every run of a stage with a cost proof. A rate within
+    BOUNDS_FOR serves them (they decide no verdict); none is measured."""
+    from theinference.student import calibration
+
+    course = make_course(tmp_path / "c", reference_text())
+    measured: list = []
+    monkeypatch.setattr(calibration, "measure",
+                        lambda process: measured.append(process) or (90e9, ""))
+    monkeypatch.setattr(calibration, "_SOON", {})
+    minutes_ago = calibration.time.monotonic() - 5 * calibration.FRESH_FOR
+    kept: dict = {}
+    monkeypatch.setattr(calibration, "_MEASURED", kept)
+    real_key = calibration.rate_key
+
+    def measured_minutes_ago(process):  # the course's rate, as if measured 5 minutes before
+        key = real_key(process)
+        kept.setdefault(key, (minutes_ago, 90e9))
+        return key
+
+    monkeypatch.setattr(calibration, "rate_key", measured_minutes_ago)
+    case = graded(course, weights, answers, cost_stage(8))
+    assert case.status == Status.PASSED, case.message
+    assert "CPU time" in case.message and "recompute's arithmetic needs" in case.message
+    assert measured == [], "the try measured the machine again"
+
+
 def test_a_cache_the_swap_cannot_find_is_judged_by_the_floor_measured_alone(
     tmp_path, weights, answers, alone_calls
 ):

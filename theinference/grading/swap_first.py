@@ -40,7 +40,7 @@ from theinference.grading.judging import (
 )
 from theinference.grading.measured import measured_probe
 from theinference.results import Status
-from theinference.student.calibration import rate_soon
+from theinference.student.calibration import BOUNDS_FOR, rate_soon
 from theinference.student.process import StudentProcess
 from theinference.student.replies import Outcome
 
@@ -78,8 +78,9 @@ def try_beside(stage: Stage, case: Case, process: StudentProcess, answers: Answe
     if fixed is None:  # no swap could be drawn: only the floor can judge
         return Deferred(case, floor_only=True, oracle_seconds=clock.seconds)
     config = answers.recompute.config
-    # within the last minute, or measured beside the call's start (its budget none till then)
-    rate = rate_soon(process, in_thread=blas_is_one_thread())
+    # within BOUNDS_FOR (it decides no verdict), or measured beside the call's start (its
+    # budget none till then)
+    rate = rate_soon(process, in_thread=blas_is_one_thread(), fresh_for=BOUNDS_FOR)
     limit = lambda: try_limit(stage, check, args, config, rate.known())  # noqa: E731
     outcome = process.call(check.adapter, args, stage.timeout,
                            measured_probe(check, fixed, lift_limit=True), cpu_limit=limit)

@@ -24,23 +24,31 @@ from theinference.student.process import StudentProcess
 
 TRIES = 3
 TIMEOUT = 120.0
+FRESH_FOR = 60.0  # seconds a rate serves a floor's verdict
+# seconds a rate serves what decides no verdict: a try's CPU budget (a try stopped by it is
+# measured alone, under a rate FRESH_FOR old) and the cost said beside a pass the swap proves.
+# A student's saves are often more than a minute apart; measuring again for each cost a
+# second of CPU beside the stage's longest case (benchmarks/save_speed.py)
+BOUNDS_FOR = 900.0
 
-def rate_now(process: StudentProcess) -> tuple[float | None, str]:
+
+def rate_now(process: StudentProcess, fresh_for: float = FRESH_FOR) -> tuple[float | None, str]:
     """(FLOP per CPU-second, "") for the process's course and sandbox, measured now: beside a
     measured call, under the load that call will meet (benchmarks/floor_spread.py), or
-    within the last FRESH_FOR seconds, for the same course, sandbox and language, by this
+    within the last `fresh_for` seconds, for the same course, sandbox and language, by this
     grader or, where the run keeps rates (`setup.rates`), by an earlier run of its cache (a
     stage's measured calls follow each other, and a student's runs a save apart: CPU time, which
     the floors compare, barely moves with the load in so short a time); (None, why) when it
-    could not be."""
+    could not be. A floor's verdict takes FRESH_FOR; what decides no verdict may take longer
+    (BOUNDS_FOR)."""
     if (refused := untrusted(process)) is not None:  # asked every time: files change
         return None, refused
     key = rate_key(process)
     kept = _MEASURED.get(key)
-    if kept is not None and time.monotonic() - kept[0] < FRESH_FOR:
+    if kept is not None and time.monotonic() - kept[0] < fresh_for:
         return kept[1], ""
     memo: RateMemo | None = process.setup.rates  # by an earlier run of this cache, if trusted
-    if memo is not None and (known := memo.known(key, FRESH_FOR)) is not None:
+    if memo is not None and (known := memo.known(key, fresh_for)) is not None:
         return known, ""
     rate, why = measure(process)
     if rate is not None:
@@ -65,17 +73,17 @@ def rate_key(process: StudentProcess) -> tuple:
     return str(process.course_dir), sandbox.kind if sandbox else None, process.language.name
 
 
-def rate_soon(process: StudentProcess, in_thread: bool) -> "RateSoon":
-    """rate_now's rate, measured in a thread from now (RateSoon) where `in_thread` (where the
-    grader's BLAS has threads of its own, a process started beside it may hang: then now, in
-    the caller's); a measure still under way for the same course is shared (a stage's calls
-    beside each other ask at once)."""
-    key = rate_key(process)
+def rate_soon(process: StudentProcess, in_thread: bool, fresh_for: float = FRESH_FOR) -> "RateSoon":
+    """rate_now's rate (within `fresh_for`), measured in a thread from now (RateSoon) where
+    `in_thread` (where the grader's BLAS has threads of its own, a process started beside it
+    may hang: then now, in the caller's); a measure still under way for the same course and
+    freshness is shared (a stage's calls beside each other ask at once)."""
+    key = (*rate_key(process), fresh_for)
     with _SOON_LOCK:  # held only to pick the measure: another course's is not kept waiting
         soon = _SOON.get(key)
         begun = soon is None or soon.done.is_set()
         if begun:
-            soon = _SOON[key] = RateSoon()
+            soon = _SOON[key] = RateSoon(fresh_for)
     if begun:
         soon.begin(process, in_thread)
     return soon
@@ -86,8 +94,9 @@ class RateSoon:
     budget needs it does not wait for it: `known()` is the rate once measured (None before,
     and where none could be had); `wait()` waits for it."""
 
-    def __init__(self):
+    def __init__(self, fresh_for: float = FRESH_FOR):
         self.rate: float | None = None
+        self.fresh_for = fresh_for
         self.done = threading.Event()
 
     def begin(self, process: StudentProcess, in_thread: bool) -> None:
@@ -99,7 +108,7 @@ class RateSoon:
 
     def measure(self, process: StudentProcess) -> None:
         try:
-            self.rate, _ = rate_now(process)
+            self.rate, _ = rate_now(process, self.fresh_for)
         finally:
             self.done.set()
 
@@ -111,7 +120,6 @@ class RateSoon:
         return self.rate
 
 
-FRESH_FOR = 60.0
 _MEASURED: dict[tuple, tuple[float, float]] = {}  # key -> (when, rate), this grader's own
 _SOON: dict[tuple, RateSoon] = {}  # key -> the last measure begun in a thread
 _SOON_LOCK = threading.Lock()
