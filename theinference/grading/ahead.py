@@ -194,5 +194,5 @@ def timed_plan(check, answers: Answers, args: list, seed: int) -> tuple:
     plan = check.swap(answers.recompute, args, seed, answers.prompt_state)
     if plan is not None and plan.finds:  # (a plan with no K/V has nothing to index)
         plan.search = Search(plan.finds, plan.writes)
-        plan.search.index  # noqa: B018 (built now, for the moment it is needed)
+        plan.search.prepare()  # now, not at the moment it is needed
     return plan, time.monotonic() - started

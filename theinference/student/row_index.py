@@ -5,10 +5,10 @@ that drops, at a few operations a row, the rows no target lies near (most of an 
 is no cache: attention scores, activations).
 """
 
-import itertools
-
 import numpy as np
 
+from theinference.student import row_guess
+from theinference.student.grid import Grid
 from theinference.student.worker import protocol
 
 # max |difference| of two rows scaled to unit length (float16 storage passes): protocol.json's
@@ -32,6 +32,7 @@ class RowIndex:
         self.units = np.divide(targets, scale, out=targets if owned else None)
         self.grids = {tol: Grid(self.units[:, :3], 2 * tol) for tol in PASSES}
         self._sieve: Sieve | None = None  # built once it pays: SIEVE_AFTER
+        self._lonely: np.ndarray | None = None
         self.matched = 0  # rows matched so far
 
     def __len__(self) -> int:
@@ -44,17 +45,40 @@ class RowIndex:
             self._sieve = Sieve(self.units, TOL)
         return self._sieve
 
+    @property
+    def lonely(self) -> np.ndarray:
+        """[T] bool: the targets no other lies within row_guess.LONELY of, whose guessed rows
+        row_guess may take."""
+        if self._lonely is None:
+            self._lonely = row_guess.lonely_targets(self.units, self.grids[protocol.FIRST_PASS])
+        return self._lonely
+
     def match(self, rows):
         """(row numbers, their targets, scales) for the rows [R, hd] that are a target's
         direction unambiguously (nearer by AMBIGUOUS than to any other), or None."""
         self.matched += len(rows)
         pays = self.matched > SIEVE_AFTER * len(self) and self.units.shape[1] >= SIEVED
         sieve = self.sieve if pays else None  # (a toy model's rows may have fewer values)
-        found = [self._match(rows[i : i + CHUNK], i, sieve) for i in range(0, len(rows), CHUNK)]
+        found = [self._chunk(rows[i : i + CHUNK], i, sieve) for i in range(0, len(rows), CHUNK)]
         found = [f for f in found if f is not None]
         if not found:
             return None
         return tuple(np.concatenate(parts) for parts in zip(*found, strict=True))
+
+    def _chunk(self, rows, offset: int, sieve: "Sieve | None"):
+        """_match's answer for the rows, those row_guess takes from their layout found
+        without comparing them with their neighbours' targets; in row order."""
+        rows = np.asarray(rows, dtype=np.float32)
+        guess = row_guess.guessed(self, rows, lambda probes: self._match(probes, 0, sieve))
+        if guess is None or guess[0].size == 0:
+            return self._match(rows, offset, sieve)
+        left = np.setdiff1d(np.arange(len(rows)), guess[0], assume_unique=True)
+        rest = self._match(rows[left], 0, sieve) if left.size else None
+        if rest is not None:
+            rest = (left[rest[0]], *rest[1:])
+            guess = tuple(np.concatenate(parts) for parts in zip(guess, rest, strict=True))
+        order = np.argsort(guess[0], kind="stable")
+        return guess[0][order] + offset, guess[1][order], guess[2][order]
 
     def _match(self, rows, offset: int, sieve: "Sieve | None"):
         rows = np.asarray(rows, dtype=np.float32)
@@ -115,56 +139,6 @@ class RowIndex:
 
 
 PASSES = (protocol.FIRST_PASS, TOL)  # the tight pass, then the loose one for the rows it left
-
-
-class Grid:
-    """Points (three values each) hashed on a grid of `cell`: a query within half a cell of a
-    point, in every value, is in one of the 8 cells around the query's corner nearest it."""
-
-    def __init__(self, points, cell: float):
-        self.cell = cell
-        cells = cell_ids(np.floor(points / cell))
-        self.order = np.argsort(cells, kind="stable")
-        self.cells = cells[self.order]
-
-    def pairs(self, queries, numbers, own: bool = False):
-        """(query number, point index) for every point in the 8 cells near each query (in
-        its own cell alone, with `own`)."""
-        scaled = queries / self.cell
-        base = np.floor(scaled)
-        toward = np.where(scaled - base < 0.5, -1.0, 1.0)  # the nearer neighbour, per value
-        rows_out, points_out = [], []
-        for step in [(0.0, 0.0, 0.0)] if own else itertools.product((0.0, 1.0), repeat=3):
-            ids = cell_ids(base + toward * np.array(step, dtype=base.dtype))
-            lo, hi = self.spans(ids)
-            counts = hi - lo
-            hit = np.flatnonzero(counts)
-            if hit.size == 0:
-                continue
-            counts = counts[hit]
-            starts = np.repeat(lo[hit] - np.cumsum(counts) + counts, counts)
-            rows_out.append(np.repeat(numbers[hit], counts))
-            points_out.append(self.order[np.arange(counts.sum()) + starts])
-        if not rows_out:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        return np.concatenate(rows_out), np.concatenate(points_out)
-
-    def margin(self, queries):
-        """How near each query ([Q, 3]) lies to a face of its own cell, in its values' units,
-        less what rounding the cells' float32 division may move a value by (16 of its ulps)."""
-        scaled = queries / self.cell
-        inside = scaled - np.floor(scaled)
-        slack = np.abs(scaled).max(axis=1, initial=1.0) * 2.0**-20
-        return (np.minimum(inside, 1 - inside).min(axis=1, initial=1.0) - slack) * self.cell
-
-    def spans(self, ids):
-        """Where each id's points start and end in the sorted cells (needles sorted first:
-        a search for sorted needles stays in the cache)."""
-        order = np.argsort(ids, kind="stable")
-        lo, hi = np.empty_like(ids), np.empty_like(ids)
-        lo[order] = np.searchsorted(self.cells, ids[order], side="left")
-        hi[order] = np.searchsorted(self.cells, ids[order], side="right")
-        return lo, hi
 
 
 # a row looks up the cells on either side of it in its first ROW_SIDE values (2**3 lookups);
@@ -236,9 +210,3 @@ def slot(keys) -> np.ndarray:
 
 def bit_of(slots) -> np.ndarray:
     return np.left_shift(np.uint8(1), (slots & np.uint64(7)).astype(np.uint8))
-
-
-def cell_ids(q):
-    """One integer per grid cell of three values (each cell index within +-2**20)."""
-    q = np.clip(q, -(1 << 20), (1 << 20) - 1).astype(np.int64) + (1 << 20)
-    return (q[:, 0] << 42) | (q[:, 1] << 21) | q[:, 2]

@@ -49,6 +49,12 @@ class Search:
             self._index = RowIndex(targets, owned=True)
         return self._index
 
+    def prepare(self) -> None:
+        """All the search needs before its first moment, built now (by the planner, beside the
+        student's earlier calls), not while the student's process waits on the answer."""
+        self.index.lonely  # noqa: B018
+        self.one_signed_barren  # noqa: B018
+
     @property
     def sorted_index(self) -> RowIndex:
         """The rows to find with each row's values sorted: what a row kept in a shuffled order
