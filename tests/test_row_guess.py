@@ -121,3 +121,21 @@ def test_most_rows_of_a_regular_cache_are_guessed_not_searched(monkeypatch):
         found = index.match(rows)
         assert len(found[0]) == len(targets), name
         assert sum(searched) < len(rows) / 10, (name, sum(searched), len(rows))
+
+
+def test_a_layout_no_guess_holds_for_is_not_guessed_row_by_row(monkeypatch):
+    """Catches every row of a cache the guess cannot take (float16 storage: its rows lie too
+    far from their targets; a position's heads one after another: the layout turns at every
+    position) checked against a guessed target before the full matcher takes them all: work
+    that only costs (float16 arrays' search 0.90 -> 1.18 s for a 1023-token prompt)."""
+    targets = targets_of()
+    index = row_index.RowIndex(targets)
+    checked_rows: list[int] = []
+    real = row_guess.checked
+    monkeypatch.setattr(row_guess, "checked", lambda index, rows, targets: checked_rows.append(
+        len(rows)) or real(index, rows, targets))
+    for name in ("float16 storage", "positions then heads"):
+        checked_rows.clear()
+        rows = layouts(targets)[name].reshape(-1, HD)
+        index.match(rows)
+        assert sum(checked_rows) < len(rows) / 10, (name, sum(checked_rows), len(rows))

@@ -68,6 +68,8 @@ def guessed(index, rows: np.ndarray, match) -> tuple | None:
     target_of[found[0]] = found[1]
     first, second = target_of[: len(probes)], target_of[len(probes) :]
     known = np.append((first >= 0) & (second >= 0), False)  # [P + 1]: past the last, none
+    if not layout_holds(index, rows, probes, first, second, known):
+        return None
     before = np.minimum(np.arange(total) // STEP, len(probes) - 1)  # [R]: each row's probe
     taken, left = [], np.arange(total)
     for anchors in (before, before + 1):  # the probe before each row, then (a layout's
@@ -79,6 +81,20 @@ def guessed(index, rows: np.ndarray, match) -> tuple | None:
         taken.append((at[sure], targets[sure], scales[sure]))
         left = np.setdiff1d(left, at[sure], assume_unique=True)
     return tuple(np.concatenate(parts) for parts in zip(*taken, strict=True))
+
+
+def layout_holds(index, rows: np.ndarray, probes, first, second, known) -> bool:
+    """Whether the guess holds for most rows midway between probes (a float16 cache's rows lie
+    too far from their targets to take, a cache kept a position's heads after each other
+    turns at every position): else guessing every row would cost more than it saves."""
+    anchor = np.flatnonzero(known[:-1])
+    anchor = anchor[probes[anchor] + STEP // 2 < len(rows)]
+    if anchor.size == 0:
+        return False
+    middle = probes[anchor] + STEP // 2
+    targets = first[anchor] + STEP // 2 * (second[anchor] - first[anchor])
+    sure, _ = checked(index, rows[middle], targets)
+    return bool(sure.mean() >= 0.5)
 
 
 def checked(index, rows: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
