@@ -7,9 +7,8 @@ says which target the rows after it are, one step apart, up to the next probe. A
 is taken only where it lies within SURE of its guessed target and that target is lonely
 (RowIndex.lonely: no other lies within LONELY of it): every other target is then farther from
 the row than AMBIGUOUS times its distance, so the full matcher would give it this target and
-this scale.
-Every other row (a guess that missed, a crowded target, float16 storage, an order the probes
-do not see) is left to the full matcher.
+this scale. Every other row (a guess that missed, a crowded target, float16 storage, an order
+the probes do not see) is left to the full matcher.
 """
 
 import numpy as np

@@ -66,8 +66,8 @@ class RowIndex:
         return tuple(np.concatenate(parts) for parts in zip(*found, strict=True))
 
     def _chunk(self, rows, offset: int, sieve: "Sieve | None"):
-        """_match's answer for the rows, those row_guess takes from their layout found
-        without comparing them with their neighbours' targets; in row order."""
+        """_match's answer for the rows, in row order: those row_guess takes from their
+        layout, without the grid, and _match's for the rest."""
         rows = np.asarray(rows, dtype=np.float32)
         guess = row_guess.guessed(self, rows, lambda probes: self._match(probes, 0, sieve))
         if guess is None or guess[0].size == 0:
